@@ -1,0 +1,5 @@
+import sys
+
+from llmcompile.cli import main
+
+sys.exit(main())

@@ -1,0 +1,198 @@
+"""Benchmark ops against the memory speed of light and against other implementations.
+
+In one process: the device copy bandwidth (the SOL), then for each op, dtype and shape the
+median time with cold L2 of our kernel and of each baseline, as TB/s over the minimum bytes
+the op must move and as % of the SOL. Writes a markdown table, JSON and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from llmcompile import timing
+from llmcompile.baselines import BASELINES, Unavailable
+from llmcompile.ops import OpSpec, get_op
+
+
+@dataclass
+class BenchRow:
+    op: str
+    dtype: str
+    m: int
+    n: int
+    impl: str
+    ms: float | None
+    tbs: float | None
+    pct_sol: float | None
+    note: str = ""
+
+
+@dataclass
+class BenchResult:
+    gpu: str
+    sol_tbs: float
+    versions: dict[str, str]
+    rows: list[BenchRow] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "sol_tbs": self.sol_tbs, "versions": self.versions, "rows": [asdict(r) for r in self.rows]}
+
+    def get(self, op: str, dtype: str, m: int, n: int, impl: str) -> BenchRow | None:
+        for r in self.rows:
+            if (r.op, r.dtype, r.m, r.n, r.impl) == (op, dtype, m, n, impl):
+                return r
+        return None
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod in ("cutlass", "quack", "liger_kernel", "triton"):
+        try:
+            m = __import__(mod)
+            out[mod] = getattr(m, "__version__", "?")
+        except Exception:  # noqa: BLE001
+            out[mod] = "absent"
+    if torch.cuda.is_available():
+        out["cuda"] = str(torch.version.cuda)
+        out["gpu"] = torch.cuda.get_device_name(0)
+    return out
+
+
+def _input_sets(spec: OpSpec, m: int, n: int, dtype: str, count: int, seed: int) -> list[list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [spec.make_inputs(m, n, dtype, gen, "random", "cuda") for _ in range(count)]
+
+
+def bench_one(
+    spec: OpSpec,
+    ours: Callable[..., object],
+    m: int,
+    n: int,
+    dtype: str,
+    sol_tbs: float,
+    baselines: Iterable[str],
+    seed: int = 0,
+) -> list[BenchRow]:
+    nbytes = spec.bytes_moved(m, n, dtype)
+    sets = _input_sets(spec, m, n, dtype, timing.rotation_count(nbytes), seed)
+    scalars = dict(spec.scalars)
+    impls: dict[str, list[Callable[[], object]] | str] = {
+        "llmcompile": [lambda s=s: ours(*s) for s in sets],
+    }
+    for b in baselines:
+        try:
+            impls[b] = [BASELINES[b](spec.name, s, scalars) for s in sets]
+        except Unavailable as e:
+            impls[b] = str(e)
+    rows = []
+    for name, calls in impls.items():
+        if isinstance(calls, str):
+            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, calls))
+            continue
+        try:
+            t = timing.time_calls(calls)
+        except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
+            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, f"{type(e).__name__}: {e}"[:200]))
+            torch.cuda.synchronize()
+            continue
+        bw = timing.tbs(nbytes, t.median_ms)
+        note = "" if t.graph else "no graph"
+        if bw > 1.05 * sol_tbs:
+            note = (note + " IMPOSSIBLE: above 1.05x the copy bandwidth").strip()
+        rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note))
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def run(
+    ops: list[str],
+    dtypes: list[str],
+    shapes: list[tuple[int, int]],
+    baselines: list[str],
+    functions: dict[str, Callable[..., object]],
+    progress: Callable[[str], None] = print,
+) -> BenchResult:
+    sol = timing.copy_bandwidth_tbs()
+    result = BenchResult(torch.cuda.get_device_name(0), sol, versions())
+    progress(f"device copy bandwidth (SOL): {sol:.3f} TB/s")
+    for op in ops:
+        spec = get_op(op)
+        for dtype in dtypes:
+            for m, n in shapes:
+                rows = bench_one(spec, functions[op], m, n, dtype, sol, baselines)
+                result.rows.extend(rows)
+                progress(
+                    f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
+                    + "  ".join(f"{r.impl}={r.tbs:.2f}" if r.tbs else f"{r.impl}=n/a" for r in rows)
+                )
+    return result
+
+
+def markdown(result: BenchResult) -> str:
+    impls = list(dict.fromkeys(r.impl for r in result.rows))
+    lines = [
+        f"GPU: {result.gpu}; device copy (SOL): {result.sol_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2",
+        "",
+        "| op | dtype | M | N | " + " | ".join(f"{i} TB/s" for i in impls) + " | ours % SOL | ours / QuACK |",
+        "|---|---|---|---|" + "---|" * len(impls) + "---|---|",
+    ]
+    keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in result.rows))
+    for key in keys:
+        cells = []
+        for i in impls:
+            r = result.get(*key, i)
+            cells.append(f"{r.tbs:.2f}" if r and r.tbs else "n/a")
+        ours = result.get(*key, "llmcompile")
+        q = result.get(*key, "quack")
+        pct = f"{ours.pct_sol:.1f}" if ours and ours.pct_sol else "n/a"
+        ratio = f"{ours.tbs / q.tbs:.3f}" if ours and ours.tbs and q and q.tbs else "n/a"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: BenchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys((r.op, r.dtype) for r in result.rows))
+    cols = min(3, len(groups)) or 1
+    rows_n = math.ceil(len(groups) / cols) or 1
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 3.6 * rows_n), squeeze=False)
+    for ax, (op, dtype) in zip(axes.flat, groups):
+        sub = [r for r in result.rows if r.op == op and r.dtype == dtype and r.tbs]
+        for impl in dict.fromkeys(r.impl for r in sub):
+            pts = sorted((r.n, r.tbs) for r in sub if r.impl == impl)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+        ax.axhline(result.sol_tbs, color="k", linestyle="--", linewidth=1, label="device copy (SOL)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{op} {dtype}")
+        ax.set_xlabel("N")
+        ax.set_ylabel("TB/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(groups) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{result.gpu}: TB/s vs N (cold L2)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(result: BenchResult, out_dir: Path, stem: str = "bench") -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
+    paths["json"].write_text(json.dumps(result.to_json(), indent=1))
+    paths["md"].write_text(markdown(result))
+    plot(result, paths["png"])
+    return paths

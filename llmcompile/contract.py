@@ -1,0 +1,114 @@
+"""The kernel contract: the one shape of kernel module that the harness ever runs.
+
+Reference kernels, the offline search's variants and LLM-written candidates all follow it:
+
+1. The module is CuTe DSL only: it imports cutlass / cutlass.cute (and cuda bindings,
+   math, functools, operator, typing, dataclasses) and may import the reduction template
+   `reference_kernels.reduce`. It never imports torch or touches files, processes or sockets.
+2. It defines `launch`: a `@cute.jit` function, or an object whose `__call__` is `@cute.jit`.
+3. `launch` takes the op's tensors as `cute.Tensor`, inputs first then outputs (in the order
+   of the op spec; the caller allocates the outputs), then the op's scalars (floats arrive
+   as `cutlass.Float32`, ints as `cutlass.Int64`), then the CUDA stream.
+4. Tensors are row-major and contiguous. N (the reduced length) is a compile-time constant
+   (`mX.shape[1]` is a Python int at trace time); M is symbolic, so one compiled kernel
+   serves every M >= 1. Every tensor's base address is 16-byte aligned.
+5. The kernel must write every output element, read inputs only, keep no state between
+   calls, and be right for every M, including M = 1 and odd M.
+
+`compile_entry` turns such an entry into a callable on torch tensors for one (op, dtype, N).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from llmcompile.ops import OpSpec
+
+ENTRY = "launch"
+DEFAULT_ARCH = "sm_90a"
+
+
+def ensure_arch(arch: str = DEFAULT_ARCH) -> None:
+    """CuTe DSL needs an architecture to compile without a GPU; a GPU's own is used if present."""
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+
+
+def cute_type(dtype_name: str):
+    import cutlass
+
+    return {
+        "float32": cutlass.Float32,
+        "bfloat16": cutlass.BFloat16,
+        "float16": cutlass.Float16,
+        "int64": cutlass.Int64,
+    }[dtype_name]
+
+
+def scalar_value(v: float | int):
+    import cutlass
+
+    return cutlass.Int64(v) if isinstance(v, int) else cutlass.Float32(v)
+
+
+def fake_args(spec: OpSpec, dtype: str, n: int) -> list[Any]:
+    """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed."""
+    import cutlass.cute as cute
+
+    m = cute.sym_int()
+    args: list[Any] = []
+    for t in spec.tensors:
+        shape = tuple(m if d == "M" else n if d == "N" else int(d) for d in t.dims)
+        args.append(
+            cute.runtime.make_fake_compact_tensor(
+                cute_type(t.dtype or dtype), shape, stride_order=tuple(reversed(range(len(shape)))), assumed_align=16
+            )
+        )
+    args += [scalar_value(v) for v in spec.scalars.values()]
+    args.append(cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True))
+    return args
+
+
+def compile_entry(entry: Any, spec: OpSpec, dtype: str, n: int, options: str = "") -> Any:
+    """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars.
+
+    TVM-FFI calls take torch tensors directly and the current torch stream, so a launch costs a
+    few microseconds of host time, not the tens that building DLPack views would."""
+    ensure_arch()
+    import cutlass.cute as cute
+
+    opts = " ".join(o for o in ("--enable-tvm-ffi", options) if o)
+    return cute.compile(entry, *fake_args(spec, dtype, n), options=opts)
+
+
+def load_module(path: str | Path, name: str | None = None) -> ModuleType:
+    """Import a kernel module from a file; its name is derived from the content, so two
+    different sources never share a module (nor its compiled kernels)."""
+    path = Path(path)
+    src = path.read_bytes()
+    name = name or f"llmcompile_kernel_{hashlib.sha256(src).hexdigest()[:16]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
+
+
+def entry_of(module: ModuleType) -> Any:
+    try:
+        return getattr(module, ENTRY)
+    except AttributeError:
+        raise AttributeError(f"kernel module defines no `{ENTRY}` (the kernel contract's entry)") from None

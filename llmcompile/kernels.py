@@ -1,0 +1,135 @@
+"""Torch-facing functions over kernel-contract modules: `llmcompile.kernels.softmax(x)` etc.
+
+Each function compiles its kernel once per (dtype, N) with M symbolic and keeps it in memory;
+CuTe DSL's own file cache (under ~/.cache/llmcompile/cute unless CUTE_DSL_CACHE_DIR is set)
+keeps the compiled code on disk across processes. Each is also a torch.library custom op
+(`torch.ops.llmcompile.<name>`), so torch.compile can call it as one opaque kernel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llmcompile import contract
+from llmcompile.ops import OpError, OpSpec, dtype_name, get_op
+
+os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
+
+_LIB = torch.library.Library("llmcompile", "FRAGMENT")
+_ALIGN = 16
+
+
+def _schema(spec: OpSpec) -> str:
+    parts = [f"Tensor {t.name}" for t in spec.inputs]
+    parts += [f"Tensor(a{i}!) {t.name}" for i, t in enumerate(spec.outputs)]
+    parts += [f"{'int' if isinstance(v, int) else 'float'} {k}" for k, v in spec.scalars.items()]
+    return f"({', '.join(parts)}) -> ()"
+
+
+class KernelFunction:
+    """A kernel-contract entry made callable on torch tensors, for one op spec."""
+
+    def __init__(self, spec: OpSpec, entry: Any, op_name: str | None = None) -> None:
+        self.spec = spec
+        self.entry = entry
+        self._compiled: dict[tuple[str, int], Any] = {}
+        self._lock = threading.Lock()
+        self.op_name = op_name
+        if op_name is not None:
+            _LIB.define(f"{op_name}{_schema(spec)}")
+            _LIB.impl(op_name, self._launch, "CUDA")
+            torch.library.register_fake(f"llmcompile::{op_name}", lib=_LIB)(lambda *a, **k: None)
+
+    def compiled(self, dtype: str, n: int) -> Any:
+        key = (dtype, n)
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = contract.compile_entry(self.entry, self.spec, dtype, n)
+            return self._compiled[key]
+
+    def _launch(self, *args: Any) -> None:
+        tensors = args[: len(self.spec.tensors)]
+        scalars = args[len(self.spec.tensors) :]
+        x = tensors[0]
+        self.compiled(dtype_name(x.dtype), x.shape[-1])(*tensors, *scalars)
+
+    def prepare(self, *inputs: torch.Tensor) -> tuple[list[torch.Tensor], int, int, str]:
+        """Validate inputs against the spec; flatten leading dims into M; make them
+        contiguous and 16-byte aligned (copies only where they are not)."""
+        spec = self.spec
+        if len(inputs) != len(spec.inputs):
+            names = ", ".join(t.name for t in spec.inputs)
+            raise OpError(f"{spec.name} takes {len(spec.inputs)} tensors ({names}), got {len(inputs)}")
+        x = inputs[0]
+        if x.dim() < 1 or x.shape[-1] == 0:
+            raise OpError(f"{spec.name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}")
+        if not x.is_cuda:
+            raise OpError(f"{spec.name}: tensors must be on a CUDA device, x is on {x.device}")
+        dtype = dtype_name(x.dtype)
+        n = x.shape[-1]
+        m = x.numel() // n
+        spec.check_problem(max(m, 1), n, dtype)
+        out = []
+        for t, v in zip(spec.inputs, inputs):
+            want = t.torch_dtype(dtype)
+            if t.dims == ("M", "N"):
+                v = v.reshape(m, n)
+            elif t.dims == ("M",):
+                v = v.reshape(m)
+            expect = t.shape(m, n)
+            if tuple(v.shape) != expect or v.dtype != want:
+                raise OpError(
+                    f"{spec.name}: {t.name} must be {want} of shape {expect} "
+                    f"(from x of shape {tuple(x.shape)}), got {v.dtype} {tuple(v.shape)}"
+                )
+            if v.device != x.device:
+                raise OpError(f"{spec.name}: {t.name} is on {v.device}, x on {x.device}")
+            if not v.is_contiguous() or v.data_ptr() % _ALIGN:
+                v = v.contiguous() if not v.is_contiguous() else v.clone()
+            out.append(v)
+        return out, m, n, dtype
+
+    def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
+        unknown = set(scalars) - set(self.spec.scalars)
+        if unknown:
+            raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        lead = inputs[0].shape[:-1]
+        ins, m, n, dtype = self.prepare(*inputs)
+        outs = self.spec.alloc_outputs(m, n, dtype, str(ins[0].device))
+        vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
+        if m > 0:
+            if self.op_name is not None:
+                getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
+            else:
+                self.compiled(dtype, n)(*ins, *outs, *vals)
+        shaped = [o.reshape(*lead, *o.shape[1:]) if o.dim() == 2 else o.reshape(lead) for o in outs]
+        return shaped[0] if len(shaped) == 1 else shaped
+
+
+def reference_function(op: str, knobs: Any = None, register: bool = False) -> KernelFunction:
+    """The reference kernel of `op` (optionally with tuning knobs) as a torch function."""
+    spec = get_op(op)
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = contract.entry_of(mod) if knobs is None else type(contract.entry_of(mod))(knobs)
+    return KernelFunction(spec, entry, op_name=op if register else None)
+
+
+softmax = reference_function("softmax", register=True)
+log_softmax = reference_function("log_softmax", register=True)
+rmsnorm = reference_function("rmsnorm", register=True)
+layernorm = reference_function("layernorm", register=True)
+cross_entropy = reference_function("cross_entropy", register=True)
+
+BY_NAME: dict[str, KernelFunction] = {
+    "softmax": softmax,
+    "log_softmax": log_softmax,
+    "rmsnorm": rmsnorm,
+    "layernorm": layernorm,
+    "cross_entropy": cross_entropy,
+}

@@ -1,0 +1,263 @@
+"""Op specs: what an op computes, on which inputs, what it must move, and how close is right.
+
+A spec is data. Its tensors are listed in kernel-contract order (inputs, then outputs) with
+their dims written as symbols: "M" (rows, symbolic at compile time) and "N" (the reduced
+length, fixed at compile time). Scalars follow, with defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "f32": "float32", "half": "float16"}
+
+
+class OpError(ValueError):
+    """An unknown op, or a problem that the op cannot take (bad shape, dtype, file)."""
+
+
+def dtype_name(d: str | torch.dtype) -> str:
+    if isinstance(d, torch.dtype):
+        for k, v in DTYPES.items():
+            if v == d:
+                return k
+        raise OpError(f"dtype {d} is not supported; use one of {', '.join(DTYPES)}")
+    name = DTYPE_ALIASES.get(d, d)
+    if name not in DTYPES:
+        raise OpError(f"dtype {d!r} is not supported; use one of {', '.join(DTYPES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    name: str
+    dims: tuple[str, ...]  # "M", "N" or an int
+    dtype: str | None = None  # None: the op's dtype
+    output: bool = False
+
+    def shape(self, m: int, n: int) -> tuple[int, ...]:
+        return tuple(m if d == "M" else n if d == "N" else int(d) for d in self.dims)
+
+    def torch_dtype(self, op_dtype: str) -> torch.dtype:
+        return {"int64": torch.int64, **DTYPES}[self.dtype or op_dtype]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+# Output rounding dominates: bf16 keeps 8 bits of mantissa, fp16 11, and the fp32 kernels
+# use approximate exp2/rcp/rsqrt (a few ulp).
+DEFAULT_TOL = {
+    "float32": Tolerance(1e-5, 1e-4),
+    "float16": Tolerance(1e-3, 4e-3),
+    "bfloat16": Tolerance(8e-3, 2e-2),
+}
+
+# Benchmark grid of the foundation issue: 2^28 elements per input, N from 1k to 262k.
+BENCH_N = (1024, 4096, 16384, 65536, 131072, 262144)
+BENCH_ELEMS = 1 << 28
+SMALL_M = 32768
+SMALL_N = (256, 512, 1024, 2048)
+
+
+def bench_shapes(elems: int = BENCH_ELEMS) -> list[tuple[int, int]]:
+    return [(elems // n, n) for n in BENCH_N]
+
+
+InputMaker = Callable[[int, int, str, torch.Generator, str, str], list[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    summary: str
+    tensors: tuple[TensorDesc, ...]
+    reference: Callable[..., list[torch.Tensor]]  # (inputs as float64 or int, **scalars) -> outputs
+    make_inputs: InputMaker  # (m, n, dtype, generator, case, device) -> inputs
+    scalars: dict[str, float | int] = field(default_factory=dict)
+    cases: tuple[str, ...] = ("random",)  # value distributions verification draws from
+    tolerance: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOL))
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
+    reference_module: str | None = None  # reference_kernels.<module> implementing it
+    torch_expr: str = ""  # one line shown to an LLM: what the op is in torch
+
+    @property
+    def inputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if not t.output)
+
+    @property
+    def outputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if t.output)
+
+    def alloc_outputs(self, m: int, n: int, dtype: str, device: str) -> list[torch.Tensor]:
+        return [torch.empty(t.shape(m, n), dtype=t.torch_dtype(dtype), device=device) for t in self.outputs]
+
+    def run_reference(self, inputs: list[torch.Tensor], **scalars: float | int) -> list[torch.Tensor]:
+        up = [x.double() if x.is_floating_point() else x for x in inputs]
+        return self.reference(*up, **{**self.scalars, **scalars})
+
+    def bytes_moved(self, m: int, n: int, dtype: str) -> int:
+        """Each input read once and each output written once: the floor on memory traffic."""
+        return sum(
+            torch.Size(t.shape(m, n)).numel() * torch.empty((), dtype=t.torch_dtype(dtype)).element_size()
+            for t in self.tensors
+        )
+
+    def tol(self, dtype: str) -> Tolerance:
+        return self.tolerance[dtype]
+
+    def check_problem(self, m: int, n: int, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
+        if m < 1 or n < 1:
+            raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
+        if m * n >= 1 << 31:
+            raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
+
+
+# --------------------------------------------------------------------------- input makers
+
+
+def _logits(m: int, n: int, dtype: str, gen: torch.Generator, case: str, device: str) -> torch.Tensor:
+    x = torch.randn(m, n, generator=gen, dtype=torch.float32)
+    if case == "large":
+        x = x * 1000.0
+    elif case == "neg_inf":
+        # -inf scattered over ~10% of entries, and one whole row when there are several
+        x = torch.where(torch.rand(m, n, generator=gen) < 0.1, torch.tensor(float("-inf")), x)
+        if m > 2:
+            x[m // 2] = float("-inf")
+    elif case == "shifted":
+        x = x + 30.0  # exp overflows without the max subtraction
+    return x.to(DTYPES[dtype]).to(device)
+
+
+def _softmax_inputs(m, n, dtype, gen, case, device):
+    return [_logits(m, n, dtype, gen, case, device)]
+
+
+def _norm_inputs(with_bias: bool):
+    def make(m, n, dtype, gen, case, device):
+        x = torch.randn(m, n, generator=gen)
+        if case == "large":
+            x = x * 1000.0
+        elif case == "shifted":
+            x = x + 100.0  # a large mean: exposes E[x^2] - E[x]^2 cancellation
+        w = torch.rand(n, generator=gen) + 0.5
+        out = [x.to(DTYPES[dtype]).to(device), w.to(DTYPES[dtype]).to(device)]
+        if with_bias:
+            out.append(torch.randn(n, generator=gen).to(DTYPES[dtype]).to(device))
+        return out
+
+    return make
+
+
+def _ce_inputs(m, n, dtype, gen, case, device):
+    x = _logits(m, n, dtype, gen, "large" if case == "large" else "random", device)
+    target = torch.randint(0, n, (m,), generator=gen, dtype=torch.int64)
+    if case == "ignore_index":
+        target = torch.where(torch.rand(m, generator=gen) < 0.3, torch.tensor(-100), target)
+    return [x, target.to(device)]
+
+
+# --------------------------------------------------------------------------- references
+
+
+def _ref_softmax(x):
+    return [torch.softmax(x, dim=-1)]
+
+
+def _ref_log_softmax(x):
+    return [torch.log_softmax(x, dim=-1)]
+
+
+def _ref_rmsnorm(x, w, eps):
+    return [x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w]
+
+
+def _ref_layernorm(x, w, b, eps):
+    return [F.layer_norm(x, (x.shape[-1],), w, b, eps)]
+
+
+def _ref_cross_entropy(x, target, ignore_index):
+    return [F.cross_entropy(x, target, ignore_index=ignore_index, reduction="none").float().double()]
+
+
+_X = TensorDesc("x", ("M", "N"))
+_OUT = TensorDesc("out", ("M", "N"), output=True)
+
+BUILTIN: dict[str, OpSpec] = {
+    s.name: s
+    for s in (
+        OpSpec(
+            "softmax",
+            "softmax over the last dim",
+            (_X, _OUT),
+            _ref_softmax,
+            _softmax_inputs,
+            cases=("random", "large", "neg_inf", "shifted"),
+            reference_module="softmax",
+            torch_expr="out = torch.softmax(x, dim=-1)",
+        ),
+        OpSpec(
+            "log_softmax",
+            "log-softmax over the last dim",
+            (_X, _OUT),
+            _ref_log_softmax,
+            _softmax_inputs,
+            cases=("random", "large", "neg_inf", "shifted"),
+            reference_module="log_softmax",
+            torch_expr="out = torch.log_softmax(x, dim=-1)",
+        ),
+        OpSpec(
+            "rmsnorm",
+            "RMSNorm over the last dim, with weight",
+            (_X, TensorDesc("weight", ("N",)), _OUT),
+            _ref_rmsnorm,
+            _norm_inputs(False),
+            scalars={"eps": 1e-6},
+            cases=("random", "large", "shifted"),
+            reference_module="rmsnorm",
+            torch_expr="out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight",
+        ),
+        OpSpec(
+            "layernorm",
+            "LayerNorm over the last dim, with weight and bias",
+            (_X, TensorDesc("weight", ("N",)), TensorDesc("bias", ("N",)), _OUT),
+            _ref_layernorm,
+            _norm_inputs(True),
+            scalars={"eps": 1e-5},
+            cases=("random", "large", "shifted"),
+            reference_module="layernorm",
+            torch_expr="out = F.layer_norm(x, (N,), weight, bias, eps)",
+        ),
+        OpSpec(
+            "cross_entropy",
+            "per-row cross-entropy loss (fp32) from logits and int64 targets",
+            (_X, TensorDesc("target", ("M",), "int64"), TensorDesc("loss", ("M",), "float32", output=True)),
+            _ref_cross_entropy,
+            _ce_inputs,
+            scalars={"ignore_index": -100},
+            cases=("random", "large", "ignore_index"),
+            # the loss is fp32 whatever the logits are: only the kernel's own arithmetic errs
+            tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
+            reference_module="cross_entropy",
+            torch_expr="loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none')",
+        ),
+    )
+}
+
+
+def get_op(name: str) -> OpSpec:
+    try:
+        return BUILTIN[name]
+    except KeyError:
+        raise OpError(f"unknown op {name!r}; known ops: {', '.join(sorted(BUILTIN))}") from None

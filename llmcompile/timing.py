@@ -1,0 +1,100 @@
+"""GPU timing: median time per call with cold L2, and the device copy bandwidth (the SOL).
+
+Calls are rotated over enough input sets that together they exceed L2 several times, so no
+call finds its inputs in cache. The rotation is captured in a CUDA graph and replayed, so
+launch gaps of the host do not count against fast kernels (all contenders are timed the
+same way in the same process); where capture fails the loop runs eagerly instead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+L2_FLUSH_FACTOR = 4  # rotate over >= 4x L2 of data
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    samples: int
+    graph: bool
+
+
+def l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(0)
+    return int(getattr(props, "L2_cache_size", 50 << 20))
+
+
+def rotation_count(bytes_per_set: int, limit: int = 64) -> int:
+    """How many distinct input sets to rotate over so that together they exceed L2."""
+    return max(1, min(limit, math.ceil(L2_FLUSH_FACTOR * l2_bytes() / max(bytes_per_set, 1))))
+
+
+def _time_events(run: Callable[[], None], reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end))
+    return out
+
+
+def time_calls(calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_ms: float = 2.0, graph: bool = True) -> Timing:
+    """Median milliseconds per call; `calls` are equivalent calls on different input sets."""
+    for c in calls:  # warm-up: compiles, autotunes, allocator pools
+        c()
+    torch.cuda.synchronize()
+
+    def once() -> None:
+        for c in calls:
+            c()
+
+    per_round = statistics.median(_time_events(once, 3))
+    rounds = max(1, math.ceil(min_batch_ms / max(per_round, 1e-3)))
+    used_graph = False
+    run: Callable[[], None]
+    if graph:
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                once()  # warm up on the capture stream too
+            torch.cuda.current_stream().wait_stream(stream)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(rounds):
+                    once()
+            run = g.replay
+            used_graph = True
+        except Exception:  # noqa: BLE001 - any capture failure falls back to eager timing
+            torch.cuda.synchronize()
+    if not used_graph:
+
+        def run() -> None:
+            for _ in range(rounds):
+                once()
+
+    run()
+    samples = [t / (rounds * len(calls)) for t in _time_events(run, reps)]
+    return Timing(statistics.median(samples), min(samples), len(samples), used_graph)
+
+
+def copy_bandwidth_tbs(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device-to-device copy, counting bytes read plus bytes written: the practical SOL."""
+    src = torch.randn(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_calls([lambda: dst.copy_(src)], reps=reps)
+    return 2 * nbytes / (t.median_ms * 1e-3) / 1e12
+
+
+def tbs(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e12

@@ -1,0 +1,52 @@
+"""Output checking against a float64 reference: the numeric core of the verify stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from llmcompile.ops import OpSpec
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    output: str
+    index: tuple[int, ...]
+    expected: float
+    got: float
+    count: int  # how many elements of this output are off
+    total: int
+    unwritten: int  # elements still holding the NaN poison where the reference is finite
+    max_abs_err: float
+
+    def describe(self) -> str:
+        what = f"{self.count} of {self.total} elements of `{self.output}` are wrong"
+        if self.unwritten:
+            what += f" ({self.unwritten} never written: still the NaN poison)"
+        return f"{what}; first at index {list(self.index)}: expected {self.expected:.6g}, got {self.got:.6g}"
+
+
+def poison(outputs: list[torch.Tensor]) -> None:
+    for o in outputs:
+        o.fill_(float("nan") if o.is_floating_point() else -0x5EED)
+
+
+def compare(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], scalars: dict | None = None) -> Mismatch | None:
+    """None if every output matches the float64 reference within the spec's tolerance."""
+    refs = spec.run_reference(inputs, **(scalars or {}))
+    tol = spec.tol(dtype)
+    for desc, got, ref in zip(spec.outputs, outputs, refs):
+        g = got.double()
+        r = ref.to(g.device).double().reshape(g.shape)
+        ok = torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+        # isclose treats inf == inf of the same sign as close, which is right
+        if bool(ok.all()):
+            continue
+        bad = (~ok).nonzero()
+        first = tuple(int(i) for i in bad[0])
+        unwritten = int((torch.isnan(g) & ~torch.isnan(r)).sum())
+        finite = torch.isfinite(g) & torch.isfinite(r)
+        err = float((g - r).abs()[finite].max()) if bool(finite.any()) else float("nan")
+        return Mismatch(desc.name, first, float(r[first]), float(g[first]), int(bad.shape[0]), g.numel(), unwritten, err)
+    return None

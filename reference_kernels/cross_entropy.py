@@ -1,0 +1,61 @@
+"""Cross-entropy per row: loss[m] = logsumexp(x[m, :]) - x[m, target[m]], 0 where
+target[m] == ignore_index, NaN where the target is outside [0, N) (torch raises there).
+
+Kernel contract entry: `launch(mX, mTarget, mLoss, ignore_index, stream)`; mX (M, N) logits,
+mTarget (M,) int64, mLoss (M,) fp32, ignore_index an int64 scalar.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+
+from reference_kernels import reduce as R
+
+OP = "cross_entropy"
+
+
+class CrossEntropy:
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
+        self.knobs = knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, stream):
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
+        copy = R.row_tiled_copy(mX.element_type, self.tiling)
+        R.launch_rows(self.kernel(mX, mTarget, mLoss, ignore_index, copy), self.tiling, mX.shape[0], stream)
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, copy: cute.TiledCopy):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        ctx = R.RowContext.make(t, copy, mX, tidx)
+        smem = cutlass.utils.SmemAllocator()
+        sX = R.allocate_staging(smem, t, mX.element_type)
+        scratch_a = R.allocate_scratch(smem, t, 2 if cutlass.const_expr(self.knobs.online) else 1)
+        scratch_b = R.allocate_scratch(smem, t, 1)
+        R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
+
+        # The row leader fetches its target logit first, so that dependent load overlaps
+        # the row's own loads instead of trailing the reduction.
+        leader = ctx.row_leader & ctx.row_ok
+        target = Int64(0)
+        x_target = Float32(0.0)
+        if leader:
+            target = mTarget[ctx.row]
+            col = Int32(cutlass.max(cutlass.min(target, Int64(t.n - 1)), Int64(0)))
+            x_target = Float32(mX[ctx.row, col])
+
+        x = R.load_row(ctx, mX, sX, fill=-Float32.inf).load().to(Float32)
+        m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
+        if leader:
+            loss = m + cute.math.log(s, fastmath=True) - x_target
+            if target == ignore_index:
+                loss = Float32(0.0)
+            elif (target < 0) | (target >= t.n):
+                loss = Float32(float("nan"))
+            mLoss[ctx.row] = loss
+
+
+launch = CrossEntropy(R.RowKnobs())

@@ -1,0 +1,461 @@
+"""The row-reduction template every reference kernel is built on.
+
+A row of N elements is split over `threads_per_row` threads of a CTA and, for long rows,
+over the `cluster_n` CTAs of a thread-block cluster. Each thread keeps its slice of the row
+in registers (loaded with 128-bit vectors, optionally staged through shared memory by
+cp.async), so the row is read from HBM exactly once and written once. A reduction then
+climbs four levels:
+
+    registers (per thread)  ->  warp (shuffle butterfly)  ->  block (shared memory)
+        ->  cluster (st.async into each peer's shared memory, completing on an mbarrier)
+
+Reductions are over *tuples* with a user `combine`, so a fused (max, sum-of-exp) pair for
+softmax costs one trip through each level, not two.
+
+Host-side pieces (`RowKnobs`, `RowTiling`, the limit tables) are plain Python evaluated at
+trace time; device pieces are `@cute.jit` functions inlined into each op's kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import cpasync
+from cutlass.cutlass_dsl import dsl_user_op
+
+WARP = 32
+MAX_CLUSTER = 16  # Hopper's portable limit is 8; 16 needs the non-portable opt-in (sm_90a has it)
+
+# Limit tables: the first row whose limit is >= N wins; None means "and above".
+# Threads cooperating on one row: enough that each holds at most ~64 values of the row.
+THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
+    (64, 8), (128, 16), (3072, 32), (6144, 64), (16384, 128), (None, 256),
+)
+# Threads per CTA: 128 keeps more CTAs resident for short rows; 256 for long ones.
+NUM_THREADS: tuple[tuple[int | None, int], ...] = ((16384, 128), (None, 256))
+# CTAs per row (cluster size), by N for 16-bit and for 32-bit elements: the row slice a CTA
+# holds stays <= 16K elements (<= 64 fp32 registers a thread at 256 threads).
+CLUSTER_N_16BIT: tuple[tuple[int | None, int], ...] = (
+    (16384, 1), (32768, 2), (65536, 4), (131072, 8), (None, 16),
+)
+CLUSTER_N_32BIT: tuple[tuple[int | None, int], ...] = (
+    (16384, 1), (32768, 2), (65536, 4), (131072, 8), (None, 16),
+)
+MAX_N = 262144 * 2  # beyond this a CTA's slice no longer fits in registers at cluster 16
+
+
+def pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
+    for limit, value in table:
+        if limit is None or n <= limit:
+            return value
+    raise AssertionError("limit table must end with a None row")
+
+
+@dataclass(frozen=True)
+class RowKnobs:
+    """Tuning knobs a search may vary; None means 'take the limit table's value'."""
+
+    threads_per_row: int | None = None
+    num_threads: int | None = None
+    cluster_n: int | None = None
+    vec_bits: int = 128  # widest vector a thread moves at once
+    stage_smem: bool = True  # cp.async global->shared->registers, else direct vector loads
+    online: bool = True  # one fused reduction of (max, sum) instead of two passes
+
+    def with_(self, **changes: object) -> RowKnobs:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class RowTiling:
+    """Knobs resolved for one (dtype width, N): everything the kernel's shape depends on."""
+
+    n: int
+    vec: int  # elements per vector access
+    threads_per_row: int
+    num_threads: int
+    cluster_n: int
+    stage_smem: bool
+
+    @property
+    def rows_per_cta(self) -> int:
+        return self.num_threads // self.threads_per_row
+
+    @property
+    def cols_per_cta(self) -> int:
+        per_cta = math.ceil(self.n / self.cluster_n)
+        return self.vec * self.threads_per_row * math.ceil(per_cta / (self.vec * self.threads_per_row))
+
+    @property
+    def tiler_mn(self) -> tuple[int, int]:
+        return (self.rows_per_cta, self.cols_per_cta)
+
+    @property
+    def warps_per_row(self) -> int:
+        return max(self.threads_per_row // WARP, 1)
+
+    @property
+    def values_per_thread(self) -> int:
+        return self.cols_per_cta // self.threads_per_row
+
+    @property
+    def even_n(self) -> bool:
+        return self.cols_per_cta * self.cluster_n == self.n
+
+
+def resolve_tiling(knobs: RowKnobs, width_bits: int, n: int, widest_bits: int | None = None) -> RowTiling:
+    """Resolve knobs for rows of `n` elements of `width_bits`; raise ValueError on bad knobs.
+
+    `widest_bits` is the widest element among the tensors moved with the same layout (an fp32
+    output beside a bf16 input), since one vector must be <= 128 bits for each of them.
+    """
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"N={n} is outside the supported range 1..{MAX_N}")
+    widest = max(width_bits, widest_bits or 0)
+    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < widest:
+        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {widest}")
+    # Rows start vec-aligned only if N is a multiple of the vector, hence the gcd.
+    vec = math.gcd(n, knobs.vec_bits // widest)
+    tpr = knobs.threads_per_row or pick(THREADS_PER_ROW, n)
+    threads = knobs.num_threads or max(pick(NUM_THREADS, n), tpr)
+    table = CLUSTER_N_16BIT if width_bits <= 16 else CLUSTER_N_32BIT
+    cluster = knobs.cluster_n or pick(table, n)
+    if tpr & (tpr - 1) or not 1 <= tpr <= 1024:
+        raise ValueError(f"threads_per_row={tpr} must be a power of two <= 1024")
+    if threads % WARP or threads % tpr or not WARP <= threads <= 1024:
+        raise ValueError(f"num_threads={threads} must be a multiple of 32 and of threads_per_row, <= 1024")
+    if tpr > WARP and tpr % WARP:
+        raise ValueError(f"threads_per_row={tpr} above a warp must be whole warps")
+    if cluster & (cluster - 1) or not 1 <= cluster <= MAX_CLUSTER:
+        raise ValueError(f"cluster_n={cluster} must be a power of two <= {MAX_CLUSTER}")
+    # Shrink the cluster until every CTA owns part of the row: an empty peer would still
+    # have to join every cluster reduction for nothing.
+    while cluster > 1 and math.ceil(n / (vec * tpr * cluster)) * vec * tpr * (cluster - 1) >= n:
+        cluster //= 2
+    tiling = RowTiling(n, vec, tpr, threads, cluster, knobs.stage_smem)
+    if tiling.values_per_thread > 256:
+        raise ValueError(
+            f"N={n} needs {tiling.values_per_thread} values per thread with these knobs "
+            f"(limit 256): raise threads_per_row or cluster_n"
+        )
+    return tiling
+
+
+# --------------------------------------------------------------------------- copies
+
+
+def copy_atom(dtype: type[cutlass.Numeric], vec: int, is_async: bool = False) -> cute.CopyAtom:
+    op = cpasync.CopyG2SOp() if is_async else cute.nvgpu.CopyUniversalOp()
+    return cute.make_copy_atom(op, dtype, num_bits_per_copy=vec * dtype.width)
+
+
+def row_tiled_copy(dtype: type[cutlass.Numeric], tiling: RowTiling, is_async: bool = False) -> cute.TiledCopy:
+    """Threads laid row-major over (rows_per_cta, threads_per_row), each moving `vec` elements:
+    consecutive lanes touch consecutive vectors, so every warp access is coalesced."""
+    thr_layout = cute.make_ordered_layout((tiling.rows_per_cta, tiling.threads_per_row), order=(1, 0))
+    val_layout = cute.make_layout((1, tiling.vec))
+    return cute.make_tiled_copy_tv(copy_atom(dtype, tiling.vec, is_async), thr_layout, val_layout)
+
+
+@cute.jit
+def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tensor:
+    """One flag per vector of the thread's partition: is its column inside the row?"""
+    pred = cute.make_rmem_tensor(
+        cute.make_layout(
+            (cute.size(tXcX, mode=[0, 1]), cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])),
+            stride=(cute.size(tXcX, mode=[2]), 0, 1),
+        ),
+        cutlass.Boolean,
+    )
+    for v in cutlass.range_constexpr(pred.shape[0]):
+        for k in cutlass.range_constexpr(pred.shape[2]):
+            pred[v, 0, k] = cute.elem_less(tXcX[(0, v), 0, k][1], n)
+    return pred
+
+
+def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
+    """Grid: one CTA per `rows_per_cta` rows, times `cluster_n` CTAs along each row."""
+    kernel.launch(
+        grid=[cute.ceil_div(m, tiling.rows_per_cta), tiling.cluster_n, 1],
+        block=[tiling.num_threads, 1, 1],
+        cluster=[1, tiling.cluster_n, 1] if tiling.cluster_n > 1 else None,
+        stream=stream,
+    )
+
+
+def allocate_staging(smem: cutlass.utils.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
+    if not tiling.stage_smem:
+        return None
+    return smem.allocate_tensor(dtype, cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0)), byte_alignment=16)
+
+
+@dataclass
+class RowContext:
+    """Where this thread sits: its CTA tile, its rows and columns, and their bounds."""
+
+    tiling: RowTiling
+    copy: cute.TiledCopy
+    tidx: Int32
+    tile: tuple  # (row tile, column tile) coordinate of this CTA
+    cta_col: Int32  # rank along the row inside the cluster (0 without one)
+    pred: cute.Tensor | None  # per-vector column-in-bounds flags; None when N tiles evenly
+    row: Int32  # global row of this thread
+    row_ok: cutlass.Boolean  # row < M
+    row_leader: cutlass.Boolean  # first thread of the row in the cluster's first CTA
+
+    @staticmethod
+    def make(tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, tidx: Int32) -> RowContext:
+        bidx, bidy, _ = cute.arch.block_idx()
+        cta_col = bidy if tiling.cluster_n > 1 else Int32(0)
+        tile = (bidx, cta_col)
+        cX = cute.local_tile(cute.make_identity_tensor((mX.shape[0], tiling.n)), tiling.tiler_mn, tile)
+        tXcX = copy.get_slice(tidx).partition_S(cX)
+        pred = None if tiling.even_n else column_predicate(tXcX, tiling.n)
+        row = tXcX[0][0]
+        first = (tidx % tiling.threads_per_row == 0) & (cta_col == 0)
+        return RowContext(tiling, copy, tidx, tile, cta_col, pred, row, row < mX.shape[0], first)
+
+
+@cute.jit
+def load_row(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor | None, fill: cutlass.Constexpr[float]) -> cute.Tensor:
+    """This thread's slice of its row, in registers; columns past N read as `fill` (the
+    reduction's identity), rows past M are left unread."""
+    t = ctx.tiling
+    thr = ctx.copy.get_slice(ctx.tidx)
+    tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
+    tXrX = cute.make_rmem_tensor_like(tXgX)
+    if const_expr(not t.even_n):
+        tXrX.fill(fill)
+    if const_expr(sX is not None):
+        # Stage through shared memory: cp.async keeps every load of the row in flight at
+        # once without holding registers for them.
+        tXsX = thr.partition_D(sX)
+        if const_expr(not t.even_n):
+            tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
+            tXrFill.fill(fill)
+            for v in cutlass.range_constexpr(cute.size(tXsX, mode=[0, 1])):
+                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                    if not ctx.pred[v, 0, k]:
+                        cute.autovec_copy(tXrFill, tXsX[(None, v), None, k])
+        if ctx.row_ok:
+            cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.autovec_copy(tXsX, tXrX)
+    else:
+        if ctx.row_ok:
+            cute.copy(copy_atom(mX.element_type, t.vec), tXgX, tXrX, pred=ctx.pred)
+    return tXrX
+
+
+@cute.jit
+def store_row(ctx: RowContext, values: cute.TensorSSA, mO: cute.Tensor):
+    """Convert `values` (in the thread's partition order) to mO's type and write its row."""
+    t = ctx.tiling
+    tXgO = ctx.copy.get_slice(ctx.tidx).partition_D(cute.local_tile(mO, t.tiler_mn, ctx.tile))
+    tXrO = cute.make_rmem_tensor_like(tXgO)
+    tXrO.store(values.to(tXrO.element_type))
+    if ctx.row_ok:
+        cute.copy(copy_atom(mO.element_type, t.vec), tXrO, tXgO, pred=ctx.pred)
+
+
+@cute.jit
+def load_columns(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
+    """A per-column vector (a norm's weight or bias, shape (N,)) in the same partition as
+    the row, so that it lines up element for element with `load_row`'s registers."""
+    t = ctx.tiling
+    # View the vector as a tile of identical rows (row stride 0).
+    mV2 = cute.make_tensor(mV.iterator, cute.make_layout((t.rows_per_cta, t.n), stride=(0, 1)))
+    tXgV = ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mV2, t.tiler_mn, (0, ctx.cta_col)))
+    tXrV = cute.make_rmem_tensor_like(tXgV)
+    if const_expr(not t.even_n):
+        tXrV.fill(0.0)
+    cute.copy(copy_atom(mV.element_type, t.vec), tXgV, tXrV, pred=ctx.pred)
+    return tXrV
+
+
+@cute.jit
+def column_mask(ctx: RowContext) -> cute.TensorSSA:
+    """1.0 where the thread's element is inside the row, 0.0 on padding columns."""
+    thr = ctx.copy.get_slice(ctx.tidx)
+    tXc = thr.partition_S(cute.make_identity_tensor(ctx.tiling.tiler_mn))
+    mask = cute.make_rmem_tensor(tXc.shape, Float32)
+    mask.fill(1.0)
+    zeros = cute.make_rmem_tensor_like(mask[(None, 0), None, 0])
+    zeros.fill(0.0)
+    for v in cutlass.range_constexpr(cute.size(mask, mode=[0, 1])):
+        for k in cutlass.range_constexpr(cute.size(mask, mode=[2])):
+            if not ctx.pred[v, 0, k]:
+                cute.autovec_copy(zeros, mask[(None, v), None, k])
+    return mask.load()
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+@cute.jit
+def warp_reduce(vals: tuple, combine: Callable, width: cutlass.Constexpr[int]) -> tuple:
+    """Butterfly over aligned groups of `width` lanes; every lane ends with the group's result."""
+    for i in cutlass.range_constexpr(int(math.log2(width))):
+        others = tuple(cute.arch.shuffle_sync_bfly(v, offset=width >> (i + 1)) for v in vals)
+        vals = combine(vals, others)
+    return vals
+
+
+@dsl_user_op
+def _remote_store(val: Float32, smem_ptr: cute.Pointer, mbar_ptr: cute.Pointer, peer: Int32, *, loc=None, ip=None):
+    """st.async one fp32 into `peer`'s copy of `smem_ptr`, crediting 4 bytes to its mbarrier."""
+    remote = cute.arch.map_dsmem_ptr(smem_ptr, peer, loc=loc, ip=ip).toint(loc=loc, ip=ip)
+    remote_mbar = cute.arch.map_dsmem_ptr(mbar_ptr, peer, loc=loc, ip=ip).toint(loc=loc, ip=ip)
+    cute.arch.inline_ptx(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [{$r0}], {$r1}, [{$r2}];",
+        read_only_args=[Int32(remote), Float32(val), Int32(remote_mbar)],
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dataclass
+class ReductionScratch:
+    """Shared memory for one cross-warp reduction of `arity` fp32 values per row.
+
+    `bufs[i]` has shape (rows_per_cta, (warps_per_row, cluster_n)); `mbar` is set for
+    cluster reductions (one barrier per reduction, used once, so always phase 0)."""
+
+    bufs: tuple
+    mbar: cute.Pointer | None
+
+
+def allocate_scratch(smem: cutlass.utils.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
+    layout = cute.make_ordered_layout(
+        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n)), order=(2, (0, 1))
+    )
+    bufs = tuple(smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(arity))
+    mbar = smem.allocate_array(cutlass.Int64, num_elems=1) if tiling.cluster_n > 1 else None
+    return ReductionScratch(bufs, mbar)
+
+
+@cute.jit
+def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int32):
+    """Arm each cluster reduction's mbarrier and tell the peers; `cluster_wait` must come
+    before the first remote store (`row_reduce` does it), so no CTA writes into a peer
+    whose barrier is not initialised yet."""
+    if const_expr(tiling.cluster_n > 1):
+        if tidx == 0:
+            for s in scratches:
+                cute.arch.mbarrier_init(s.mbar, 1)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.cluster_arrive_relaxed()
+
+
+@cute.jit
+def row_reduce(
+    vals: tuple,
+    combine: Callable,
+    identity: tuple,
+    tiling: cutlass.Constexpr,
+    scratch: ReductionScratch,
+    first_cluster_reduce: cutlass.Constexpr[bool] = True,
+) -> tuple:
+    """Reduce per-thread partial results `vals` (a tuple of fp32) over the whole row.
+
+    The warp level covers min(threads_per_row, 32) lanes; if a row spans more warps their
+    results meet in shared memory, and with a cluster each warp's result is pushed to every
+    peer CTA so that all of them finish with the row's total."""
+    vals = warp_reduce(vals, combine, min(tiling.threads_per_row, WARP))
+    wpr = const_expr(tiling.warps_per_row)
+    cn = const_expr(tiling.cluster_n)
+    if const_expr(wpr > 1 or cn > 1):
+        lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+        row, col = warp // wpr, warp % wpr
+        if const_expr(cn == 1):
+            if lane == 0:
+                for b, v in zip(scratch.bufs, vals):
+                    b[row, (col, 0)] = v
+            cute.arch.barrier()
+            slots = const_expr(wpr)
+        else:
+            if const_expr(first_cluster_reduce):
+                cute.arch.cluster_wait()
+            rank = cute.arch.block_idx_in_cluster()
+            if warp == 0:
+                with cute.arch.elect_one():
+                    nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * len(scratch.bufs))
+                    cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
+            if lane < cn:
+                for b, v in zip(scratch.bufs, vals):
+                    ptr = b.iterator + cute.crd2idx((row, (col, rank)), b.layout)
+                    _remote_store(v, ptr, scratch.mbar, lane)
+            cute.arch.mbarrier_wait(scratch.mbar, phase=0)
+            slots = const_expr(wpr * cn)
+        # Each lane folds up to ceil(slots/32) partials, then one more butterfly.
+        # Lanes past `slots` fold in the identity (selects, not branches, keep it uniform).
+        acc = tuple(Float32(x) for x in identity)
+        for i in cutlass.range_constexpr(cute.ceil_div(slots, WARP)):
+            idx = lane + i * WARP
+            ok = idx < slots
+            part = tuple(
+                Float32(cutlass.select_(ok, b[row, idx % slots], ident)) for b, ident in zip(scratch.bufs, identity)
+            )
+            acc = combine(acc, part)
+        vals = warp_reduce(acc, combine, min(slots, WARP))
+    return vals
+
+
+# --------------------------------------------------------------------------- combines
+
+
+def add(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def fmax(a: tuple, b: tuple) -> tuple:
+    return tuple(cute.arch.fmax(x, y) for x, y in zip(a, b))
+
+
+LOG2_E = math.log2(math.e)
+
+
+def safe_max(m: Float32) -> Float32:
+    """A max usable as an exponent offset: an all -inf group gives 0, not NaN."""
+    return Float32(cutlass.select_(m == -Float32.inf, Float32(0.0), m))
+
+
+def max_sumexp(a: tuple, b: tuple) -> tuple:
+    """(m, s) pairs meaning s * exp(m): merge two such partial sums of exponentials."""
+    m = cute.arch.fmax(a[0], b[0])
+    mo = safe_max(m)
+    s = a[1] * cute.math.exp2((a[0] - mo) * LOG2_E, fastmath=True) + b[1] * cute.math.exp2(
+        (b[0] - mo) * LOG2_E, fastmath=True
+    )
+    return (m, s)
+
+
+@cute.jit
+def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.Constexpr[bool], scratch_a, scratch_b):
+    """Row max M and sum of exp(x - M), plus exp(x - M) for this thread's values.
+
+    online: one fused (max, sum) reduction, then rescale the local exponentials.
+    two-pass: reduce the max, exponentiate against it, reduce the sum."""
+    if const_expr(online):
+        m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
+        ml = safe_max(m_local)
+        e = cute.math.exp2(x * LOG2_E - ml * LOG2_E, fastmath=True)
+        s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        m, s = row_reduce((m_local, s_local), max_sumexp, (-Float32.inf, Float32(0.0)), tiling, scratch_a)
+        e = e * cute.math.exp2((ml - safe_max(m)) * LOG2_E, fastmath=True)
+    else:
+        m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
+        (m,) = row_reduce((m_local,), fmax, (-Float32.inf,), tiling, scratch_a)
+        e = cute.math.exp2(x * LOG2_E - safe_max(m) * LOG2_E, fastmath=True)
+        s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        (s,) = row_reduce((s_local,), add, (Float32(0.0),), tiling, scratch_b, first_cluster_reduce=False)
+    return m, s, e

@@ -1,0 +1,47 @@
+"""RMSNorm over the last dimension: out[m, :] = x[m, :] * rsqrt(mean(x[m, :]^2) + eps) * w.
+
+Kernel contract entry: `launch(mX, mW, mO, eps, stream)`; mX, mO (M, N), mW (N,), eps fp32.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+from reference_kernels import reduce as R
+
+OP = "rmsnorm"
+
+
+class RMSNorm:
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
+        self.knobs = knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
+        widest = max(mO.element_type.width, mW.element_type.width)
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest)
+        copy = R.row_tiled_copy(mX.element_type, self.tiling)
+        R.launch_rows(self.kernel(mX, mW, mO, eps, copy), self.tiling, mX.shape[0], stream)
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, copy: cute.TiledCopy):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        ctx = R.RowContext.make(t, copy, mX, tidx)
+        smem = cutlass.utils.SmemAllocator()
+        sX = R.allocate_staging(smem, t, mX.element_type)
+        scratch = R.allocate_scratch(smem, t, 1)
+        R.init_cluster_barriers((scratch,), t, tidx)
+
+        # The weight load is issued before the row's reduction so its latency hides there.
+        w = R.load_columns(ctx, mW).load().to(Float32)
+        x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
+        sq = (x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        (ss,) = R.row_reduce((sq,), R.add, (Float32(0.0),), t, scratch)
+        rstd = cute.math.rsqrt(ss / t.n + eps, fastmath=True)
+        R.store_row(ctx, x * rstd * w, mO)
+
+
+launch = RMSNorm(R.RowKnobs())

@@ -1,0 +1,43 @@
+"""Softmax over the last dimension: out[m, :] = exp(x[m, :] - max) / sum(exp(x[m, :] - max)).
+
+Kernel contract entry: `launch(mX, mO, stream)`; mX, mO of shape (M, N), same dtype or not.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, const_expr
+
+from reference_kernels import reduce as R
+
+OP = "softmax"
+
+
+class Softmax:
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
+        self.knobs = knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mO: cute.Tensor, stream):
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], mO.element_type.width)
+        copy = R.row_tiled_copy(mX.element_type, self.tiling)
+        R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream)
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        ctx = R.RowContext.make(t, copy, mX, tidx)
+        smem = cutlass.utils.SmemAllocator()
+        sX = R.allocate_staging(smem, t, mX.element_type)
+        scratch_a = R.allocate_scratch(smem, t, 2 if const_expr(self.knobs.online) else 1)
+        scratch_b = R.allocate_scratch(smem, t, 1)
+        R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
+
+        x = R.load_row(ctx, mX, sX, fill=-Float32.inf).load().to(Float32)
+        _, s, e = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
+        R.store_row(ctx, e * cute.arch.rcp_approx(s), mO)
+
+
+launch = Softmax(R.RowKnobs())

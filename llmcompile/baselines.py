@@ -32,7 +32,9 @@ def _eager_fn(op: str) -> Callable[..., torch.Tensor]:
     def cross_entropy(x, t, ignore_index):
         return F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none")
 
-    fns = dict(softmax=softmax, log_softmax=log_softmax, rmsnorm=rmsnorm, layernorm=layernorm, cross_entropy=cross_entropy)
+    fns = dict(
+        softmax=softmax, log_softmax=log_softmax, rmsnorm=rmsnorm, layernorm=layernorm, cross_entropy=cross_entropy
+    )
     if op not in fns:
         raise Unavailable(f"no eager expression for {op}")
     return fns[op]

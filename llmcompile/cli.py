@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from llmcompile.ops import BENCH_N, SMALL_M, SMALL_N, BUILTIN, OpError, bench_shapes, dtype_name
+from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name
 from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
 
 
@@ -57,7 +57,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     target = get_target(args.target)
     require_gpu(target)
-    ops = list(BUILTIN) if args.ops == ["all"] else args.ops
+    ops = [o for o in BUILTIN if o != "copy"] if args.ops == ["all"] else args.ops
     for op in ops:
         if op not in BUILTIN:
             raise OpError(f"unknown op {op!r}; known ops: {', '.join(sorted(BUILTIN))}")
@@ -67,7 +67,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = [] if args.baselines == "none" else args.baselines.split(",")
-    result = bench.run(ops, dtypes, shapes, baselines, dict(BY_NAME))
+    copy = BY_NAME["copy"]
+    result = bench.run(
+        ops,
+        dtypes,
+        shapes,
+        baselines,
+        dict(BY_NAME),
+        copy_kernel=lambda dst, src: copy.compiled("bfloat16", src.shape[1])(src, dst),
+    )
     paths = bench.write(result, Path(args.out), args.stem)
     print(bench.markdown(result))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -75,7 +83,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llmcompile", description="An agent that writes CuTe-DSL GPU kernels near the memory speed of light.")
+    p = argparse.ArgumentParser(
+        prog="llmcompile", description="An agent that writes CuTe-DSL GPU kernels near the memory speed of light."
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("list", help="the ops and targets llmcompile knows")
@@ -88,10 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("ops", nargs="+", help=f"ops to time, or 'all' ({', '.join(BUILTIN)})")
     s.add_argument("--target", default="h100")
     s.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
-    s.add_argument("--shapes", help="comma-separated MxN list (default: 2^28 elements at N in " + ",".join(map(str, BENCH_N)) + ")")
+    s.add_argument(
+        "--shapes", help="comma-separated MxN list (default: 2^28 elements at N in " + ",".join(map(str, BENCH_N)) + ")"
+    )
     s.add_argument("--elems", type=int, default=1 << 28, help="elements per input for the default grid")
     s.add_argument("--small", action="store_true", help=f"QuACK's small-tensor grid: M={SMALL_M}, N in {SMALL_N}")
-    s.add_argument("--baselines", default="eager,compile,quack,liger", help="comma list of eager,compile,quack,liger or 'none'")
+    s.add_argument(
+        "--baselines", default="eager,compile,quack,liger", help="comma list of eager,compile,quack,liger or 'none'"
+    )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")
     s.set_defaults(fn=cmd_bench)

@@ -51,7 +51,9 @@ def report() -> tuple[bool, str]:
     row(
         "llm endpoint",
         llm,
-        "" if key == "set" else "no LLM configured: the offline provider (no LLM) is used; set OPENAI_API_KEY "
+        ""
+        if key == "set"
+        else "no LLM configured: the offline provider (no LLM) is used; set OPENAI_API_KEY "
         "(and OPENAI_BASE_URL for vLLM/SGLang/Ollama) to use one",
     )
     return ok, "\n".join(lines)

@@ -120,6 +120,7 @@ def reference_function(op: str, knobs: Any = None, register: bool = False) -> Ke
     return KernelFunction(spec, entry, op_name=op if register else None)
 
 
+copy = reference_function("copy", register=True)
 softmax = reference_function("softmax", register=True)
 log_softmax = reference_function("log_softmax", register=True)
 rmsnorm = reference_function("rmsnorm", register=True)
@@ -127,6 +128,7 @@ layernorm = reference_function("layernorm", register=True)
 cross_entropy = reference_function("cross_entropy", register=True)
 
 BY_NAME: dict[str, KernelFunction] = {
+    "copy": copy,
     "softmax": softmax,
     "log_softmax": log_softmax,
     "rmsnorm": rmsnorm,

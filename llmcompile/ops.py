@@ -171,6 +171,10 @@ def _ce_inputs(m, n, dtype, gen, case, device):
 # --------------------------------------------------------------------------- references
 
 
+def _ref_copy(x):
+    return [x]
+
+
 def _ref_softmax(x):
     return [torch.softmax(x, dim=-1)]
 
@@ -197,6 +201,16 @@ _OUT = TensorDesc("out", ("M", "N"), output=True)
 BUILTIN: dict[str, OpSpec] = {
     s.name: s
     for s in (
+        OpSpec(
+            "copy",
+            "out = x: the memory speed-of-light probe",
+            (_X, _OUT),
+            _ref_copy,
+            _softmax_inputs,
+            tolerance={d: Tolerance(0.0, 0.0) for d in DTYPES},
+            reference_module="copy",
+            torch_expr="out = x.clone()",
+        ),
         OpSpec(
             "softmax",
             "softmax over the last dim",

@@ -48,7 +48,9 @@ def _time_events(run: Callable[[], None], reps: int) -> list[float]:
     return out
 
 
-def time_calls(calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_ms: float = 2.0, graph: bool = True) -> Timing:
+def time_calls(
+    calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_ms: float = 2.0, graph: bool = True
+) -> Timing:
     """Median milliseconds per call; `calls` are equivalent calls on different input sets."""
     for c in calls:  # warm-up: compiles, autotunes, allocator pools
         c()
@@ -88,12 +90,25 @@ def time_calls(calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_
     return Timing(statistics.median(samples), min(samples), len(samples), used_graph)
 
 
-def copy_bandwidth_tbs(nbytes: int = 1 << 30, reps: int = 20) -> float:
-    """Device-to-device copy, counting bytes read plus bytes written: the practical SOL."""
-    src = torch.randn(nbytes // 4, device="cuda")
-    dst = torch.empty_like(src)
-    t = time_calls([lambda: dst.copy_(src)], reps=reps)
-    return 2 * nbytes / (t.median_ms * 1e-3) / 1e12
+def copy_bandwidths(
+    copies: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] | None = None,
+    elems: int = 1 << 28,
+    reps: int = 20,
+) -> dict[str, float]:
+    """TB/s of device-to-device copies of `elems` elements, counting bytes read plus written.
+
+    torch's copy (16- and 32-bit) and any `copies` given (dst, src) -> None, e.g. a CuTe DSL
+    copy kernel; the best of them is the practical speed of light."""
+
+    def one(dtype: torch.dtype, fn: Callable[[torch.Tensor, torch.Tensor], object] | None) -> float:
+        src = torch.randn(elems // 4096, 4096, device="cuda").to(dtype)
+        dst = torch.empty_like(src)
+        run = (lambda: dst.copy_(src)) if fn is None else (lambda: fn(dst, src))
+        return tbs(2 * src.nbytes, time_calls([run], reps=reps).median_ms)
+
+    out = {"torch bf16": one(torch.bfloat16, None), "torch fp32": one(torch.float32, None)}
+    out.update({f"{k} bf16": one(torch.bfloat16, f) for k, f in (copies or {}).items()})
+    return out
 
 
 def tbs(nbytes: int, ms: float) -> float:

@@ -32,7 +32,9 @@ def poison(outputs: list[torch.Tensor]) -> None:
         o.fill_(float("nan") if o.is_floating_point() else -0x5EED)
 
 
-def compare(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], scalars: dict | None = None) -> Mismatch | None:
+def compare(
+    spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], scalars: dict | None = None
+) -> Mismatch | None:
     """None if every output matches the float64 reference within the spec's tolerance."""
     refs = spec.run_reference(inputs, **(scalars or {}))
     tol = spec.tol(dtype)
@@ -48,5 +50,7 @@ def compare(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[
         unwritten = int((torch.isnan(g) & ~torch.isnan(r)).sum())
         finite = torch.isfinite(g) & torch.isfinite(r)
         err = float((g - r).abs()[finite].max()) if bool(finite.any()) else float("nan")
-        return Mismatch(desc.name, first, float(r[first]), float(g[first]), int(bad.shape[0]), g.numel(), unwritten, err)
+        return Mismatch(
+            desc.name, first, float(r[first]), float(g[first]), int(bad.shape[0]), g.numel(), unwritten, err
+        )
     return None

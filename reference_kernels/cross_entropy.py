@@ -27,11 +27,13 @@ class CrossEntropy:
         R.launch_rows(self.kernel(mX, mTarget, mLoss, ignore_index, copy), self.tiling, mX.shape[0], stream)
 
     @cute.kernel
-    def kernel(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, copy: cute.TiledCopy):
+    def kernel(
+        self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, copy: cute.TiledCopy
+    ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
         ctx = R.RowContext.make(t, copy, mX, tidx)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_a = R.allocate_scratch(smem, t, 2 if cutlass.const_expr(self.knobs.online) else 1)
         scratch_b = R.allocate_scratch(smem, t, 1)
@@ -50,7 +52,8 @@ class CrossEntropy:
         x = R.load_row(ctx, mX, sX, fill=-Float32.inf).load().to(Float32)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
         if leader:
-            loss = m + cute.math.log(s, fastmath=True) - x_target
+            # (max - target logit) first: exact when the target is the max, however large
+            loss = (m - x_target) + cute.math.log(s, fastmath=True)
             if target == ignore_index:
                 loss = Float32(0.0)
             elif (target < 0) | (target >= t.n):

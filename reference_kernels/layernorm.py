@@ -23,7 +23,7 @@ class LayerNorm:
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mB: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         widest = max(mO.element_type.width, mW.element_type.width, mB.element_type.width)
-        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest)
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest, arrays=3)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mB, mO, eps, copy), self.tiling, mX.shape[0], stream)
 
@@ -34,7 +34,7 @@ class LayerNorm:
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
         ctx = R.RowContext.make(t, copy, mX, tidx)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_mean = R.allocate_scratch(smem, t, 1)
         scratch_var = R.allocate_scratch(smem, t, 1)
@@ -44,13 +44,13 @@ class LayerNorm:
         b = R.load_columns(ctx, mB).load().to(Float32)
         x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
         total = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (total,) = R.row_reduce((total,), R.add, (Float32(0.0),), t, scratch_mean)
+        (total,) = R.row_reduce((total,), R.add, t, scratch_mean)
         mean = total / t.n
         d = x - mean
         if cutlass.const_expr(not t.even_n):
-            d = d * R.column_mask(ctx)  # padding columns would add mean^2 each
+            d = R.zero_padding(ctx, d)  # padding columns would add mean^2 each
         sq = (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (var,) = R.row_reduce((sq,), R.add, (Float32(0.0),), t, scratch_var, first_cluster_reduce=False)
+        (var,) = R.row_reduce((sq,), R.add, t, scratch_var, first_cluster_reduce=False)
         rstd = cute.math.rsqrt(var / t.n + eps, fastmath=True)
         R.store_row(ctx, d * rstd * w + b, mO)
 

@@ -29,7 +29,7 @@ class LogSoftmax:
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
         ctx = R.RowContext.make(t, copy, mX, tidx)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_a = R.allocate_scratch(smem, t, 2 if const_expr(self.knobs.online) else 1)
         scratch_b = R.allocate_scratch(smem, t, 1)

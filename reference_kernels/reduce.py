@@ -19,8 +19,8 @@ trace time; device pieces are `@cute.jit` functions inlined into each op's kerne
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 import cutlass
 import cutlass.cute as cute
@@ -34,17 +34,30 @@ MAX_CLUSTER = 16  # Hopper's portable limit is 8; 16 needs the non-portable opt-
 # Limit tables: the first row whose limit is >= N wins; None means "and above".
 # Threads cooperating on one row: enough that each holds at most ~64 values of the row.
 THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
-    (64, 8), (128, 16), (3072, 32), (6144, 64), (16384, 128), (None, 256),
+    (64, 8),
+    (128, 16),
+    (3072, 32),
+    (6144, 64),
+    (16384, 128),
+    (None, 256),
 )
 # Threads per CTA: 128 keeps more CTAs resident for short rows; 256 for long ones.
 NUM_THREADS: tuple[tuple[int | None, int], ...] = ((16384, 128), (None, 256))
 # CTAs per row (cluster size), by N for 16-bit and for 32-bit elements: the row slice a CTA
 # holds stays <= 16K elements (<= 64 fp32 registers a thread at 256 threads).
 CLUSTER_N_16BIT: tuple[tuple[int | None, int], ...] = (
-    (16384, 1), (32768, 2), (65536, 4), (131072, 8), (None, 16),
+    (16384, 1),
+    (32768, 2),
+    (65536, 4),
+    (131072, 8),
+    (None, 16),
 )
 CLUSTER_N_32BIT: tuple[tuple[int | None, int], ...] = (
-    (16384, 1), (32768, 2), (65536, 4), (131072, 8), (None, 16),
+    (16384, 1),
+    (32768, 2),
+    (65536, 4),
+    (131072, 8),
+    (None, 16),
 )
 MAX_N = 262144 * 2  # beyond this a CTA's slice no longer fits in registers at cluster 16
 
@@ -111,11 +124,21 @@ class RowTiling:
         return self.cols_per_cta * self.cluster_n == self.n
 
 
-def resolve_tiling(knobs: RowKnobs, width_bits: int, n: int, widest_bits: int | None = None) -> RowTiling:
+# fp32 values of row-shaped arrays (x, a weight, a bias) a thread may hold in registers
+# before ptxas starts spilling (255 registers, less the addressing and reduction state).
+REGISTER_VALUES = 128
+
+
+def resolve_tiling(
+    knobs: RowKnobs, width_bits: int, n: int, widest_bits: int | None = None, arrays: int = 1
+) -> RowTiling:
     """Resolve knobs for rows of `n` elements of `width_bits`; raise ValueError on bad knobs.
 
     `widest_bits` is the widest element among the tensors moved with the same layout (an fp32
     output beside a bf16 input), since one vector must be <= 128 bits for each of them.
+    `arrays` is how many row-shaped arrays a thread keeps in registers at once; where the
+    tables leave a thread more than REGISTER_VALUES values, the row is spread over more CTAs,
+    then more threads (knobs given explicitly are kept as given).
     """
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N={n} is outside the supported range 1..{MAX_N}")
@@ -136,11 +159,24 @@ def resolve_tiling(knobs: RowKnobs, width_bits: int, n: int, widest_bits: int | 
         raise ValueError(f"threads_per_row={tpr} above a warp must be whole warps")
     if cluster & (cluster - 1) or not 1 <= cluster <= MAX_CLUSTER:
         raise ValueError(f"cluster_n={cluster} must be a power of two <= {MAX_CLUSTER}")
+
+    def per_thread(tpr: int, cluster: int) -> int:
+        return math.ceil(n / (vec * tpr * cluster)) * vec
+
+    while per_thread(tpr, cluster) * arrays > REGISTER_VALUES:
+        if knobs.cluster_n is None and cluster < MAX_CLUSTER:
+            cluster *= 2
+        elif knobs.threads_per_row is None and knobs.num_threads is None and tpr < 1024:
+            tpr *= 2
+            threads = max(threads, tpr)
+        else:
+            break
     # Shrink the cluster until every CTA owns part of the row: an empty peer would still
     # have to join every cluster reduction for nothing.
     while cluster > 1 and math.ceil(n / (vec * tpr * cluster)) * vec * tpr * (cluster - 1) >= n:
         cluster //= 2
-    tiling = RowTiling(n, vec, tpr, threads, cluster, knobs.stage_smem)
+    # cp.async moves 4, 8 or 16 bytes: narrower vectors (16-bit scalars) load directly
+    tiling = RowTiling(n, vec, tpr, threads, cluster, knobs.stage_smem and vec * width_bits >= 32)
     if tiling.values_per_thread > 256:
         raise ValueError(
             f"N={n} needs {tiling.values_per_thread} values per thread with these knobs "
@@ -191,7 +227,7 @@ def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
     )
 
 
-def allocate_staging(smem: cutlass.utils.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
+def allocate_staging(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
     if not tiling.stage_smem:
         return None
     return smem.allocate_tensor(dtype, cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0)), byte_alignment=16)
@@ -238,17 +274,18 @@ def load_row(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor | None, fill: cut
         # Stage through shared memory: cp.async keeps every load of the row in flight at
         # once without holding registers for them.
         tXsX = thr.partition_D(sX)
+        if ctx.row_ok:
+            cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
         if const_expr(not t.even_n):
+            # After the wait: a predicated-off cp.async still zero-fills its destination.
             tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
             tXrFill.fill(fill)
             for v in cutlass.range_constexpr(cute.size(tXsX, mode=[0, 1])):
                 for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
                     if not ctx.pred[v, 0, k]:
                         cute.autovec_copy(tXrFill, tXsX[(None, v), None, k])
-        if ctx.row_ok:
-            cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
-        cute.arch.cp_async_commit_group()
-        cute.arch.cp_async_wait_group(0)
         cute.autovec_copy(tXsX, tXrX)
     else:
         if ctx.row_ok:
@@ -283,19 +320,18 @@ def load_columns(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
 
 
 @cute.jit
-def column_mask(ctx: RowContext) -> cute.TensorSSA:
-    """1.0 where the thread's element is inside the row, 0.0 on padding columns."""
+def zero_padding(ctx: RowContext, values: cute.TensorSSA) -> cute.TensorSSA:
+    """`values` (in the thread's partition order) with the padding columns past N set to 0."""
     thr = ctx.copy.get_slice(ctx.tidx)
-    tXc = thr.partition_S(cute.make_identity_tensor(ctx.tiling.tiler_mn))
-    mask = cute.make_rmem_tensor(tXc.shape, Float32)
-    mask.fill(1.0)
-    zeros = cute.make_rmem_tensor_like(mask[(None, 0), None, 0])
+    tXr = cute.make_rmem_tensor(thr.partition_S(cute.make_identity_tensor(ctx.tiling.tiler_mn)).shape, Float32)
+    tXr.store(values)
+    zeros = cute.make_rmem_tensor_like(tXr[(None, 0), None, 0])
     zeros.fill(0.0)
-    for v in cutlass.range_constexpr(cute.size(mask, mode=[0, 1])):
-        for k in cutlass.range_constexpr(cute.size(mask, mode=[2])):
+    for v in cutlass.range_constexpr(cute.size(tXr, mode=[0, 1])):
+        for k in cutlass.range_constexpr(cute.size(tXr, mode=[2])):
             if not ctx.pred[v, 0, k]:
-                cute.autovec_copy(zeros, mask[(None, v), None, k])
-    return mask.load()
+                cute.autovec_copy(zeros, tXr[(None, v), None, k])
+    return tXr.load()
 
 
 # --------------------------------------------------------------------------- reductions
@@ -334,7 +370,7 @@ class ReductionScratch:
     mbar: cute.Pointer | None
 
 
-def allocate_scratch(smem: cutlass.utils.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
+def allocate_scratch(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
     layout = cute.make_ordered_layout(
         (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n)), order=(2, (0, 1))
     )
@@ -360,7 +396,6 @@ def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int
 def row_reduce(
     vals: tuple,
     combine: Callable,
-    identity: tuple,
     tiling: cutlass.Constexpr,
     scratch: ReductionScratch,
     first_cluster_reduce: cutlass.Constexpr[bool] = True,
@@ -397,15 +432,16 @@ def row_reduce(
             cute.arch.mbarrier_wait(scratch.mbar, phase=0)
             slots = const_expr(wpr * cn)
         # Each lane folds up to ceil(slots/32) partials, then one more butterfly.
-        # Lanes past `slots` fold in the identity (selects, not branches, keep it uniform).
-        acc = tuple(Float32(x) for x in identity)
-        for i in cutlass.range_constexpr(cute.ceil_div(slots, WARP)):
-            idx = lane + i * WARP
-            ok = idx < slots
-            part = tuple(
-                Float32(cutlass.select_(ok, b[row, idx % slots], ident)) for b, ident in zip(scratch.bufs, identity)
-            )
-            acc = combine(acc, part)
+        # Every lane must end with the total, since every thread of the row uses it. With
+        # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of
+        # `slots` lanes holds all partials and a butterfly of that width completes it. Past
+        # 32 slots each lane first folds slots/32 of them, then the whole warp butterflies.
+        if const_expr(slots <= WARP):
+            acc = tuple(b[row, lane % slots] for b in scratch.bufs)
+        else:
+            acc = tuple(b[row, lane] for b in scratch.bufs)
+            for i in cutlass.range_constexpr(1, slots // WARP):
+                acc = combine(acc, tuple(b[row, lane + i * WARP] for b in scratch.bufs))
         vals = warp_reduce(acc, combine, min(slots, WARP))
     return vals
 
@@ -448,14 +484,16 @@ def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.
     if const_expr(online):
         m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
         ml = safe_max(m_local)
-        e = cute.math.exp2(x * LOG2_E - ml * LOG2_E, fastmath=True)
+        # (x - max) first: exact 0 at the max, where x*log2e - max*log2e is off by the
+        # rounding of max*log2e (2.4e-4 at |x| = 4000)
+        e = cute.math.exp2((x - ml) * LOG2_E, fastmath=True)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        m, s = row_reduce((m_local, s_local), max_sumexp, (-Float32.inf, Float32(0.0)), tiling, scratch_a)
+        m, s = row_reduce((m_local, s_local), max_sumexp, tiling, scratch_a)
         e = e * cute.math.exp2((ml - safe_max(m)) * LOG2_E, fastmath=True)
     else:
         m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
-        (m,) = row_reduce((m_local,), fmax, (-Float32.inf,), tiling, scratch_a)
-        e = cute.math.exp2(x * LOG2_E - safe_max(m) * LOG2_E, fastmath=True)
+        (m,) = row_reduce((m_local,), fmax, tiling, scratch_a)
+        e = cute.math.exp2((x - safe_max(m)) * LOG2_E, fastmath=True)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (s,) = row_reduce((s_local,), add, (Float32(0.0),), tiling, scratch_b, first_cluster_reduce=False)
+        (s,) = row_reduce((s_local,), add, tiling, scratch_b, first_cluster_reduce=False)
     return m, s, e

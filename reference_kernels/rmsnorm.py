@@ -21,7 +21,7 @@ class RMSNorm:
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         widest = max(mO.element_type.width, mW.element_type.width)
-        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest)
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest, arrays=2)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mO, eps, copy), self.tiling, mX.shape[0], stream)
 
@@ -30,7 +30,7 @@ class RMSNorm:
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
         ctx = R.RowContext.make(t, copy, mX, tidx)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch,), t, tidx)
@@ -39,7 +39,7 @@ class RMSNorm:
         w = R.load_columns(ctx, mW).load().to(Float32)
         x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
         sq = (x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (ss,) = R.row_reduce((sq,), R.add, (Float32(0.0),), t, scratch)
+        (ss,) = R.row_reduce((sq,), R.add, t, scratch)
         rstd = cute.math.rsqrt(ss / t.n + eps, fastmath=True)
         R.store_row(ctx, x * rstd * w, mO)
 

@@ -40,11 +40,13 @@ class BenchResult:
     sol_tbs: float
     versions: dict[str, str]
     rows: list[BenchRow] = field(default_factory=list)
+    copies: dict[str, float] = field(default_factory=dict)  # each copy measured; SOL is the best
 
     def to_json(self) -> dict:
         return {
             "gpu": self.gpu,
             "sol_tbs": self.sol_tbs,
+            "copies_tbs": self.copies,
             "versions": self.versions,
             "rows": [asdict(r) for r in self.rows],
         }

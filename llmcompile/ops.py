@@ -250,6 +250,8 @@ BUILTIN: dict[str, OpSpec] = {
             _norm_inputs(True),
             scalars={"eps": 1e-5},
             cases=("random", "large", "shifted"),
+            # fp32 x - mean at |mean| = 100 rounds at 1e-5 whatever the kernel does
+            tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
             reference_module="layernorm",
             torch_expr="out = F.layer_norm(x, (N,), weight, bias, eps)",
         ),

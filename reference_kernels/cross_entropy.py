@@ -7,6 +7,8 @@ mTarget (M,) int64, mLoss (M,) fp32, ignore_index an int64 scalar.
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
@@ -39,26 +41,32 @@ class CrossEntropy:
         scratch_b = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
 
-        # The row leader fetches its target logit first, so that dependent load overlaps
-        # the row's own loads instead of trailing the reduction.
         leader = ctx.row_leader & ctx.row_ok
-        target = Int64(0)
-        x_target = Float32(0.0)
-        if leader:
-            target = mTarget[ctx.row]
-            col = Int32(cutlass.max(cutlass.min(target, Int64(t.n - 1)), Int64(0)))
-            x_target = Float32(mX[ctx.row, col])
-
-        x = R.load_row(ctx, mX, sX, fill=-Float32.inf).load().to(Float32)
+        target = cute.make_rmem_tensor(1, Int64)
+        x_target = cute.make_rmem_tensor(1, Float32)
+        target[0] = Int64(0)
+        x_target[0] = Float32(0.0)
+        fetch = functools.partial(fetch_target_logit, mX, mTarget, ctx.row, leader, t.n, target, x_target)
+        x = R.load_row(ctx, mX, sX, fill=-Float32.inf, while_in_flight=fetch).load().to(Float32)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
         if leader:
             # (max - target logit) first: exact when the target is the max, however large
-            loss = (m - x_target) + cute.math.log(s, fastmath=True)
-            if target == ignore_index:
+            loss = (m - x_target[0]) + cute.math.log(s, fastmath=True)
+            if target[0] == ignore_index:
                 loss = Float32(0.0)
-            elif (target < 0) | (target >= t.n):
+            elif (target[0] < 0) | (target[0] >= t.n):
                 loss = Float32(float("nan"))
             mLoss[ctx.row] = loss
+
+
+@cute.jit
+def fetch_target_logit(mX, mTarget, row, leader, n: cutlass.Constexpr[int], target, x_target):
+    """The row leader's two dependent loads (target index, then its logit), issued while the
+    row is in flight; an out-of-range target is clamped here and answered with NaN later."""
+    if leader:
+        target[0] = mTarget[row]
+        col = Int32(cutlass.max(cutlass.min(target[0], Int64(n - 1)), Int64(0)))
+        x_target[0] = Float32(mX[row, col])
 
 
 launch = CrossEntropy(R.RowKnobs())

@@ -261,9 +261,17 @@ class RowContext:
 
 
 @cute.jit
-def load_row(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor | None, fill: cutlass.Constexpr[float]) -> cute.Tensor:
+def load_row(
+    ctx: RowContext,
+    mX: cute.Tensor,
+    sX: cute.Tensor | None,
+    fill: cutlass.Constexpr[float],
+    while_in_flight: cutlass.Constexpr = None,
+) -> cute.Tensor:
     """This thread's slice of its row, in registers; columns past N read as `fill` (the
-    reduction's identity), rows past M are left unread."""
+    reduction's identity), rows past M are left unread. `while_in_flight()` runs after the
+    row's loads are issued and before they are waited on: dependent scalar loads placed
+    there (a target index, then its logit) overlap the row instead of delaying it."""
     t = ctx.tiling
     thr = ctx.copy.get_slice(ctx.tidx)
     tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
@@ -277,6 +285,8 @@ def load_row(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor | None, fill: cut
         if ctx.row_ok:
             cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
         cute.arch.cp_async_commit_group()
+        if const_expr(while_in_flight is not None):
+            while_in_flight()
         cute.arch.cp_async_wait_group(0)
         if const_expr(not t.even_n):
             # After the wait: a predicated-off cp.async still zero-fills its destination.
@@ -290,6 +300,8 @@ def load_row(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor | None, fill: cut
     else:
         if ctx.row_ok:
             cute.copy(copy_atom(mX.element_type, t.vec), tXgX, tXrX, pred=ctx.pred)
+        if const_expr(while_in_flight is not None):
+            while_in_flight()
     return tXrX
 
 

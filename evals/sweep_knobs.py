@@ -1,0 +1,58 @@
+"""Time reference-kernel variants over their tuning knobs (GPU), to fill the limit tables.
+
+    python -m evals.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
+
+Each knob set is a JSON object of RowKnobs fields; '{}' is the default table's choice.
+Every variant is verified against the float64 reference before it is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from llmcompile import timing
+from llmcompile.kernels import reference_function
+from llmcompile.ops import get_op
+from llmcompile.verify import compare, poison
+from reference_kernels.reduce import RowKnobs
+
+
+def main(argv: list[str]) -> int:
+    op, dtype, shapes, *knob_sets = argv
+    spec = get_op(op)
+    copies = timing.copy_bandwidths()
+    sol = max(copies.values())
+    print(f"torch copy SOL {sol:.3f} TB/s")
+    for shape in shapes.split(","):
+        m, n = (int(v) for v in shape.split("x"))
+        nbytes = spec.bytes_moved(m, n, dtype)
+        gen = torch.Generator().manual_seed(0)
+        sets = [spec.make_inputs(m, n, dtype, gen, "random", "cuda") for _ in range(timing.rotation_count(nbytes))]
+        for ks in knob_sets or ["{}"]:
+            knobs = RowKnobs(**json.loads(ks))
+            fn = reference_function(op, knobs)
+            try:
+                kernel = fn.compiled(dtype, n)
+            except Exception as e:  # noqa: BLE001 - an invalid variant is reported and skipped
+                print(f"{op} {dtype} {m}x{n} {ks}: does not compile: {str(e).splitlines()[0][:120]}")
+                continue
+            outs = spec.alloc_outputs(m, n, dtype, "cuda")
+            poison(outs)
+            kernel(*sets[0], *outs, *spec.scalars.values())
+            bad = compare(spec, dtype, sets[0], outs)
+            outsets = [spec.alloc_outputs(m, n, dtype, "cuda") for _ in sets]
+            calls = [lambda s=s, o=o: kernel(*s, *o, *spec.scalars.values()) for s, o in zip(sets, outsets)]
+            t = timing.time_calls(calls)
+            bw = timing.tbs(nbytes, t.median_ms)
+            verdict = "ok" if bad is None else "WRONG: " + bad.describe()
+            print(f"{op} {dtype} {m}x{n} {ks:45s} {bw:.3f} TB/s {100 * bw / sol:5.1f}% {verdict}")
+        del sets
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,8 @@
 """LayerNorm over the last dimension: out = (x - mean) * rsqrt(var + eps) * w + b (biased var).
 
 Kernel contract entry: `launch(mX, mW, mB, mO, eps, stream)`; mX, mO (M, N), mW, mB (N,).
-The variance is a second reduction over (x - mean)^2 of the row already in registers: two
-trips through the reduction levels, but no cancellation as in E[x^2] - E[x]^2.
+Mean and variance come from one reduction of (count, mean, M2) triples (Chan's merge): one
+trip through the reduction levels, and no cancellation as in E[x^2] - E[x]^2.
 """
 
 from __future__ import annotations
@@ -36,23 +36,25 @@ class LayerNorm:
         ctx = R.RowContext.make(t, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch_mean = R.allocate_scratch(smem, t, 1)
-        scratch_var = R.allocate_scratch(smem, t, 1)
-        R.init_cluster_barriers((scratch_mean, scratch_var), t, tidx)
+        scratch = R.allocate_scratch(smem, t, 3)
+        R.init_cluster_barriers((scratch,), t, tidx)
 
         w = R.load_columns(ctx, mW).load().to(Float32)
         b = R.load_columns(ctx, mB).load().to(Float32)
         x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
-        total = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (total,) = R.row_reduce((total,), R.add, t, scratch_mean)
-        mean = total / t.n
-        d = x - mean
+        # Exact two-pass statistics over the thread's own values, then one trip through
+        # the reduction levels merging (count, mean, M2) groups.
+        count = R.valid_count(ctx)
+        mean_local = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0) * cute.arch.rcp_approx(
+            cute.arch.fmax(count, Float32(1.0))
+        )
+        d = x - mean_local
         if cutlass.const_expr(not t.even_n):
-            d = R.zero_padding(ctx, d)  # padding columns would add mean^2 each
-        sq = (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (var,) = R.row_reduce((sq,), R.add, t, scratch_var, first_cluster_reduce=False)
-        rstd = cute.math.rsqrt(var / t.n + eps, fastmath=True)
-        R.store_row(ctx, d * rstd * w + b, mO)
+            d = R.zero_padding(ctx, d)  # padding columns are not part of the row
+        m2_local = (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        _, mean, m2 = R.row_reduce((count, mean_local, m2_local), R.count_mean_m2, t, scratch)
+        rstd = cute.math.rsqrt(m2 / t.n + eps, fastmath=True)
+        R.store_row(ctx, (x - mean) * rstd * w + b, mO)
 
 
 launch = LayerNorm(R.RowKnobs())

@@ -28,4 +28,6 @@ def test_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[st
         report = capfd.readouterr()
         text = report.out + report.err
         spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
-        assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
+        assert spills and max(spills) <= MAX_SPILL_BYTES, (
+            f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
+        )

@@ -19,6 +19,7 @@ OP = "cross_entropy"
 
 # Nothing is written per element, so short rows want more rows per CTA in flight than the
 # template's table gives: 16 threads a row up to N = 256 (H100: 2.12 vs 1.75 TB/s at N=256).
+# (128 threads a row past 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
 THREADS_PER_ROW = ((64, 8), (256, 16), (3072, 32), (6144, 64), (16384, 128), (None, 256))
 
 

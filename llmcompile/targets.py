@@ -55,7 +55,7 @@ def require_gpu(target: Target) -> str:
     if gpu is None:
         raise TargetError(
             f"no CUDA GPU is visible: running and timing kernels for {target.name} needs one "
-            "(compiling does not: try --compile-only)"
+            "(compiling does not: kernels build for sm_90a on any machine)"
         )
     if not any(s.lower() in gpu.lower() for s in target.device_names):
         raise TargetError(f"target {target.name} asked for, but this GPU is {gpu!r}; pass --target for it")

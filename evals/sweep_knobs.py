@@ -14,6 +14,7 @@ import sys
 import torch
 
 from llmcompile import timing
+from llmcompile.bench import input_sets
 from llmcompile.kernels import reference_function
 from llmcompile.ops import get_op
 from llmcompile.verify import compare, poison
@@ -29,8 +30,7 @@ def main(argv: list[str]) -> int:
     for shape in shapes.split(","):
         m, n = (int(v) for v in shape.split("x"))
         nbytes = spec.bytes_moved(m, n, dtype)
-        gen = torch.Generator().manual_seed(0)
-        sets = [spec.make_inputs(m, n, dtype, gen, "random", "cuda") for _ in range(timing.rotation_count(nbytes))]
+        sets = input_sets(spec, m, n, dtype)
         for ks in knob_sets or ["{}"]:
             knobs = RowKnobs(**json.loads(ks))
             fn = reference_function(op, knobs)

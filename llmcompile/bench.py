@@ -72,8 +72,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _input_sets(spec: OpSpec, m: int, n: int, dtype: str, count: int, seed: int) -> list[list[torch.Tensor]]:
+def input_sets(spec: OpSpec, m: int, n: int, dtype: str, seed: int = 0) -> list[list[torch.Tensor]]:
+    """Enough independent random input sets on the GPU that rotating over them keeps L2 cold."""
     gen = torch.Generator().manual_seed(seed)
+    count = timing.rotation_count(spec.bytes_moved(m, n, dtype))
     return [spec.make_inputs(m, n, dtype, gen, "random", "cuda") for _ in range(count)]
 
 
@@ -88,7 +90,7 @@ def bench_one(
     seed: int = 0,
 ) -> list[BenchRow]:
     nbytes = spec.bytes_moved(m, n, dtype)
-    sets = _input_sets(spec, m, n, dtype, timing.rotation_count(nbytes), seed)
+    sets = input_sets(spec, m, n, dtype, seed)
     scalars = dict(spec.scalars)
     impls: dict[str, list[Callable[[], object]] | str] = {
         "llmcompile": [lambda s=s: ours(*s) for s in sets],

@@ -60,13 +60,3 @@ def require_gpu(target: Target) -> str:
     if not any(s.lower() in gpu.lower() for s in target.device_names):
         raise TargetError(f"target {target.name} asked for, but this GPU is {gpu!r}; pass --target for it")
     return gpu
-
-
-def target_for_current_gpu() -> Target:
-    gpu = current_gpu()
-    if gpu is None:
-        raise TargetError("no CUDA GPU is visible")
-    for t in TARGETS.values():
-        if any(s.lower() in gpu.lower() for s in t.device_names):
-            return t
-    raise TargetError(f"GPU {gpu!r} is not a known target ({', '.join(sorted(TARGETS))})")

@@ -9,57 +9,40 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
+
+from llmcompile.ops import OpSpec
 
 
 class Unavailable(Exception):
     pass
 
 
-def _eager_fn(op: str) -> Callable[..., torch.Tensor]:
-    def softmax(x):
-        return torch.softmax(x, dim=-1)
-
-    def log_softmax(x):
-        return torch.log_softmax(x, dim=-1)
-
-    def rmsnorm(x, w, eps):
-        return F.rms_norm(x, (x.shape[-1],), w, eps)
-
-    def layernorm(x, w, b, eps):
-        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
-
-    def cross_entropy(x, t, ignore_index):
-        return F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none")
-
-    fns = dict(
-        softmax=softmax, log_softmax=log_softmax, rmsnorm=rmsnorm, layernorm=layernorm, cross_entropy=cross_entropy
-    )
-    if op not in fns:
-        raise Unavailable(f"no eager expression for {op}")
-    return fns[op]
+def _torch_fn(spec: OpSpec) -> Callable[..., object]:
+    if spec.torch_fn is None:
+        raise Unavailable(f"{spec.name} has no torch expression")
+    return spec.torch_fn
 
 
-def eager(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
-    fn = _eager_fn(op)
+def eager(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+    fn = _torch_fn(spec)
     return lambda: fn(*inputs, *scalars.values())
 
 
-def compiled(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+def compiled(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
     """torch.compile(dynamic=False), compiled afresh for this shape."""
     torch._dynamo.reset()
-    fn = torch.compile(_eager_fn(op), dynamic=False)
+    fn = torch.compile(_torch_fn(spec), dynamic=False)
     return lambda: fn(*inputs, *scalars.values())
 
 
-def quack(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+def quack(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
     try:
         import quack as q
         from quack.cross_entropy import cross_entropy_fwd
         from quack.rmsnorm import layernorm_fwd
     except Exception as e:  # noqa: BLE001 - any import failure means "not here"
         raise Unavailable(f"quack not importable: {type(e).__name__}") from None
-    x = inputs[0]
+    op, x = spec.name, inputs[0]
     if op == "softmax":
         return lambda: q.softmax(x)
     if op == "rmsnorm":
@@ -74,12 +57,12 @@ def quack(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], ob
     raise Unavailable(f"QuACK has no {op}")
 
 
-def liger(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+def liger(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
     try:
         from liger_kernel.transformers import functional as lf
     except Exception as e:  # noqa: BLE001
         raise Unavailable(f"liger not importable: {type(e).__name__}") from None
-    x = inputs[0]
+    op, x = spec.name, inputs[0]
     if op == "softmax":
         return lambda: lf.liger_softmax(x)
     if op == "rmsnorm":
@@ -91,7 +74,7 @@ def liger(op: str, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], ob
     raise Unavailable(f"Liger has no {op}")
 
 
-BASELINES: dict[str, Callable[[str, list[torch.Tensor], dict], Callable[[], object]]] = {
+BASELINES: dict[str, Callable[[OpSpec, list[torch.Tensor], dict], Callable[[], object]]] = {
     "eager": eager,
     "compile": compiled,
     "quack": quack,

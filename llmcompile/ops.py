@@ -87,7 +87,26 @@ class OpSpec:
     tolerance: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOL))
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
     reference_module: str | None = None  # reference_kernels.<module> implementing it
-    torch_expr: str = ""  # one line shown to an LLM: what the op is in torch
+    torch_expr: str = ""  # what the op is in torch, as shown to an LLM
+    # The op in plain torch on the caller's dtypes (inputs in spec order, then scalars):
+    # the eager and torch.compile baselines.
+    torch_fn: Callable[..., object] | None = None
+    # Problems with fixed shapes (KernelBench files): the benchmark shapes; None: bench_shapes()
+    fixed_shapes: tuple[tuple[int, int], ...] | None = None
+    source_path: str | None = None  # the file a custom op came from
+
+    @property
+    def flat_rows(self) -> bool:
+        """True when the op's first tensor is (M, N) rows and leading dims flatten into M."""
+        return self.tensors[0].dims == ("M", "N")
+
+    @property
+    def ref(self) -> str:
+        """How a worker process finds this spec again: a built-in name or a file path."""
+        return self.source_path or self.name
+
+    def shapes(self) -> list[tuple[int, int]]:
+        return list(self.fixed_shapes) if self.fixed_shapes else bench_shapes()
 
     @property
     def inputs(self) -> tuple[TensorDesc, ...]:
@@ -195,6 +214,18 @@ def _ref_cross_entropy(x, target, ignore_index):
     return [F.cross_entropy(x, target, ignore_index=ignore_index, reduction="none").float().double()]
 
 
+def _t_rmsnorm(x, w, eps):
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _t_layernorm(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def _t_cross_entropy(x, t, ignore_index):
+    return F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none")
+
+
 _X = TensorDesc("x", ("M", "N"))
 _OUT = TensorDesc("out", ("M", "N"), output=True)
 
@@ -210,6 +241,7 @@ BUILTIN: dict[str, OpSpec] = {
             tolerance={d: Tolerance(0.0, 0.0) for d in DTYPES},
             reference_module="copy",
             torch_expr="out = x.clone()",
+            torch_fn=torch.clone,
         ),
         OpSpec(
             "softmax",
@@ -220,6 +252,7 @@ BUILTIN: dict[str, OpSpec] = {
             cases=("random", "large", "neg_inf", "shifted"),
             reference_module="softmax",
             torch_expr="out = torch.softmax(x, dim=-1)",
+            torch_fn=lambda x: torch.softmax(x, dim=-1),
         ),
         OpSpec(
             "log_softmax",
@@ -230,6 +263,7 @@ BUILTIN: dict[str, OpSpec] = {
             cases=("random", "large", "neg_inf", "shifted"),
             reference_module="log_softmax",
             torch_expr="out = torch.log_softmax(x, dim=-1)",
+            torch_fn=lambda x: torch.log_softmax(x, dim=-1),
         ),
         OpSpec(
             "rmsnorm",
@@ -241,6 +275,7 @@ BUILTIN: dict[str, OpSpec] = {
             cases=("random", "large", "shifted"),
             reference_module="rmsnorm",
             torch_expr="out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight",
+            torch_fn=_t_rmsnorm,
         ),
         OpSpec(
             "layernorm",
@@ -254,6 +289,7 @@ BUILTIN: dict[str, OpSpec] = {
             tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
             reference_module="layernorm",
             torch_expr="out = F.layer_norm(x, (N,), weight, bias, eps)",
+            torch_fn=_t_layernorm,
         ),
         OpSpec(
             "cross_entropy",
@@ -267,13 +303,39 @@ BUILTIN: dict[str, OpSpec] = {
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
             reference_module="cross_entropy",
             torch_expr="loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none')",
+            torch_fn=_t_cross_entropy,
         ),
     )
 }
 
 
 def get_op(name: str) -> OpSpec:
+    """A built-in op by name, or a custom op from a KernelBench-format file (a path ending .py)."""
+    if name.endswith(".py") or "/" in name:
+        from llmcompile.kernelbench import load_problem
+
+        return load_problem(name)
     try:
         return BUILTIN[name]
     except KeyError:
-        raise OpError(f"unknown op {name!r}; known ops: {', '.join(sorted(BUILTIN))}") from None
+        raise OpError(
+            f"unknown op {name!r}; known ops: {', '.join(sorted(BUILTIN))}, or a KernelBench-format .py file"
+        ) from None
+
+
+# Verification grid for row ops: the benchmark N plus held-out N the prompt never shows
+# (not multiples of 8 or of a power of two), each at M = 1, an odd M, and a large odd M.
+HELD_OUT_N = (256, 5000, 5001, 128256)
+
+
+def verify_shapes(spec: OpSpec, ns: list[int] | None = None) -> list[tuple[int, int]]:
+    if spec.fixed_shapes:
+        out = []
+        for m0, n in spec.fixed_shapes:
+            out += [(1, n), (max(1, (m0 // 2) | 1), n), (m0, n)]
+        return sorted(set(out))
+    out = []
+    for n in sorted(set(ns or [n for _, n in spec.shapes()] + list(HELD_OUT_N))):
+        big = max(133, ((1 << 22) // n) | 1)  # more rows than SMs, ~4M elements
+        out += [(1, n), (3, n), (big, n)]
+    return out

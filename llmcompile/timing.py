@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,15 @@ class Timing:
     min_ms: float
     samples: int
     graph: bool
+    # Per call by the host's clock around a device-wide synchronize: work that escapes the
+    # timed stream (a side stream, a deferred launch) shows here and not in the events.
+    wall_ms: float = 0.0
+
+    @property
+    def events_disagree(self) -> bool:
+        """The events saw less than half of what the wall clock saw, on calls long enough
+        (> 50 us) that host launch overhead cannot explain the gap."""
+        return self.wall_ms > 0.05 and self.median_ms < 0.5 * self.wall_ms
 
 
 def l2_bytes() -> int:
@@ -87,7 +97,12 @@ def time_calls(
 
     run()
     samples = [t / (rounds * len(calls)) for t in _time_events(run, reps)]
-    return Timing(statistics.median(samples), min(samples), len(samples), used_graph)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3 / (rounds * len(calls))
+    return Timing(statistics.median(samples), min(samples), len(samples), used_graph, wall)
 
 
 def copy_bandwidths(
@@ -109,6 +124,16 @@ def copy_bandwidths(
     out = {"torch bf16": one(torch.bfloat16, None), "torch fp32": one(torch.float32, None)}
     out.update({f"{k} bf16": one(torch.bfloat16, f) for k, f in (copies or {}).items()})
     return out
+
+
+def read_bandwidth(elems: int = 1 << 28, reps: int = 20) -> float:
+    """TB/s of a read-only stream (row maxima of a bf16 matrix): ops that read much and write
+    little (a loss per row) can run above the copy bandwidth, up to about this."""
+    x = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
+    best = 0.0
+    for fn in (lambda: torch.amax(x, dim=-1), lambda: x.sum(dim=-1)):
+        best = max(best, tbs(x.nbytes, time_calls([fn], reps=reps).median_ms))
+    return best
 
 
 def tbs(nbytes: int, ms: float) -> float:

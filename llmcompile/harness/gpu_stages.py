@@ -1,0 +1,200 @@
+"""Stages 3 and 4, on the GPU inside a worker: verify a compiled candidate, then profile it.
+
+Verification assumes the candidate is hostile. Every tensor sits between guard bands
+(inputs' guards hold NaN, so reading past an edge poisons the answer; outputs' guards must
+be untouched after the call); outputs start as NaN so an unwritten element shows; inputs
+must be bit-identical afterwards; a second call on new values at the same addresses,
+without re-poisoning, must give the new answer (no caching by pointer, no "skip if already
+written"); the large shape is run again to catch races that only sometimes bite.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmcompile import bench, timing, verify
+from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
+from llmcompile.ops import OpSpec
+
+GUARD_BYTES = 4096
+INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
+
+
+class CandidateFault(Exception):
+    """The candidate broke the CUDA context (illegal address, trap): the worker must go."""
+
+
+@dataclass
+class Guarded:
+    view: torch.Tensor
+    buf: torch.Tensor
+    g: int
+    guard: torch.Tensor  # bytes of one guard band as allocated
+
+    def guards_intact(self) -> bool:
+        b = self.buf.view(torch.uint8)
+        gb = self.g * self.buf.element_size()
+        return torch.equal(b[:gb], self.guard) and torch.equal(b[-gb:], self.guard)
+
+
+def guarded(shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda") -> Guarded:
+    numel = torch.Size(shape).numel()
+    esize = torch.empty((), dtype=dtype).element_size()
+    g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: torch allocations are 512-aligned
+    buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
+    buf.fill_(float("nan") if dtype.is_floating_point else INT_GUARD)
+    guard = buf.view(torch.uint8)[: g * esize].clone()
+    return Guarded(buf[g : g + numel].view(shape), buf, g, guard)
+
+
+def _call(fn: Callable, ins: list[torch.Tensor], outs: list[torch.Tensor], scalars: list) -> None:
+    try:
+        fn(*ins, *outs, *scalars)
+        torch.cuda.synchronize()
+    except Exception as e:
+        text = str(e)
+        if "CUDA" in text or "cuda" in text or "illegal" in text:
+            raise CandidateFault(f"{type(e).__name__}: {text[:400]}") from None
+        raise
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else True
+
+
+def _cases(spec: OpSpec, seeds: int) -> list[tuple[str, int]]:
+    return [("random", s) for s in range(seeds)] + [(c, 100 + i) for i, c in enumerate(spec.cases) if c != "random"]
+
+
+def verify_candidate(
+    fns: dict[int, Any],
+    spec: OpSpec,
+    dtype: str,
+    shapes: list[tuple[int, int]],
+    seeds: int = 2,
+    repeats: int = 3,
+    base_seed: int = 0,
+) -> VerifyResult:
+    t0 = time.perf_counter()
+    scalars = list(spec.scalars.values())
+    runs = 0
+    notes: list[str] = []
+    largest = {n: max(m for m, nn in shapes if nn == n) for _, n in shapes}
+
+    def fail(check: str, m: int, n: int, case: str, seed: int, detail: str) -> VerifyResult:
+        f = CheckFailure(check, m, n, case, seed, detail)
+        return VerifyResult(False, runs, shapes, f, notes, time.perf_counter() - t0)
+
+    for m, n in shapes:
+        fn = fns[n]
+        for case, seed in _cases(spec, seeds):
+            if case != "random" and m != largest[n]:
+                continue  # special values once per N, on the large shape
+            gen = torch.Generator().manual_seed(base_seed * 7919 + seed * 104729 + m * 31 + n)
+            fresh = spec.make_inputs(m, n, dtype, gen, case, "cuda")
+            ins = [guarded(tuple(x.shape), x.dtype) for x in fresh]
+            for g_, x in zip(ins, fresh):
+                g_.view.copy_(x)
+            outs = [guarded(t.shape(m, n), t.torch_dtype(dtype)) for t in spec.outputs]
+            before = [x.clone() for x in fresh]
+            iv, ov = [g_.view for g_ in ins], [g_.view for g_ in outs]
+            verify.poison(ov)
+            try:
+                _call(fn, iv, ov, scalars)
+            except CandidateFault:
+                raise
+            except Exception as e:  # noqa: BLE001 - the candidate's Python error is a verdict
+                return fail("error", m, n, case, seed, f"{type(e).__name__}: {str(e)[:300]}")
+            runs += 1
+            if not all(g_.guards_intact() for g_ in outs):
+                return fail("out_of_bounds_write", m, n, case, seed, "wrote outside the output tensors")
+            if not all(_same_bits(a.view, b) for a, b in zip(ins, before)):
+                return fail("input_modified", m, n, case, seed, "an input tensor changed during the call")
+            bad = verify.compare(spec, dtype, before, ov)
+            if bad is not None:
+                kind = "unwritten" if bad.unwritten else "mismatch"
+                return fail(kind, m, n, case, seed, bad.describe())
+            if case != "random" or m != largest[n] or seed != 0:
+                continue
+            # Same inputs again: a race shows as different bits (or a wrong answer).
+            first = [o.clone() for o in ov]
+            for _ in range(repeats - 1):
+                verify.poison(ov)
+                _call(fn, iv, ov, scalars)
+                runs += 1
+                bad = verify.compare(spec, dtype, before, ov)
+                if bad is not None:
+                    return fail("nondeterministic", m, n, case, seed, "a repeat on the same inputs: " + bad.describe())
+                if not all(_same_bits(a, b) for a, b in zip(first, ov)):
+                    notes.append(f"M={m} N={n}: repeats differ in low bits (atomics or reduction order)")
+            # New values at the same addresses, outputs left holding the old answer.
+            new = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(seed + 999), case, "cuda")
+            for g_, x in zip(ins, new):
+                g_.view.copy_(x)
+            _call(fn, iv, ov, scalars)
+            runs += 1
+            bad = verify.compare(spec, dtype, new, ov)
+            if bad is not None:
+                return fail(
+                    "stale", m, n, case, seed, "second call on new inputs at the same addresses: " + bad.describe()
+                )
+    return VerifyResult(True, runs, shapes, None, notes, time.perf_counter() - t0)
+
+
+_BANDWIDTH: dict[str, float] = {}
+
+
+def device_bandwidth(copy_fn: Callable[[torch.Tensor, torch.Tensor], object] | None) -> tuple[float, float]:
+    """(copy, read-only) TB/s, measured once per worker process."""
+    if not _BANDWIDTH:
+        copies = timing.copy_bandwidths({"cute copy": copy_fn} if copy_fn else None)
+        _BANDWIDTH["copy"] = max(copies.values())
+        _BANDWIDTH["read"] = timing.read_bandwidth()
+    return _BANDWIDTH["copy"], _BANDWIDTH["read"]
+
+
+def profile_candidate(
+    fns: dict[int, Any],
+    spec: OpSpec,
+    dtype: str,
+    shapes: list[tuple[int, int]],
+    sol: tuple[float, float],
+    baselines: list[str],
+) -> ProfileResult:
+    t0 = time.perf_counter()
+    copy_tbs, read_tbs = sol
+    scalars = list(spec.scalars.values())
+    out: list[ShapeTiming] = []
+    flags: list[str] = []
+    for m, n in shapes:
+        fn = fns[n]
+
+        def ours(*ins: torch.Tensor, fn=fn, m=m, n=n) -> None:
+            fn(*ins, *spec.alloc_outputs(m, n, dtype, "cuda"), *scalars)
+
+        rows = bench.bench_one(spec, ours, m, n, dtype, copy_tbs, baselines, ceiling_tbs=max(copy_tbs, read_tbs))
+        mine = rows[0]
+        if mine.tbs is None:
+            raise RuntimeError(f"timing failed at M={m} N={n}: {mine.note}")
+        st = ShapeTiming(
+            m,
+            n,
+            mine.ms or 0.0,
+            mine.tbs,
+            mine.pct_sol or 0.0,
+            "no graph" not in mine.note,
+            {r.impl: r.tbs for r in rows[1:] if r.tbs},
+            {r.impl: r.ms for r in rows[1:] if r.ms},
+        )
+        for word in ("IMPOSSIBLE", "TIMER MISMATCH"):
+            if word in mine.note:
+                st.flags.append(mine.note)
+                flags.append(f"M={m} N={n}: {mine.note}")
+                break
+        out.append(st)
+    return ProfileResult(not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0)

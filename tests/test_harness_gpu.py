@@ -1,0 +1,61 @@
+"""GPU: the judge accepts every reference kernel (with throughput) and rejects every bad one
+with the right verdict. Writes the verdict table to $LLMCOMPILE_RESULTS_DIR when set."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llmcompile.harness import PROFILED, Judge, JudgeOptions
+from llmcompile.ops import BUILTIN, get_op
+from tests.bad_kernels import BAD
+
+pytestmark = pytest.mark.gpu
+REF = Path(__file__).resolve().parents[1] / "reference_kernels"
+OPS = [o for o in sorted(BUILTIN) if o != "copy"]
+ROWS: list[str] = []
+
+
+def _record(line: str) -> None:
+    ROWS.append(line)
+    out = os.environ.get("LLMCOMPILE_RESULTS_DIR")
+    if out:
+        Path(out, "harness-verdicts.md").write_text(
+            "| kernel | op | dtype | expected | verdict | detail |\n|---|---|---|---|---|---|\n"
+            + "\n".join(ROWS)
+            + "\n"
+        )
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with Judge(timeouts={"verify": 90.0}) as j:
+        yield j
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
+    spec = get_op(op)
+    v = judge.evaluate((REF / f"{spec.reference_module}.py").read_text(), spec, dtype, JudgeOptions())
+    per = " ".join(f"{s.n}:{s.tbs:.2f}" for s in v.profile.shapes) if v.profile else ""
+    _record(f"| reference {op} | {op} | {dtype} | profiled | {v.status} | {v.message[:160] if not v.passed else per} |")
+    assert v.status == PROFILED, v.message
+    assert v.verify and v.verify.runs >= 30
+    assert v.profile and v.profile.min_pct_sol > 80, v.message
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD if b.gpu], ids=lambda b: b.name)
+def test_bad_kernel_rejected(judge: Judge, bad) -> None:
+    opts = JudgeOptions(stages=("static", "compile", "verify"), verify_ns=[1024, 4096, 5001])
+    v = judge.evaluate(bad.source(), get_op("softmax"), "bfloat16", opts)
+    check = v.verify.failure.check if v.verify and v.verify.failure else ""
+    _record(
+        f"| {bad.name} | softmax | bfloat16 | {bad.status} {'/'.join(bad.checks)} | {v.status} {check} | "
+        f"{v.message[:200].replace('|', '/').replace(chr(10), ' ')} |"
+    )
+    assert v.status == bad.status, v.message
+    if bad.checks:
+        assert check in bad.checks, v.message

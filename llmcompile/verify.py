@@ -17,7 +17,7 @@ class Mismatch:
     got: float
     count: int  # how many elements of this output are off
     total: int
-    unwritten: int  # elements still holding the NaN poison where the reference is finite
+    unwritten: int  # elements still holding the poison
     max_abs_err: float
 
     def describe(self) -> str:
@@ -27,9 +27,32 @@ class Mismatch:
         return f"{what}; first at index {list(self.index)}: expected {self.expected:.6g}, got {self.got:.6g}"
 
 
+# A NaN with a payload no arithmetic produces (GPUs return the canonical NaN), so "never
+# written" and "computed a NaN" are told apart by the bits.
+_POISON_BITS = {
+    torch.float32: (torch.int32, 0x7FC0DEAD),
+    torch.bfloat16: (torch.int16, 0x7FDE),
+    torch.float16: (torch.int16, 0x7EDE),
+    torch.float64: (torch.int64, 0x7FF8DEADDEADDEAD),
+}
+_INT_POISON = -0x5EED
+
+
 def poison(outputs: list[torch.Tensor]) -> None:
     for o in outputs:
-        o.fill_(float("nan") if o.is_floating_point() else -0x5EED)
+        if o.dtype in _POISON_BITS:
+            itype, bits = _POISON_BITS[o.dtype]
+            o.view(itype).fill_(bits)
+        else:
+            o.fill_(_INT_POISON)
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """Where `t` still holds the poison."""
+    if t.dtype in _POISON_BITS:
+        itype, bits = _POISON_BITS[t.dtype]
+        return t.view(itype) == bits
+    return t == _INT_POISON
 
 
 def compare(
@@ -47,7 +70,7 @@ def compare(
             continue
         bad = (~ok).nonzero()
         first = tuple(int(i) for i in bad[0])
-        unwritten = int((torch.isnan(g) & ~torch.isnan(r)).sum())
+        unwritten = int(poisoned(got).reshape(g.shape).sum())
         finite = torch.isfinite(g) & torch.isfinite(r)
         err = float((g - r).abs()[finite].max()) if bool(finite.any()) else float("nan")
         return Mismatch(

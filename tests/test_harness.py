@@ -98,7 +98,7 @@ def test_compile_error_is_trimmed_to_the_candidate_line(judge: Judge) -> None:
     v = judge.evaluate(bad.source(), get_op("softmax"), "bfloat16", COMPILE_ONLY)
     assert v.status == COMPILE_ERROR
     assert "name 'scale' is not defined" in v.message
-    assert "candidate.py:37" in v.message and "llmcompile-worker" not in v.message
+    assert "candidate.py:39" in v.message and "llmcompile-worker" not in v.message
     assert "\x1b[" not in v.message and len(v.message.splitlines()) <= 40
 
 

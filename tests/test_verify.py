@@ -41,3 +41,21 @@ def test_nan_where_reference_is_nan_is_accepted() -> None:
     out = torch.softmax(x.double(), -1).float()
     assert torch.isnan(out[1]).all()
     assert compare(spec, "float32", [x], [out]) is None
+
+
+def test_computed_nan_is_not_counted_as_unwritten() -> None:
+    spec, x, out = _softmax_case()
+    out[1, 3] = float("nan")  # a NaN the kernel wrote, not the poison
+    bad = compare(spec, "float32", [x], [out])
+    assert bad is not None and bad.count == 1 and bad.unwritten == 0
+
+
+def test_poison_bits_survive_for_each_dtype() -> None:
+    from llmcompile.verify import poisoned
+
+    for dt in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
+        t = torch.zeros(8, dtype=dt)
+        poison([t])
+        assert bool(poisoned(t).all())
+        t[3] = 1
+        assert int(poisoned(t).sum()) == 7

@@ -11,10 +11,12 @@ CUDA context, the measured bandwidths and the compile caches are kept.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import re
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -144,10 +146,16 @@ class Worker:
             if ev is None:
                 timed_out = self.alive
                 code = self.proc.poll() if self.proc else None
+                if timed_out:  # ask for the Python stack of the stuck worker, for the log
+                    self.proc.send_signal(signal.SIGUSR1)
+                    time.sleep(1.0)
                 self.close()
                 if timed_out:
                     return JobOutcome(
-                        results, "timeout", stage, f"{stage} took longer than {self.timeouts.get(stage, 0):.0f} s"
+                        results,
+                        "timeout",
+                        stage,
+                        f"{stage} took longer than {self.timeouts.get(stage, 0):.0f} s\n" + self.log_tail(800),
                     )
                 return JobOutcome(
                     results, "crashed", stage, f"the worker process died (exit code {code})\n" + self.log_tail()
@@ -168,6 +176,7 @@ class Worker:
 
 
 def _serve(root: Path) -> None:
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # a candidate's prints go to the log, not into the protocol
     sys.stdout = sys.stderr

@@ -147,6 +147,107 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 3 if asked_gpu and not (v.verify or v.profile) else 0
 
 
+def make_provider(args: argparse.Namespace, spec, dtype: str):
+    """--llm auto: the OpenAI-compatible endpoint when a model and key are configured, else the
+    offline search (which says so)."""
+    import os
+
+    from llmcompile.offline import OfflineProvider
+    from llmcompile.providers import OpenAIProvider, ReplayProvider
+
+    llm = args.llm
+    model = args.model or os.environ.get("LLMCOMPILE_MODEL", "")
+    if llm == "auto":
+        llm = "openai" if model and os.environ.get("OPENAI_API_KEY") else "offline"
+    if llm == "openai":
+        if not model:
+            raise UsageError("--llm openai needs --model (or LLMCOMPILE_MODEL)")
+        return OpenAIProvider(model, args.base_url, max_tokens=args.max_tokens_per_answer), model
+    if llm == "replay":
+        if not args.replay:
+            raise UsageError("--llm replay needs --replay RUN_DIR")
+        return ReplayProvider(args.replay), ""
+    if llm == "offline":
+        return OfflineProvider(spec, dtype), ""
+    raise UsageError(f"unknown --llm {llm!r}: auto, openai, offline or replay")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from llmcompile.agent import run_agent
+    from llmcompile.harness import Judge, gpu_available
+    from llmcompile.ops import get_op
+    from llmcompile.providers import ProviderError
+    from llmcompile.report import finalize, summary_table
+    from llmcompile.runs import RunConfig, RunStore, config_dict, new_run_dir
+
+    console = Console(stderr=True)
+    if args.resume:
+        store = RunStore(Path(args.resume))
+        cfg = store.config()
+        spec = get_op(cfg.op)
+        if args.replay or args.llm not in ("auto", cfg.provider):
+            raise UsageError("--resume continues with the run's own provider and budgets")
+        args.llm, args.model, args.base_url = cfg.provider, cfg.model, cfg.base_url or None
+    else:
+        spec = get_op(args.op)
+        dtype = dtype_name(args.dtype) if args.dtype else ("bfloat16" if "bfloat16" in spec.dtypes else spec.dtypes[0])
+        cfg = RunConfig(
+            op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
+            max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
+            compile_only=args.compile_only, baselines=_baselines(args.baselines), replay_from=args.replay or "",
+        )  # fmt: skip
+    target = get_target(cfg.target)
+    if not cfg.compile_only:
+        if not gpu_available():
+            raise TargetError(
+                f"verifying and timing kernels need the target GPU ({target.name}), and no CUDA GPU is visible; "
+                "run with --compile-only for compile-only rounds here"
+            )
+        require_gpu(target)
+    try:
+        provider, model = make_provider(args, spec, cfg.dtype)
+    except ProviderError as e:
+        raise UsageError(str(e)) from None
+    if not args.resume:
+        cfg.provider, cfg.model, cfg.base_url = provider.name, model, args.base_url or ""
+        store = RunStore(Path(args.out) if args.out else new_run_dir(Path(args.runs_dir), spec.name, target.name))
+        store.write_json("config.json", config_dict(cfg))
+        from llmcompile.bench import versions
+
+        store.write_json("versions.json", versions())
+    if not provider.uses_llm:
+        console.print(
+            f"[bold]{provider.name}[/bold]: no LLM is used in this run"
+            + (
+                " (tuning the reference kernel's knobs; custom ops need an LLM endpoint)"
+                if provider.name == "offline"
+                else ""
+            )
+        )
+    console.print(f"run directory: {store.path}")
+
+    def show(info: dict) -> None:
+        best = info["best"]
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(info["verdicts"].items())) or "none yet"
+        console.print(
+            f"round {info['round']}/{cfg.rounds} {info['phase']:8s} judged {info['judged']:3d} [{verdicts}] "
+            f"best {f'{best.min_pct:.1f}% SOL ({best.id})' if best else '-'}"
+        )
+
+    with Judge(target.name, gpu=not cfg.compile_only and None) as judge:
+        try:
+            result = run_agent(spec, cfg, provider, judge, store, show)
+        except ProviderError as e:
+            raise UsageError(f"{e} (everything so far is saved in {store.path}; continue with --resume)") from None
+        summary = finalize(store, spec, cfg, result, judge)
+    print(summary_table(summary))
+    if result.stop_reason.startswith("interrupted"):
+        return 130
+    return 0 if summary["best"] else 1
+
+
 def _baselines(text: str) -> list[str]:
     return [] if text in ("", "none") else text.split(",")
 
@@ -162,6 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("doctor", help="check Python, torch, CuTe DSL, GPU and LLM endpoint, with advice")
     s.set_defaults(fn=cmd_doctor)
+
+    s = sub.add_parser("run", help="the agent: write a kernel for OP (same as `llmcompile OP ...`)")
+    s.add_argument("op", nargs="?", help="a built-in op or a KernelBench-format .py file")
+    s.add_argument("--target", default="h100")
+    s.add_argument("--dtype", help="default: bfloat16 where the op takes it")
+    s.add_argument("--llm", default="auto", help="auto (default), openai, offline or replay")
+    s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
+    s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
+    s.add_argument("--replay", help="RUN_DIR whose transcript answers (with --llm replay)")
+    s.add_argument("--samples", type=int, default=4, help="candidates per round")
+    s.add_argument("--rounds", type=int, default=6)
+    s.add_argument("--max-tokens", type=int, default=0, help="token budget for the whole run (0: none)")
+    s.add_argument("--max-tokens-per-answer", type=int, default=8192)
+    s.add_argument("--time", type=float, default=0.0, help="wall-time budget in seconds (0: none)")
+    s.add_argument("--target-sol", type=float, default=90.0, help="stop at this %% of SOL on every shape")
+    s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
+    s.add_argument("--baselines", default="eager,compile,quack,liger", help="timed beside the best at the end")
+    s.add_argument("--out", help="run directory (default: RUNS_DIR/<op>-<target>-<time>)")
+    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--resume", help="continue an interrupted run from its directory")
+    s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser(
         "check",
@@ -196,9 +318,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+COMMANDS = ("list", "doctor", "bench", "check", "run", "eval")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        argv.insert(0, "run")  # `llmcompile softmax --target h100` is the main job
     args = parser.parse_args(argv)
+    if getattr(args, "fn", None) is cmd_run and not args.op and not args.resume:
+        parser.error("run needs an OP (or --resume RUN_DIR)")
     if not getattr(args, "fn", None):
         parser.print_help()
         return 2

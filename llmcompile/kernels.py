@@ -59,6 +59,12 @@ class KernelFunction:
         x = tensors[0]
         self.compiled(dtype_name(x.dtype), x.shape[-1])(*tensors, *scalars)
 
+    def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor], vals: list) -> None:
+        if self.op_name is not None:
+            getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
+        else:
+            self.compiled(dtype_name(ins[0].dtype), ins[0].shape[-1])(*ins, *outs, *vals)
+
     def prepare(self, *inputs: torch.Tensor) -> tuple[list[torch.Tensor], int, int, str]:
         """Validate inputs against the spec; flatten leading dims into M; make them
         contiguous and 16-byte aligned (copies only where they are not)."""
@@ -67,6 +73,8 @@ class KernelFunction:
             names = ", ".join(t.name for t in spec.inputs)
             raise OpError(f"{spec.name} takes {len(spec.inputs)} tensors ({names}), got {len(inputs)}")
         x = inputs[0]
+        if not spec.flat_rows:
+            return self._prepare_fixed(inputs)
         if x.dim() < 1 or x.shape[-1] == 0:
             raise OpError(f"{spec.name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}")
         if not x.is_cuda:
@@ -95,19 +103,39 @@ class KernelFunction:
             out.append(v)
         return out, m, n, dtype
 
+    def _prepare_fixed(self, inputs: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], int, int, str]:
+        """Custom ops: every tensor has its problem's shape, with the leading M free."""
+        spec, x = self.spec, inputs[0]
+        if not x.is_cuda:
+            raise OpError(f"{spec.name}: tensors must be on a CUDA device, x is on {x.device}")
+        m, n, dtype = x.shape[0], x.shape[-1], spec.dtypes[0]
+        out = []
+        for t, v in zip(spec.inputs, inputs):
+            expect, want = t.shape(m, n), t.torch_dtype(dtype)
+            if tuple(v.shape) != expect or v.dtype != want:
+                raise OpError(f"{spec.name}: {t.name} must be {want} of shape {expect}, got {v.dtype} {tuple(v.shape)}")
+            if not v.is_contiguous():
+                v = v.contiguous()
+            elif v.data_ptr() % _ALIGN:
+                v = v.clone()
+            out.append(v)
+        return out, m, n, dtype
+
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
         lead = inputs[0].shape[:-1]
         ins, m, n, dtype = self.prepare(*inputs)
+        if not self.spec.flat_rows:
+            outs = self.spec.alloc_outputs(m, n, dtype, str(ins[0].device))
+            if m > 0:
+                self._run(ins, outs, [])
+            return outs[0] if len(outs) == 1 else outs
         outs = self.spec.alloc_outputs(m, n, dtype, str(ins[0].device))
         vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
         if m > 0:
-            if self.op_name is not None:
-                getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
-            else:
-                self.compiled(dtype, n)(*ins, *outs, *vals)
+            self._run(ins, outs, vals)
         shaped = [o.reshape(*lead, *o.shape[1:]) if o.dim() == 2 else o.reshape(lead) for o in outs]
         return shaped[0] if len(shaped) == 1 else shaped
 

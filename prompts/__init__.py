@@ -1,1 +1,1 @@
-"""Jinja2 prompt templates (data only; loaded with importlib.resources by llmcompile.prompting)."""
+"""Jinja2 prompt templates; rendered by llmcompile.prompting (no prompt text lives in Python)."""

@@ -1,0 +1,134 @@
+"""The offline provider: no LLM. It proposes variants of the op's reference kernel over its
+tuning knobs, one knob set per benchmark N, and moves each N towards what the harness
+measured fastest (coordinate search: change one knob of the best set at a time).
+
+It only knows the built-in ops (they have reference kernels); custom ops need an LLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmcompile import prompting
+from llmcompile.ops import OpSpec
+from llmcompile.providers import Answer, Message, ProviderError, Slot, Usage
+from reference_kernels import reduce as R
+
+THREADS_PER_ROW = (8, 16, 32, 64, 128, 256)
+NUM_THREADS = (128, 256)
+CLUSTER_N = (1, 2, 4, 8, 16)
+
+
+def knobs_repr(k: R.RowKnobs) -> str:
+    base = R.RowKnobs()
+    parts = [
+        f"{f.name}={getattr(k, f.name)!r}" for f in dataclasses.fields(k) if getattr(k, f.name) != getattr(base, f.name)
+    ]
+    return f"RowKnobs({', '.join(parts)})"
+
+
+def neighbours(k: R.RowKnobs) -> list[R.RowKnobs]:
+    """Knob sets one step from `k`, most promising first (staging and thread shape first:
+    they moved the most on the H100)."""
+    out: list[R.RowKnobs] = []
+    for s in (True, False, None):
+        if s != k.stage_smem:
+            out.append(dataclasses.replace(k, stage_smem=s))
+    for t in NUM_THREADS:
+        if t != k.num_threads:
+            out.append(dataclasses.replace(k, num_threads=t))
+    for tpr in THREADS_PER_ROW:
+        if tpr != k.threads_per_row:
+            nt = max(k.num_threads or 128, tpr)
+            out.append(dataclasses.replace(k, threads_per_row=tpr, num_threads=nt))
+    for c in CLUSTER_N:
+        if c != k.cluster_n:
+            out.append(dataclasses.replace(k, cluster_n=c))
+    out.append(dataclasses.replace(k, online=not k.online))
+    return out
+
+
+def valid(k: R.RowKnobs, n: int, width_bits: int) -> bool:
+    try:
+        R.resolve_tiling(k, width_bits, n)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class _PerN:
+    best: R.RowKnobs
+    best_tbs: float = 0.0
+    tried: set[str] = field(default_factory=set)
+
+
+class OfflineProvider:
+    name = "offline"
+    uses_llm = False
+
+    def __init__(self, spec: OpSpec, dtype: str) -> None:
+        if not spec.reference_module:
+            raise ProviderError(
+                f"{spec.name} is a custom op: the offline search only tunes the built-in reference kernels; "
+                "give an LLM endpoint (--llm openai --model ... with OPENAI_API_KEY) for custom ops"
+            )
+        self.spec = spec
+        self.dtype = dtype
+        mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+        self.default: R.RowKnobs = getattr(mod.launch, "knobs", R.RowKnobs())
+        self.width = {"float32": 32, "bfloat16": 16, "float16": 16}[dtype]
+        self.ns = [n for _, n in spec.shapes()]
+        self.state = {n: _PerN(self.default) for n in self.ns}
+
+    def _next_for(self, n: int, taken: set[str]) -> R.RowKnobs | None:
+        st = self.state[n]
+        for k in neighbours(st.best):
+            r = knobs_repr(k)
+            if r not in st.tried and r not in taken and valid(k, n, self.width):
+                return k
+        return None
+
+    def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
+        answers: list[Answer] = []
+        taken: dict[int, set[str]] = {n: set() for n in self.ns}
+        for slot in slots:
+            if slot.round == 0 and slot.sample == 0:
+                src = prompting.reference_source(self.spec.reference_module or "")
+                sets = {n: self.default for n in self.ns}
+                note = "the reference kernel as shipped"
+            else:
+                chosen: dict[int, R.RowKnobs] = {}
+                for n in self.ns:
+                    k = self._next_for(n, taken[n])
+                    if k is not None:
+                        chosen[n] = k
+                        taken[n].add(knobs_repr(k))
+                if not chosen:
+                    break  # every neighbour of every best set has been measured
+                sets = {n: chosen.get(n, self.state[n].best) for n in self.ns}
+                src = prompting.offline_variant(
+                    self.spec, {n: knobs_repr(k) for n, k in sets.items()}, f"r{slot.round}s{slot.sample}"
+                )
+                note = "knobs per N: " + "; ".join(f"N={n}: {knobs_repr(k)}" for n, k in sets.items())
+            text = f"Offline search (no LLM was used): {note}\n\n```python\n{src}```\n"
+            meta = {"knobs": {str(n): dataclasses.asdict(k) for n, k in sets.items()}}
+            answers.append(Answer(text, Usage(), "offline-search", 0.0, meta))
+        return answers
+
+    def observe(self, slot: Slot, answer: Answer, verdict: Any) -> None:
+        knobs = {int(n): R.RowKnobs(**k) for n, k in answer.meta.get("knobs", {}).items()}
+        for n, k in knobs.items():
+            if n in self.state:
+                self.state[n].tried.add(knobs_repr(k))
+        if verdict is None or not getattr(verdict, "passed", False) or not verdict.profile:
+            return
+        for s in verdict.profile.shapes:
+            st = self.state.get(s.n)
+            if st is not None and s.tbs > st.best_tbs and s.n in knobs:
+                st.best_tbs = s.tbs
+                st.best = knobs[s.n]

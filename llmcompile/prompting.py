@@ -1,0 +1,115 @@
+"""Render the prompts in prompts/ (jinja2) and pull the code out of an answer."""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from llmcompile import contract
+from llmcompile.ops import BUILTIN, OpSpec
+from llmcompile.targets import Target
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FunctionLoader(lambda name: importlib.resources.files("prompts").joinpath(name).read_text()),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=False,
+)
+_CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+def render(template: str, **ctx: Any) -> str:
+    return _ENV.get_template(template).render(**ctx)
+
+
+def reference_source(module: str) -> str:
+    return importlib.resources.files("reference_kernels").joinpath(f"{module}.py").read_text()
+
+
+def references_for(spec: OpSpec, limit: int = 2) -> list[tuple[str, str]]:
+    """The reference kernels most relevant to `spec`: its own, then the closest relatives
+    (norms teach norms; softmax teaches any row reduction with an elementwise epilogue)."""
+    names: list[str] = []
+    if spec.reference_module:
+        names.append(spec.reference_module)
+    text = (spec.name + " " + spec.summary + " " + spec.torch_expr).lower()
+    for key, mod in (("norm", "rmsnorm"), ("layer_norm", "layernorm"), ("loss", "cross_entropy"), ("", "softmax")):
+        if key in text and mod not in names:
+            names.append(mod)
+    return [(n, reference_source(n)) for n in names[:limit]]
+
+
+@dataclass
+class PromptContext:
+    spec: OpSpec
+    dtype: str
+    target: Target
+    target_pct: float
+    sol_tbs: float | None = None
+
+    def shapes(self) -> list[tuple[int, int, int]]:
+        return [(m, n, self.spec.bytes_moved(m, n, self.dtype)) for m, n in self.spec.shapes()]
+
+
+def _cute_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-cutlass-dsl")
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def system_prompt(ctx: PromptContext) -> str:
+    return render(
+        "system.md.j2",
+        target=ctx.target,
+        contract=(contract.__doc__ or "").strip(),
+        cute_version=_cute_version(),
+        sol_tbs=ctx.sol_tbs,
+    )
+
+
+def task_prompt(ctx: PromptContext) -> str:
+    return render(
+        "task.md.j2",
+        spec=ctx.spec,
+        dtype=ctx.dtype,
+        target=ctx.target,
+        shapes=ctx.shapes(),
+        target_pct=ctx.target_pct,
+        sol_tbs=ctx.sol_tbs,
+        template_source=reference_source("reduce"),
+        references=references_for(ctx.spec),
+    )
+
+
+def feedback_prompt(verdict: Any, best: Any, target_pct: float) -> str:
+    return render("feedback.md.j2", verdict=verdict, best=best, target_pct=target_pct)
+
+
+def extract_code(answer: str) -> str | None:
+    """The longest fenced Python block (answers often quote snippets before the module)."""
+    blocks = _CODE.findall(answer)
+    if not blocks:
+        return answer if "@cute.kernel" in answer and "```" not in answer else None
+    return max(blocks, key=len).strip() + "\n"
+
+
+def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:
+    """The reference kernel of `spec` with per-N knob overrides, as a contract module."""
+    assert spec.reference_module and spec.reference_module in {s.reference_module for s in BUILTIN.values()}
+    params = [f"m{t.name.capitalize()}" for t in spec.tensors] + list(spec.scalars) + ["stream"]
+    return render(
+        "offline_variant.py.j2",
+        reference_source=reference_source(spec.reference_module).rstrip(),
+        knobs=knobs_by_n,
+        tag=tag,
+        params=params,
+        first=params[0],
+        ndim=len(spec.tensors[0].dims),
+    )

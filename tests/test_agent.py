@@ -1,0 +1,204 @@
+"""CPU (CI): the agent loop against a scripted OpenAI-compatible server on loopback, driven
+through the real `openai` client; then replay of the recorded run.
+
+Without a GPU the verify and profile stages cannot run, so a wrapper gives the verdicts of
+those two stages from a marker in each scripted kernel (`# SCRIPT: wrong|slow|fast`); the
+static check and compile are the real judge's. On the H100, tests/test_agent_gpu.py runs
+the offline agent with the real judge end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from llmcompile.agent import run_agent
+from llmcompile.harness import Judge, JudgeOptions
+from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
+from llmcompile.ops import get_op
+from llmcompile.providers import OpenAIProvider, ProviderError, ReplayProvider, Slot
+from llmcompile.runs import RunConfig, RunStore
+from tests.bad_kernels import BASE
+
+
+def _answer(code: str, note: str) -> str:
+    return f"{note}\n\n```python\n{code}```\n"
+
+
+NOT_COMPILING = BASE.replace("    inv = 1.0 / s\n", "    inv = 1.0 / s * scale\n")
+ANSWERS = [
+    _answer(NOT_COMPILING, "first try"),
+    _answer(BASE + "# SCRIPT: wrong\n", "fixed the name"),
+    _answer(BASE + "# SCRIPT: slow\n", "fixed the indexing"),
+    _answer(BASE + "# SCRIPT: fast\n", "vectorised"),
+]
+
+
+class ScriptedServer:
+    """/v1/chat/completions answering from a queue of (status, headers, body-or-answer)."""
+
+    def __init__(self, script: list[tuple[int, dict, str]]) -> None:
+        self.script = list(script)
+        self.requests: list[dict] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                status, headers, text = outer.script.pop(0)
+                if status == 200:
+                    payload = {
+                        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": text}}],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+                    }  # fmt: skip
+                else:
+                    payload = {"error": {"message": text, "type": "x"}}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+class ScriptedGPUJudge:
+    """The real judge for static + compile; verify/profile verdicts from the source's marker."""
+
+    def __init__(self) -> None:
+        self.real = Judge(gpu=False, compile_workers=1)
+        self.calls = 0
+
+    def evaluate_many(self, sources, spec, dtype, opts):
+        self.calls += len(sources)
+        cpu = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 1024)], verify_ns=[1024])
+        verdicts = self.real.evaluate_many(sources, spec, dtype, cpu)
+        for v, src in zip(verdicts, sources):
+            if v.status != "compiled":
+                continue
+            if "# SCRIPT: wrong" in src:
+                f = CheckFailure(
+                    "mismatch", 3, 1024, "random", 0, "3 of 3072 elements of `out` are wrong; first at [1, 7]"
+                )
+                v.verify, v.status, v.message = VerifyResult(False, 4, [(3, 1024)], f), "wrong", "verification failed"
+            else:
+                pct = 95.0 if "# SCRIPT: fast" in src else 40.0
+                v.verify = VerifyResult(True, 30, [(3, 1024)])
+                v.profile = ProfileResult(True, 3.0, 3.1, [ShapeTiming(64, 1024, 0.01, 3 * pct / 100, pct, True)])
+                v.status, v.message = "profiled", f"{pct}% of SOL"
+        return verdicts
+
+    def close(self) -> None:
+        self.real.close()
+
+
+@pytest.fixture(scope="module")
+def judge():
+    j = ScriptedGPUJudge()
+    yield j
+    j.close()
+
+
+def _cfg(provider: str) -> RunConfig:
+    return RunConfig("softmax", "bfloat16", "h100", provider, "test-model", samples=1, rounds=6, baselines=[])
+
+
+def test_loop_converges_through_openai_client(tmp_path: Path, judge, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    script = [
+        (429, {"Retry-After": "0"}, "slow down"),
+        (200, {}, ANSWERS[0]),
+        (500, {}, "oops"),
+        (200, {}, ANSWERS[1]),
+        (200, {}, ANSWERS[2]),
+        (200, {}, ANSWERS[3]),
+    ]
+    server = ScriptedServer(script)
+    try:
+        provider = OpenAIProvider("test-model", server.url, attempts=3)
+        store = RunStore(tmp_path / "run")
+        result = run_agent(get_op("softmax"), _cfg("openai"), provider, judge, store)
+    finally:
+        server.close()
+    assert not server.script  # the 429 and the 500 were retried, every answer consumed
+    assert len(server.requests) == 6
+    msgs = [r["messages"] for r in server.requests if r["messages"]]
+    # each error reached the next prompt of the conversation
+    assert "name 'scale' is not defined" in msgs[3][-1]["content"]
+    assert "wrong results" in msgs[4][-1]["content"] and "[mismatch]" in msgs[4][-1]["content"]
+    assert "40.0 |" in msgs[5][-1]["content"] and "Best so far" in msgs[5][-1]["content"]
+    assert result.best is not None and result.best.id == "c03_00" and result.best.min_pct == 95.0
+    assert result.stop_reason.startswith("best reached")
+    assert result.usage.requests == 4 and result.usage.total == 4 * 110
+    statuses = [
+        json.loads(p.read_text())["verdict"]["status"] for p in sorted((tmp_path / "run/candidates").glob("*.json"))
+    ]
+    assert statuses == ["compile_error", "wrong", "profiled", "profiled"]
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "run/transcript.jsonl").read_text().splitlines()]
+    assert kinds.count("answer") == 4 and kinds.count("feedback") == 4 and kinds[:2] == ["prompt", "prompt"]
+
+    # replay: the same answers without any network, the same verdicts and the same best
+    calls = judge.calls
+    replayed = run_agent(
+        get_op("softmax"), _cfg("replay"), ReplayProvider(tmp_path / "run"), judge, RunStore(tmp_path / "replay")
+    )
+    assert replayed.best is not None and replayed.best.id == "c03_00"
+    assert replayed.verdicts == result.verdicts and judge.calls == calls + 4
+
+
+def test_resume_reuses_answers_and_verdicts(tmp_path: Path, judge) -> None:
+    first = RunStore(tmp_path / "a")
+    src_run = tmp_path / "rec"
+    rec = RunStore(src_run)
+    for i, text in enumerate(ANSWERS):
+        rec.transcript(kind="answer", round=i, sample=0, text=text, usage={}, meta={})
+    cfg = _cfg("replay")
+    cfg.rounds = 2
+    run_agent(get_op("softmax"), cfg, ReplayProvider(src_run), judge, first)
+    calls = judge.calls
+    cfg.rounds = 6  # "resume" with more budget: rounds 0-1 are neither asked nor judged again
+    res = run_agent(get_op("softmax"), cfg, ReplayProvider(src_run), judge, RunStore(tmp_path / "a"))
+    assert judge.calls == calls + 2 and res.best is not None and res.best.id == "c03_00"
+
+
+def test_missing_key_and_dead_endpoint_are_clear(monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ProviderError, match="OPENAI_API_KEY"):
+        OpenAIProvider("m")
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    dead = OpenAIProvider("m", "http://127.0.0.1:9/v1", attempts=2, timeout=2)
+    with pytest.raises(ProviderError, match="cannot reach"):
+        dead.propose([[{"role": "user", "content": "hi"}]], [Slot(0, 0)])
+
+
+def test_unknown_model_is_clear(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    server = ScriptedServer([(404, {}, "The model `nope` does not exist")])
+    try:
+        with pytest.raises(ProviderError, match="not found"):
+            OpenAIProvider("nope", server.url).propose([[{"role": "user", "content": "x"}]], [Slot(0, 0)])
+    finally:
+        server.close()
+
+
+def test_replay_without_transcript_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(ProviderError, match="no transcript"):
+        ReplayProvider(tmp_path)

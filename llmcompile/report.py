@@ -98,7 +98,10 @@ def summary_table(summary: dict[str, Any]) -> str:
     if not best:
         lines.append("no candidate passed")
         return "\n".join(lines)
-    lines.append(f"best: {best['id']} ({best['status']}), slowest shape {best['min_pct_sol']:.1f}% of SOL")
+    if best["status"] == "compiled":
+        lines.append(f"best: {best['id']} (compiled only: not verified or timed)")
+    else:
+        lines.append(f"best: {best['id']} ({best['status']}), slowest shape {best['min_pct_sol']:.1f}% of SOL")
     if best["shapes"]:
         impls = sorted({k for s in best["shapes"] for k in s["baselines"]})
         lines.append("| M x N | TB/s | % SOL | " + " | ".join(impls) + " |")

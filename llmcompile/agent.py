@@ -181,7 +181,6 @@ def run_agent(
             progress({"round": r + 1, "phase": "done", "judged": judged, "verdicts": dict(counts), "best": best})
         else:
             r = cfg.rounds
-            stop = stop or f"round budget spent ({cfg.rounds})"
         if not stop:
             stop = f"round budget spent ({cfg.rounds})"
         if best and best.min_pct >= cfg.target_pct and not cfg.compile_only:

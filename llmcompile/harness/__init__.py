@@ -116,7 +116,7 @@ class Judge:
         opts = opts or JudgeOptions()
         dtype = dtype or spec.dtypes[0]
         spec.check_problem(1, 1, dtype)
-        t0 = [time.perf_counter()] * len(sources)
+        t0 = time.perf_counter()
         verdicts: list[Verdict | None] = [None] * len(sources)
         statics = [static.check_source(s) for s in sources]
         want_gpu = [s for s in opts.stages if s in ("verify", "profile")]
@@ -137,40 +137,32 @@ class Judge:
                 base.status, base.message = COMPILED, "static check passed (no other stage asked for)"
                 verdicts[i] = base
 
-        # Compile in parallel on CPU workers (the GPU worker then hits the compile cache).
-        def compile_one(k: int, item: tuple[int, Verdict]) -> tuple[int, JobOutcome]:
-            i, _ = item
-            w = self.cpu_workers[k % len(self.cpu_workers)]
-            return i, w.run(self._job(sources[i], spec, dtype, opts, ["compile"]))
+        # Compile in parallel on CPU workers (the GPU worker then hits the compile cache);
+        # each thread owns one worker and takes every len(workers)-th candidate.
+        nw = len(self.cpu_workers)
+
+        def compile_share(k: int) -> list[tuple[int, JobOutcome]]:
+            w = self.cpu_workers[k]
+            return [(i, w.run(self._job(sources[i], spec, dtype, opts, ["compile"]))) for i, _ in todo[k::nw]]
 
         compiled: dict[int, JobOutcome] = {}
         if todo:
-            with ThreadPoolExecutor(len(self.cpu_workers)) as pool:
-                # one worker per thread at a time: chunk by worker
-                chunks = [todo[k :: len(self.cpu_workers)] for k in range(len(self.cpu_workers))]
-
-                def run_chunk(k: int) -> list[tuple[int, JobOutcome]]:
-                    return [compile_one(k, it) for it in chunks[k]]
-
-                for res in pool.map(run_chunk, range(len(chunks))):
-                    compiled.update(dict(res))
+            with ThreadPoolExecutor(nw) as pool:
+                for share in pool.map(compile_share, range(nw)):
+                    compiled.update(dict(share))
         for i, base in todo:
             out = compiled[i]
             ok = out.failure is None and out.results.get("compile", {}).get("ok")
-            if not ok or not want_gpu:
+            if not ok or not want_gpu or self.gpu_worker is None:
                 verdicts[i] = _finish(base, out, opts, self.gpu)
-                continue
-            assert self.gpu_worker is not None or not self.gpu
-            if self.gpu_worker is None:
-                verdicts[i] = _finish(base, out, opts, gpu=False)
                 continue
             gout = self.gpu_worker.run(self._job(sources[i], spec, dtype, opts, ["compile", *want_gpu]))
             # resources come from the CPU compile (the GPU worker's compile may be a cache hit)
             gout.results["compile"] = out.results["compile"]
             verdicts[i] = _finish(base, gout, opts, True)
-        for i, v in enumerate(verdicts):
+        for v in verdicts:
             assert v is not None
-            v.wall_s = time.perf_counter() - t0[i]
+            v.wall_s = time.perf_counter() - t0  # the batch's wall time: its candidates share workers
         return [v for v in verdicts if v is not None]
 
 

@@ -77,8 +77,8 @@ def run_agent(
     t_start = time.perf_counter()
     target = get_target(cfg.target)
     stages = ("static", "compile") if cfg.compile_only else ("static", "compile", "verify", "profile")
-    opts = JudgeOptions(stages=stages)
-    ctx = prompting.PromptContext(spec, cfg.dtype, target, cfg.target_pct)
+    opts = JudgeOptions(stages=stages, profile_shapes=cfg.profile_shapes())
+    ctx = prompting.PromptContext(spec, cfg.dtype, target, cfg.target_pct, shapes=cfg.profile_shapes())
     system = prompting.system_prompt(ctx)
     task = prompting.task_prompt(ctx)
 

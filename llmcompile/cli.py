@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmcompile.evals.suite import SuiteError
 from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name
 from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
 
@@ -147,7 +148,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 3 if asked_gpu and not (v.verify or v.profile) else 0
 
 
-def make_provider(args: argparse.Namespace, spec, dtype: str):
+def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple[int, int]] | None = None):
     """--llm auto: the OpenAI-compatible endpoint when a model and key are configured, else the
     offline search (which says so)."""
     import os
@@ -168,7 +169,7 @@ def make_provider(args: argparse.Namespace, spec, dtype: str):
             raise UsageError("--llm replay needs --replay RUN_DIR")
         return ReplayProvider(args.replay), ""
     if llm == "offline":
-        return OfflineProvider(spec, dtype), ""
+        return OfflineProvider(spec, dtype, shapes), ""
     raise UsageError(f"unknown --llm {llm!r}: auto, openai, offline or replay")
 
 
@@ -197,6 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
             max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
             compile_only=args.compile_only, baselines=_baselines(args.baselines), replay_from=args.replay or "",
+            shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
         )  # fmt: skip
     target = get_target(cfg.target)
     if not cfg.compile_only:
@@ -207,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         require_gpu(target)
     try:
-        provider, model = make_provider(args, spec, cfg.dtype)
+        provider, model = make_provider(args, spec, cfg.dtype, cfg.profile_shapes())
     except ProviderError as e:
         raise UsageError(str(e)) from None
     if not args.resume:
@@ -248,6 +250,68 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary["best"] else 1
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    import os
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from llmcompile.evals import report
+    from llmcompile.evals.runner import EvalOptions, EvalRunner
+    from llmcompile.evals.suite import load_suite
+
+    if args.suite == "compare":
+        if len(args.more) != 2:
+            raise UsageError("eval compare takes two eval directories: llmcompile eval compare A B")
+        print(report.compare(Path(args.more[0]), Path(args.more[1])))
+        return 0
+    if args.more:
+        raise UsageError(f"unexpected arguments {args.more}; eval takes one SUITE file (or: compare A B)")
+    suite = load_suite(args.suite)
+    opts = EvalOptions(
+        llm=args.llm, model=args.model or os.environ.get("LLMCOMPILE_MODEL", ""), base_url=args.base_url or "",
+        samples=args.samples,
+        rounds=args.rounds, compile_only=args.compile_only, gpus=args.gpus, jobs=args.jobs,
+    )  # fmt: skip
+    if opts.llm not in ("auto", "openai", "offline"):
+        raise UsageError(f"eval takes --llm auto, openai or offline, not {opts.llm!r}")
+    if opts.resolved_llm() == "openai" and not opts.model:
+        raise UsageError("--llm openai needs --model")
+    out = Path(args.out or f"evals/runs/{suite.name}-{suite.target}-{opts.resolved_llm()}")
+    runner = EvalRunner(suite, opts, out)
+    console = Console(stderr=True)
+    console.print(f"eval {suite.name}: {len(suite.problems)} problems with {opts.resolved_llm()}; directory {out}")
+    if opts.resolved_llm() == "offline":
+        console.print("offline: no LLM is used; custom (KernelBench-file) problems are recorded as not attempted")
+    total = len(suite.problems)
+    done = [total - len(runner.todo())]
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=False
+    ) as bar:
+        overall = bar.add_task(f"problems {done[0]}/{total}")
+        lanes: dict[str, int] = {}
+
+        def show(slot: str, pid: str, line: str) -> None:
+            if slot not in lanes:
+                lanes[slot] = bar.add_task("")
+            bar.update(lanes[slot], description=f"  {slot} {pid}: {line[:100]}")
+            if line.startswith("= "):
+                done[0] += 1
+                bar.update(overall, description=f"problems {done[0]}/{total}")
+                bar.console.print(f"{pid}: {line[2:]}")
+
+        try:
+            pending = runner.run(show)
+        except KeyboardInterrupt:
+            report.write(out, runner.records())
+            console.print(f"interrupted; rerun the same command to resume ({out})")
+            return 130
+    paths = report.write(out, runner.records())
+    print(report.markdown(report.load(out)))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0 if not pending else 1
+
+
 def _baselines(text: str) -> list[str]:
     return [] if text in ("", "none") else text.split(",")
 
@@ -279,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--time", type=float, default=0.0, help="wall-time budget in seconds (0: none)")
     s.add_argument("--target-sol", type=float, default=90.0, help="stop at this %% of SOL on every shape")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
+    s.add_argument("--shapes", help="benchmark shapes, comma-separated MxN (default: the op's own)")
     s.add_argument("--baselines", default="eager,compile,quack,liger", help="timed beside the best at the end")
     s.add_argument("--out", help="run directory (default: RUNS_DIR/<op>-<target>-<time>)")
     s.add_argument("--runs-dir", default="runs")
@@ -315,6 +380,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser(
+        "eval",
+        help="run the agent over a suite of problems and report metrics (or: eval compare A B)",
+        description="Rerun with the same --out to resume. `llmcompile eval compare A B` puts two evals side by side.",
+    )
+    s.add_argument("suite", help="a suite file (e.g. evals/membound.toml), or 'compare'")
+    s.add_argument("more", nargs="*", help="with compare: the two eval directories")
+    s.add_argument("--llm", default="auto", help="auto (default), openai or offline")
+    s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
+    s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
+    s.add_argument("--samples", type=int, help="candidates per round (default: the suite's budget)")
+    s.add_argument("--rounds", type=int, help="rounds per problem (default: the suite's budget)")
+    s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")
+    s.add_argument("--jobs", type=int, default=1, help="problems at once with --compile-only (no GPU)")
+    s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
+    s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")
+    s.set_defaults(fn=cmd_eval)
     return p
 
 
@@ -334,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.fn(args)
-    except (OpError, TargetError, UsageError) as e:
+    except (OpError, TargetError, UsageError, SuiteError) as e:
         print(f"llmcompile: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

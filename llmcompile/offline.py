@@ -71,7 +71,7 @@ class OfflineProvider:
     name = "offline"
     uses_llm = False
 
-    def __init__(self, spec: OpSpec, dtype: str) -> None:
+    def __init__(self, spec: OpSpec, dtype: str, shapes: list[tuple[int, int]] | None = None) -> None:
         if not spec.reference_module:
             raise ProviderError(
                 f"{spec.name} is a custom op: the offline search only tunes the built-in reference kernels; "
@@ -82,7 +82,7 @@ class OfflineProvider:
         mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
         self.default: R.RowKnobs = getattr(mod.launch, "knobs", R.RowKnobs())
         self.width = {"float32": 32, "bfloat16": 16, "float16": 16}[dtype]
-        self.ns = [n for _, n in spec.shapes()]
+        self.ns = sorted({n for _, n in shapes or spec.shapes()})
         self.state = {n: _PerN(self.default) for n in self.ns}
 
     def _next_for(self, n: int, taken: set[str]) -> R.RowKnobs | None:

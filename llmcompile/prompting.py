@@ -50,9 +50,10 @@ class PromptContext:
     target: Target
     target_pct: float
     sol_tbs: float | None = None
+    shapes: list[tuple[int, int]] | None = None  # benchmark shapes; None: the spec's own
 
-    def shapes(self) -> list[tuple[int, int, int]]:
-        return [(m, n, self.spec.bytes_moved(m, n, self.dtype)) for m, n in self.spec.shapes()]
+    def shape_bytes(self) -> list[tuple[int, int, int]]:
+        return [(m, n, self.spec.bytes_moved(m, n, self.dtype)) for m, n in self.shapes or self.spec.shapes()]
 
 
 def _cute_version() -> str:
@@ -80,7 +81,7 @@ def task_prompt(ctx: PromptContext) -> str:
         spec=ctx.spec,
         dtype=ctx.dtype,
         target=ctx.target,
-        shapes=ctx.shapes(),
+        shapes=ctx.shape_bytes(),
         target_pct=ctx.target_pct,
         sol_tbs=ctx.sol_tbs,
         template_source=reference_source("reduce"),

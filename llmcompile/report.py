@@ -56,7 +56,11 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
                 b.source,
                 spec,
                 cfg.dtype,
-                JudgeOptions(stages=("static", "compile", "profile"), baselines=cfg.baselines),
+                JudgeOptions(
+                    stages=("static", "compile", "profile"),
+                    baselines=cfg.baselines,
+                    profile_shapes=cfg.profile_shapes(),
+                ),
             )
             if again.passed:
                 final = again

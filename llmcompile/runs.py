@@ -46,6 +46,10 @@ class RunConfig:
     compile_only: bool = False
     baselines: list[str] = field(default_factory=lambda: ["eager", "compile", "quack", "liger"])
     replay_from: str = ""
+    shapes: list[list[int]] = field(default_factory=list)  # benchmark [M, N]s; empty: the op's own
+
+    def profile_shapes(self) -> list[tuple[int, int]] | None:
+        return [(int(m), int(n)) for m, n in self.shapes] or None
 
 
 class RunStore:

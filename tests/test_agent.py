@@ -10,8 +10,6 @@ the offline agent with the real judge end to end.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from llmcompile.ops import get_op
 from llmcompile.providers import OpenAIProvider, ProviderError, ReplayProvider, Slot
 from llmcompile.runs import RunConfig, RunStore
 from tests.bad_kernels import BASE
+from tests.llm_server import ScriptedServer
 
 
 def _answer(code: str, note: str) -> str:
@@ -36,48 +35,6 @@ ANSWERS = [
     _answer(BASE + "# SCRIPT: slow\n", "fixed the indexing"),
     _answer(BASE + "# SCRIPT: fast\n", "vectorised"),
 ]
-
-
-class ScriptedServer:
-    """/v1/chat/completions answering from a queue of (status, headers, body-or-answer)."""
-
-    def __init__(self, script: list[tuple[int, dict, str]]) -> None:
-        self.script = list(script)
-        self.requests: list[dict] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                status, headers, text = outer.script.pop(0)
-                if status == 200:
-                    payload = {
-                        "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": text}}],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-                    }  # fmt: skip
-                else:
-                    payload = {"error": {"message": text, "type": "x"}}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
 
 
 class ScriptedGPUJudge:

@@ -1,0 +1,180 @@
+"""Metrics of an eval, computed from the per-problem run directories the agent wrote.
+
+Definitions (the report states them too):
+- compile@k / correct@k: the fraction of problems where at least one of the first k
+  candidates, in the order they were asked (round, then sample), compiled / was verified
+  correct. k is counted in candidates, not rounds; a run that stopped early with fewer
+  than k candidates counts what it judged.
+- fast_p vs a baseline (KernelBench's definition): the fraction of all problems in the
+  suite whose best kernel is correct and faster than the baseline by more than p. A
+  problem's speedup is the geometric mean over its benchmark shapes of baseline time /
+  kernel time, both timed in the same process on the same inputs.
+- % SOL: the best kernel's throughput on its slowest shape, as % of the device copy
+  bandwidth measured in the same process.
+- cost to the target: rounds, LLM calls, tokens and wall time spent when the best first
+  reached the target % of SOL on every shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmcompile.harness.verdict import PROFILED, SUSPICIOUS, VERIFIED
+
+DONE = "done"  # the agent ran to a stop (a best kernel or not)
+NOT_ATTEMPTED = "not_attempted"  # e.g. a custom op with no LLM: the offline search cannot write it
+FAILED = "failed"  # the agent process failed (its log says why)
+PENDING = "pending"  # not run yet (or interrupted): a rerun of the eval continues it
+
+FAST_P = (1.0, 1.5, 2.0)
+
+
+@dataclass
+class ProblemRecord:
+    id: str
+    op: str
+    dtype: str
+    state: str = PENDING
+    reason: str = ""
+    provider: str = ""
+    llm_used: bool = False
+    compile_only: bool = False
+    statuses: list[str] = field(default_factory=list)  # every candidate's verdict, in asked order
+    compiled: list[bool] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    best_id: str | None = None
+    best_status: str | None = None
+    min_pct_sol: float | None = None
+    mean_pct_sol: float | None = None
+    speedup: dict[str, float] = field(default_factory=dict)  # baseline -> geomean(baseline ms / ours)
+    shapes: list[dict[str, Any]] = field(default_factory=list)
+    first_hit: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 0
+    judged: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    run_dir: str = ""
+
+    @property
+    def best_correct(self) -> bool:
+        return self.best_status in (VERIFIED, PROFILED)
+
+
+def geomean_speedup(shapes: list[dict[str, Any]], baseline: str) -> float | None:
+    logs = [
+        math.log(s["baseline_ms"][baseline] / s["ms"])
+        for s in shapes
+        if s.get("ms") and s.get("baseline_ms", {}).get(baseline)
+    ]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def _compiled(v: dict[str, Any]) -> bool:
+    return bool(v.get("compile") and v["compile"].get("ok"))
+
+
+def _correct(v: dict[str, Any]) -> bool:
+    return bool(v.get("verify") and v["verify"].get("ok"))
+
+
+def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
+    """Fill `rec` from an agent run directory (candidates/*.json and summary.json)."""
+    rec.run_dir = str(run_dir)
+    cands = []
+    for f in (run_dir / "candidates").glob("*.json"):
+        c = json.loads(f.read_text())
+        cands.append((c["round"], c["sample"], c["verdict"]))
+    cands.sort(key=lambda c: (c[0], c[1]))
+    rec.statuses = [v["status"] for _, _, v in cands]
+    rec.compiled = [_compiled(v) for _, _, v in cands]
+    rec.correct = [_correct(v) for _, _, v in cands]
+    sp = run_dir / "summary.json"
+    if not sp.is_file():
+        return rec
+    s = json.loads(sp.read_text())
+    cfg_path = run_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    rec.provider = s.get("provider", "")
+    rec.llm_used = bool(s.get("llm_used"))
+    rec.compile_only = bool(cfg.get("compile_only"))
+    rec.first_hit = s.get("first_hit") or {}
+    rec.rounds = s.get("rounds", 0)
+    rec.judged = s.get("judged", 0)
+    rec.usage = s.get("usage", {})
+    rec.wall_s = s.get("wall_s", 0.0)
+    best = s.get("best")
+    if best:
+        rec.best_id = best["id"]
+        rec.best_status = best["status"]
+        if best["status"] in (PROFILED, SUSPICIOUS) and best.get("shapes"):
+            rec.min_pct_sol = best["min_pct_sol"]
+            rec.mean_pct_sol = best["mean_pct_sol"]
+            rec.shapes = best["shapes"]
+            for b in sorted({k for sh in best["shapes"] for k in sh.get("baseline_ms", {})}):
+                g = geomean_speedup(best["shapes"], b)
+                if g is not None:
+                    rec.speedup[b] = g
+    return rec
+
+
+def at_k(flags: list[bool], k: int) -> bool:
+    return any(flags[:k])
+
+
+def _frac(xs: list[bool]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def aggregate(
+    records: list[ProblemRecord],
+    ks: list[int],
+    baselines: list[str],
+    target_sol: float = 90.0,
+) -> dict[str, Any]:
+    """Suite-level metrics; every fraction is over all problems, whatever state they are in."""
+    n = len(records)
+    measured = [r for r in records if r.state == DONE and not r.compile_only]
+    out: dict[str, Any] = {
+        "problems": n,
+        "states": {st: sum(r.state == st for r in records) for st in (DONE, NOT_ATTEMPTED, FAILED, PENDING)},
+        "compile_at": {str(k): _frac([at_k(r.compiled, k) for r in records]) for k in ks},
+        # correctness needs the GPU: not measured when every problem ran compile-only
+        "correct_at": ({str(k): _frac([at_k(r.correct, k) for r in records]) for k in ks} if measured else None),
+        "fast_p": (
+            {
+                b: {str(p): _frac([r.best_correct and r.speedup.get(b, 0.0) > p for r in records]) for p in FAST_P}
+                for b in baselines
+            }
+            if measured
+            else None
+        ),
+    }
+    sols = [r.min_pct_sol or 0.0 for r in records]
+    out["sol"] = (
+        {
+            "median_min_pct": statistics.median(sols) if sols else 0.0,
+            "mean_min_pct": statistics.fmean(sols) if sols else 0.0,
+            "reached_target": sum(s >= target_sol for s in sols),
+            "target_pct": target_sol,
+        }
+        if measured
+        else None
+    )
+    hits = [r.first_hit for r in records if r.first_hit]
+    cost: dict[str, Any] = {"reached": len(hits)}
+    for key in ("round", "llm_calls", "tokens", "wall_s"):
+        vals = [h[key] + (1 if key == "round" else 0) for h in hits if key in h]
+        name = "rounds" if key == "round" else key
+        cost[name] = {"median": statistics.median(vals), "max": max(vals)} if vals else None
+    out["cost_to_target"] = cost
+    out["usage"] = {
+        "requests": sum(r.usage.get("requests", 0) for r in records),
+        "tokens": sum(r.usage.get("prompt_tokens", 0) + r.usage.get("completion_tokens", 0) for r in records),
+        "wall_s": sum(r.wall_s for r in records),
+    }
+    return out

@@ -1,0 +1,217 @@
+"""What an eval produced, for people and programs: results.json (everything), report.md (the
+aggregate, then one row per problem), sol.png and speedup.png; and two evals side by side."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from llmcompile.evals import metrics as M
+from llmcompile.evals.suite import SuiteError
+
+DEFINITIONS = """\
+Definitions. compile@k / correct@k: share of problems where one of the first k candidates (in
+the order asked: round, then sample) compiled / was verified correct. fast_p: share of all
+problems whose best kernel is correct and more than p times faster than the baseline
+(geometric mean over the benchmark shapes, timed in the same process on the same inputs).
+% SOL: the best kernel's slowest shape, as % of the device copy bandwidth measured beside it.
+Cost to target: what was spent when the best first reached the target on every shape."""
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _num(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def build(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Any]:
+    head = json.loads((eval_dir / "eval.json").read_text())
+    suite, opts = head["suite"], head["options"]
+    samples = opts.get("samples") or max((p["budget"]["samples"] for p in suite["problems"]), default=1)
+    rounds = opts.get("rounds") or max((p["budget"]["rounds"] for p in suite["problems"]), default=1)
+    ks = sorted({1, samples, samples * rounds})
+    target = max((p["budget"]["target_sol"] for p in suite["problems"]), default=90.0)
+    baselines = [b for b in ("eager", "compile") if b in suite["baselines"]]
+    agg = M.aggregate(records, ks, baselines, target)
+    return {"eval": head, "ks": ks, "aggregate": agg, "problems": [asdict(r) for r in records]}
+
+
+def write(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Path]:
+    res = build(eval_dir, records)
+    paths = {k: eval_dir / n for k, n in (("json", "results.json"), ("md", "report.md"))}
+    tmp = eval_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1))
+    tmp.replace(paths["json"])
+    paths["md"].write_text(markdown(res))
+    paths["sol"] = eval_dir / "sol.png"
+    paths["speedup"] = eval_dir / "speedup.png"
+    plot_sol(res, paths["sol"])
+    plot_speedup(res, paths["speedup"])
+    return paths
+
+
+def load(eval_dir: Path) -> dict[str, Any]:
+    p = eval_dir / "results.json"
+    if not p.is_file():
+        raise SuiteError(f"{eval_dir}: no results.json (not an eval directory, or it has not reported yet)")
+    return json.loads(p.read_text())
+
+
+def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
+    a = res["aggregate"]
+    rows = [("problems", str(a["problems"]))]
+    rows.append(("states", ", ".join(f"{k} {v}" for k, v in a["states"].items() if v)))
+    for k, v in a["compile_at"].items():
+        rows.append((f"compile@{k}", _pct(v)))
+    for k in a["compile_at"]:
+        rows.append((f"correct@{k}", _pct(a["correct_at"][k]) if a["correct_at"] else "not measured (compile-only)"))
+    for b, ps in (a["fast_p"] or {}).items():
+        for p, v in ps.items():
+            rows.append((f"fast_{float(p):g} vs {b}", _pct(v)))
+    if a["sol"]:
+        s = a["sol"]
+        rows.append(("median % SOL (slowest shape)", f"{s['median_min_pct']:.1f}"))
+        rows.append((f"problems >= {s['target_pct']:.0f}% SOL", f"{s['reached_target']} of {a['problems']}"))
+    c = a["cost_to_target"]
+    rows.append(("reached the target", str(c["reached"])))
+    for key, label in (("rounds", "rounds"), ("llm_calls", "LLM calls"), ("tokens", "tokens"), ("wall_s", "wall s")):
+        if c.get(key):
+            rows.append((f"cost to target: {label} (median / max)", f"{c[key]['median']:.0f} / {c[key]['max']:.0f}"))
+    u = a["usage"]
+    rows.append(("total LLM calls / tokens / agent wall s", f"{u['requests']} / {u['tokens']} / {u['wall_s']:.0f}"))
+    return rows
+
+
+def markdown(res: dict[str, Any]) -> str:
+    ev = res["eval"]
+    suite, opts = ev["suite"], ev["options"]
+    llm = opts["llm"] + (f" ({opts['model']})" if opts.get("model") else "")
+    out = [
+        f"# Eval: {suite['name']} on {suite['target']} with {llm}",
+        "",
+        f"Started {ev.get('started', '?')}; torch {ev.get('torch', '?')}, CuTe DSL {ev.get('cutlass', '?')}, "
+        f"GPU {ev.get('gpu') or 'none'}."
+        + (" Compile-only: nothing was run on a GPU." if opts["compile_only"] else ""),
+        "" if opts["llm"] != "offline" else "No LLM was used (offline search): custom ops are not attempted.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    out += [f"| {k} | {v} |" for k, v in aggregate_table(res)]
+    ks = res["ks"]
+    out += [
+        "",
+        "| problem | state | candidates | compiled@" + "/".join(map(str, ks)) + " | correct@" + "/".join(map(str, ks))
+        + " | best | % SOL min / mean | x eager | x compile | to target: rounds / calls / tokens / s |",
+        "|---" * 10 + "|",
+    ]  # fmt: skip
+    for p in res["problems"]:
+        comp = "/".join("y" if any(p["compiled"][:k]) else "n" for k in ks)
+        corr = "/".join("y" if any(p["correct"][:k]) else "n" for k in ks) if not p["compile_only"] else "n/a"
+        hit = p["first_hit"]
+        cost = (
+            f"{hit['round'] + 1} / {hit['llm_calls']} / {hit['tokens']} / {hit['wall_s']:.0f}" if hit else "not reached"
+        )
+        sol = f"{_num(p['min_pct_sol'])} / {_num(p['mean_pct_sol'])}" if p["min_pct_sol"] is not None else "-"
+        state = p["state"] + (f": {p['reason']}" if p["reason"] else "")
+        out.append(
+            f"| {p['id']} | {state} | {len(p['statuses'])} | {comp} | {corr} | {p['best_status'] or '-'} | {sol} | "
+            f"{_num(p['speedup'].get('eager'), '{:.2f}')} | {_num(p['speedup'].get('compile'), '{:.2f}')} | {cost} |"
+        )
+    out += ["", DEFINITIONS, ""]
+    return "\n".join(out)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sol(res: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    probs = res["problems"]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(probs) + 1.5))
+    ys = range(len(probs))
+    vals = [p["min_pct_sol"] or 0.0 for p in probs]
+    colors = ["tab:green" if p["min_pct_sol"] is not None else "lightgray" for p in probs]
+    ax.barh(list(ys), vals, color=colors)
+    for y, p in zip(ys, probs):
+        if p["min_pct_sol"] is None:
+            ax.text(1, y, p["state"] if p["state"] != "done" else (p["best_status"] or "no kernel"), va="center",
+                    fontsize=7)  # fmt: skip
+    target = res["aggregate"]["sol"]["target_pct"] if res["aggregate"]["sol"] else 90.0
+    ax.axvline(target, color="k", linestyle="--", linewidth=1, label=f"target {target:.0f}%")
+    ax.set_yticks(list(ys), [p["id"] for p in probs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of device copy bandwidth, slowest benchmark shape")
+    ax.set_xlim(0, max(110, max(vals, default=0) + 5))
+    ax.legend(fontsize=7)
+    ax.set_title(f"{res['eval']['suite']['name']}: best kernel per problem ({res['eval']['options']['llm']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_speedup(res: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    drawn = False
+    for i, b in enumerate(("eager", "compile")):
+        pts = sorted(p["speedup"][b] for p in res["problems"] if b in p["speedup"])
+        if pts:
+            drawn = True
+            ax.plot(range(1, len(pts) + 1), pts, marker="o", linestyle="-", label=f"vs {b}", color=f"C{i}")
+    for p in M.FAST_P:
+        ax.axhline(p, color="gray", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("problems with a correct kernel, sorted")
+    ax.set_ylabel("speedup (geomean over shapes)")
+    ax.set_title("Speedup distribution (dotted: p = 1, 1.5, 2)")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no correct, timed kernel", transform=ax.transAxes, ha="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def compare(a_dir: Path, b_dir: Path) -> str:
+    a, b = load(a_dir), load(b_dir)
+    name = [f"A: {a_dir}", f"B: {b_dir}"]
+    out = [f"# {name[0]} vs {name[1]}", "", "| metric | A | B |", "|---|---|---|"]
+    ra, rb = dict(aggregate_table(a)), dict(aggregate_table(b))
+    for k in dict.fromkeys(list(ra) + list(rb)):
+        out.append(f"| {k} | {ra.get(k, '-')} | {rb.get(k, '-')} |")
+    pa = {p["id"]: p for p in a["problems"]}
+    pb = {p["id"]: p for p in b["problems"]}
+    out += [
+        "",
+        "| problem | A % SOL | B % SOL | A x eager | B x eager | A x compile | B x compile | A to target s | B to target s |",
+        "|---" * 9 + "|",
+    ]
+
+    def cells(p: dict[str, Any] | None) -> tuple[str, str, str, str]:
+        if p is None:
+            return ("absent",) * 4
+        hit = p["first_hit"]
+        return (
+            _num(p["min_pct_sol"]) if p["min_pct_sol"] is not None else p["best_status"] or p["state"],
+            _num(p["speedup"].get("eager"), "{:.2f}"),
+            _num(p["speedup"].get("compile"), "{:.2f}"),
+            f"{hit['wall_s']:.0f}" if hit else "-",
+        )
+
+    for pid in dict.fromkeys(list(pa) + list(pb)):
+        ca, cb = cells(pa.get(pid)), cells(pb.get(pid))
+        out.append(f"| {pid} | " + " | ".join(f"{x} | {y}" for x, y in zip(ca, cb)) + " |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,250 @@
+"""Run a suite: the agent on every problem, one `llmcompile run` process per problem, as many
+at once as there are GPUs (each process sees one through CUDA_VISIBLE_DEVICES).
+
+The eval directory:
+    eval.json              the suite and options it was started with (a rerun must match)
+    problems/<id>/         the agent's run directory for that problem (kept whole)
+    problems/<id>.log      the agent process's output
+    problems/<id>.json     how the problem ended: done, not_attempted or failed, and why
+    results.json, report.md, sol.png, speedup.png   (llmcompile.evals.report)
+
+A rerun with the same --out skips finished problems and resumes interrupted ones
+(`llmcompile run --resume`), so an interrupted eval loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from llmcompile.evals.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
+from llmcompile.evals.suite import Problem, Suite, SuiteError
+
+
+@dataclass
+class EvalOptions:
+    llm: str = "auto"  # auto | openai | offline
+    model: str = ""
+    base_url: str = ""
+    samples: int | None = None  # overrides the suite's budget
+    rounds: int | None = None
+    compile_only: bool = False
+    gpus: str = "all"  # all | a count
+    jobs: int = 1  # problems at once in compile-only runs (no GPU)
+
+    def resolved_llm(self) -> str:
+        if self.llm != "auto":
+            return self.llm
+        return "openai" if self.model and os.environ.get("OPENAI_API_KEY") else "offline"
+
+
+def gpu_slots(gpus: str) -> list[str]:
+    """CUDA device ids to run on, one problem at a time on each."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if gpus == "all":
+        n = count
+    else:
+        try:
+            n = int(gpus)
+        except ValueError:
+            raise SuiteError(f"--gpus takes 'all' or a count, not {gpus!r}") from None
+        if n > count:
+            raise SuiteError(f"--gpus {n}: only {count} CUDA GPU(s) visible")
+    return [str(i) for i in range(n)]
+
+
+def problem_command(p: Problem, suite: Suite, opts: EvalOptions, run_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "llmcompile", "run"]
+    if (run_dir / "state.json").is_file() and (run_dir / "config.json").is_file():
+        return cmd + ["--resume", str(run_dir)]
+    b = p.budget
+    cmd += [
+        p.op, "--target", suite.target, "--dtype", p.dtype, "--llm", opts.resolved_llm(),
+        "--samples", str(opts.samples or b.samples), "--rounds", str(opts.rounds or b.rounds),
+        "--max-tokens", str(b.max_tokens), "--time", str(b.time_s), "--target-sol", str(b.target_sol),
+        "--baselines", ",".join(suite.baselines) or "none", "--out", str(run_dir),
+    ]  # fmt: skip
+    if opts.model:
+        cmd += ["--model", opts.model]
+    if opts.base_url:
+        cmd += ["--base-url", opts.base_url]
+    if opts.compile_only:
+        cmd.append("--compile-only")
+    if p.shapes:
+        cmd += ["--shapes", ",".join(f"{m}x{n}" for m, n in p.shapes)]
+    return cmd
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 2048))
+            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else ""
+    except OSError:
+        return ""
+
+
+def _error_of(log: Path) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
+    errs = [ln for ln in lines if "error" in ln.lower()]
+    return (errs or lines or ["(no output)"])[-1].strip()[:500]
+
+
+class EvalRunner:
+    def __init__(self, suite: Suite, opts: EvalOptions, out: Path) -> None:
+        self.suite, self.opts, self.out = suite, opts, out
+        self.pdir = out / "problems"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._stop = threading.Event()
+
+    # ---------------------------------------------------------------- bookkeeping
+
+    def start(self) -> None:
+        """Write eval.json, or check that an existing one describes the same eval."""
+        self.pdir.mkdir(parents=True, exist_ok=True)
+        head = {
+            "suite": asdict(self.suite),
+            "options": {**asdict(self.opts), "llm": self.opts.resolved_llm()},
+        }
+        path = self.out / "eval.json"
+        if path.is_file():
+            old = json.loads(path.read_text())
+            same = [p["id"] for p in old["suite"]["problems"]] == [p.id for p in self.suite.problems] and {
+                k: old["options"].get(k) for k in ("llm", "model", "samples", "rounds", "compile_only")
+            } == {k: head["options"][k] for k in ("llm", "model", "samples", "rounds", "compile_only")}
+            if not same:
+                raise SuiteError(
+                    f"{self.out} holds an eval of another suite or with other options; give a new --out "
+                    "(or the same suite and options to resume it)"
+                )
+            return
+        from llmcompile.bench import versions
+
+        path.write_text(json.dumps({**head, "started": time.strftime("%Y-%m-%d %H:%M:%S"), **versions()}, indent=1))
+
+    def outcome(self, p: Problem) -> dict[str, Any] | None:
+        f = self.pdir / f"{p.id}.json"
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    def record(self, p: Problem) -> ProblemRecord:
+        rec = ProblemRecord(p.id, p.op, p.dtype)
+        o = self.outcome(p)
+        if o:
+            rec.state, rec.reason = o["state"], o.get("reason", "")
+        run_dir = self.pdir / p.id
+        return collect(rec, run_dir) if run_dir.is_dir() else rec
+
+    def records(self) -> list[ProblemRecord]:
+        return [self.record(p) for p in self.suite.problems]
+
+    def _finish(self, p: Problem, state: str, reason: str, rc: int | None, wall: float) -> None:
+        data = {"state": state, "reason": reason, "rc": rc, "wall_s": wall, "t": time.time()}
+        tmp = self.pdir / f"{p.id}.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.pdir / f"{p.id}.json")
+
+    # ---------------------------------------------------------------- running
+
+    def todo(self) -> list[Problem]:
+        return [p for p in self.suite.problems if not self.outcome(p)]
+
+    def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
+        if p.custom and self.opts.resolved_llm() == "offline":
+            reason = "custom op and no LLM: the offline search only tunes the built-in reference kernels"
+            self._finish(p, NOT_ATTEMPTED, reason, None, 0.0)
+            return NOT_ATTEMPTED
+        run_dir = self.pdir / p.id
+        log = self.pdir / f"{p.id}.log"
+        env = dict(os.environ)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+        t0 = time.perf_counter()
+        with open(log, "ab") as fh:
+            fh.write(f"\n$ {' '.join(problem_command(p, self.suite, self.opts, run_dir))}\n".encode())
+            fh.flush()
+            proc = subprocess.Popen(
+                problem_command(p, self.suite, self.opts, run_dir),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # a terminal Ctrl-C reaches only us; we forward it once
+            )
+            self._procs[p.id] = proc
+            while proc.poll() is None:
+                show(_last_line(log))
+                time.sleep(0.5)
+        self._procs.pop(p.id, None)
+        rc = proc.returncode
+        wall = time.perf_counter() - t0
+        if self._stop.is_set() or rc == 130:
+            return PENDING  # interrupted: no outcome, so a rerun resumes it
+        if rc in (0, 1) and (run_dir / "summary.json").is_file():
+            self._finish(p, DONE, "", rc, wall)
+            return DONE
+        self._finish(p, FAILED, _error_of(log), rc, wall)
+        return FAILED
+
+    def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:
+        """Run every problem without an outcome; returns how many are still pending."""
+        self.start()
+        work: queue.Queue[Problem] = queue.Queue()
+        for p in self.todo():
+            work.put(p)
+        if self.opts.compile_only:
+            slots: list[str | None] = [None] * max(1, self.opts.jobs)
+        else:
+            slots = list(gpu_slots(self.opts.gpus))
+            if not slots:
+                raise SuiteError("no CUDA GPU is visible: run the eval with --compile-only, or on the target GPU")
+
+        def worker(i: int, device: str | None) -> None:
+            name = f"gpu{device}" if device is not None else f"job{i}"
+            while not self._stop.is_set():
+                try:
+                    p = work.get_nowait()
+                except queue.Empty:
+                    break
+                progress(name, p.id, "starting")
+                state = self.run_one(p, device, lambda line, pid=p.id: progress(name, pid, line))
+                progress(name, p.id, f"= {state}")
+            progress(name, "", "idle")
+
+        threads = [threading.Thread(target=worker, args=(i, d), daemon=True) for i, d in enumerate(slots)]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.5)
+        except KeyboardInterrupt:
+            self.interrupt()
+            for t in threads:
+                t.join(timeout=120)
+            raise
+        return len(self.todo())
+
+    def interrupt(self) -> None:
+        """Ctrl-C: each agent process saves its state and stops; a rerun resumes them."""
+        self._stop.set()
+        for proc in list(self._procs.values()):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.time() + 90
+        for proc in list(self._procs.values()):
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()

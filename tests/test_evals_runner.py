@@ -1,0 +1,124 @@
+"""CPU (CI): a small suite end to end, compile-only, through `llmcompile eval` with a scripted
+OpenAI-compatible server on loopback. The agent runs in its own processes (two at once) and
+reaches the server through the real `openai` client.
+
+softmax-bf16   answered with an honest kernel: compiles
+swiglu-bf16    (a KernelBench file) answered with a kernel that never compiles
+rmsnorm-fp32   answered with prose and no code: rejected before compiling
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmcompile.cli import main
+from tests.bad_kernels import BASE
+from tests.llm_server import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[1]
+NEVER_COMPILES = BASE.replace("    inv = 1.0 / s\n", "    inv = 1.0 / s * scale\n")
+
+SUITE = f"""
+name = "tiny"
+baselines = ["eager", "compile"]
+[budget]
+rounds = 2
+samples = 1
+[[problem]]
+op = "softmax"
+dtypes = ["bf16"]
+shapes = ["64x1024"]
+[[problem]]
+file = "{ROOT / "evals/problems/swiglu.py"}"
+[[problem]]
+op = "rmsnorm"
+dtypes = ["fp32"]
+shapes = ["64x1024"]
+"""
+
+
+def _respond(body: dict) -> tuple[int, dict, str]:
+    task = body["messages"][1]["content"]
+    if "SwiGLU" in task:
+        return 200, {}, f"```python\n{NEVER_COMPILES}```"
+    if "rms_norm" in task or "rmsnorm" in task.split("\n", 3)[0].lower():
+        return 200, {}, "I would use a two-pass reduction, but I cannot write it now."
+    return 200, {}, f"```python\n{BASE}```"
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    s = ScriptedServer(_respond)
+    yield s
+    s.close()
+
+
+def test_small_suite_compile_only(tmp_path: Path, server: ScriptedServer, capsys) -> None:
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(SUITE)
+    out = tmp_path / "eval"
+    argv = ["eval", str(suite), "--llm", "openai", "--model", "m", "--base-url", server.url,
+            "--compile-only", "--jobs", "2", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    probs = {p["id"]: p for p in res["problems"]}
+    assert set(probs) == {"softmax-bf16", "swiglu-bf16", "rmsnorm-fp32"}
+    assert probs["softmax-bf16"]["compiled"] == [True, True] and probs["softmax-bf16"]["best_status"] == "compiled"
+    assert probs["swiglu-bf16"]["statuses"] == ["compile_error", "compile_error"]
+    assert probs["rmsnorm-fp32"]["statuses"] == ["static_rejected", "static_rejected"]
+    assert all(p["state"] == "done" and p["llm_used"] for p in probs.values())
+    a = res["aggregate"]
+    assert res["ks"] == [1, 2] and a["compile_at"] == {"1": pytest.approx(1 / 3), "2": pytest.approx(1 / 3)}
+    assert a["correct_at"] is None and a["fast_p"] is None  # compile-only: not measured, not zero
+    assert a["usage"]["requests"] == 6 and a["usage"]["tokens"] == 6 * 110
+    assert len(server.requests) == 6
+    for f in ("report.md", "sol.png", "speedup.png", "eval.json"):
+        assert (out / f).stat().st_size > 0
+    for pid in probs:  # every per-problem run directory is kept, with its transcript
+        assert (out / "problems" / pid / "transcript.jsonl").is_file()
+    md = (out / "report.md").read_text()
+    assert "| compile@1 | 33% |" in md and "not measured (compile-only)" in md
+
+    # a rerun resumes: finished problems are neither asked nor judged again
+    assert main(argv) == 0
+    assert len(server.requests) == 6
+
+    # an interrupted problem (its outcome not yet written) resumes from its own state
+    (out / "problems" / "softmax-bf16.json").unlink()
+    (out / "problems" / "softmax-bf16" / "summary.json").unlink()
+    assert main(argv) == 0
+    assert len(server.requests) == 6
+    assert json.loads((out / "problems" / "softmax-bf16" / "summary.json").read_text())["best"]["id"] == "c00_00"
+    assert "--resume" in (out / "problems" / "softmax-bf16.log").read_text()
+
+    # the same directory with other options is refused, not mixed
+    assert main([*argv[:-2], "--samples", "3", "--out", str(out)]) == 2
+    assert "another suite or with other options" in capsys.readouterr().err
+
+    capsys.readouterr()
+    assert main(["eval", "compare", str(out), str(out)]) == 0
+    cmp = capsys.readouterr().out
+    assert "| compile@1 | 33% | 33% |" in cmp and "| swiglu-bf16 |" in cmp
+
+
+def test_eval_usage_errors(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["eval", str(tmp_path / "none.toml")]) == 2
+    assert "no such suite file" in capsys.readouterr().err
+    assert main(["eval", "compare", str(tmp_path)]) == 2
+    assert "two eval directories" in capsys.readouterr().err
+    assert main(["eval", "compare", str(tmp_path), str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[problem]]\nop = "softmax"\n')
+    assert main(["eval", str(suite), "--llm", "openai"]) == 2
+    assert "needs --model" in capsys.readouterr().err
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["eval", str(suite), "--out", str(tmp_path / "e")]) == 2
+        assert "no CUDA GPU is visible" in capsys.readouterr().err

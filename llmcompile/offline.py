@@ -31,10 +31,13 @@ def knobs_repr(k: R.RowKnobs) -> str:
     return f"RowKnobs({', '.join(parts)})"
 
 
-def neighbours(k: R.RowKnobs) -> list[R.RowKnobs]:
-    """Knob sets one step from `k`, most promising first (staging and thread shape first:
-    they moved the most on the H100)."""
+def neighbours(k: R.RowKnobs, columns: bool = False) -> list[R.RowKnobs]:
+    """Knob sets one step from `k`, most promising first (staging, how per-column vectors
+    are loaded, thread shape: they moved the most on the H100). `columns`: the op has
+    per-column vectors (a norm's weight), so RowKnobs.columns matters."""
     out: list[R.RowKnobs] = []
+    if columns:
+        out += [dataclasses.replace(k, columns=c) for c in R.COLUMN_MODES if c != k.columns]
     for s in (True, False, None):
         if s != k.stage_smem:
             out.append(dataclasses.replace(k, stage_smem=s))
@@ -82,12 +85,13 @@ class OfflineProvider:
         mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
         self.default: R.RowKnobs = getattr(mod.launch, "knobs", R.RowKnobs())
         self.width = {"float32": 32, "bfloat16": 16, "float16": 16}[dtype]
+        self.columns = any(t.dims == ("N",) for t in spec.inputs)
         self.ns = sorted({n for _, n in shapes or spec.shapes()})
         self.state = {n: _PerN(self.default) for n in self.ns}
 
     def _next_for(self, n: int, taken: set[str]) -> R.RowKnobs | None:
         st = self.state[n]
-        for k in neighbours(st.best):
+        for k in neighbours(st.best, self.columns):
             r = knobs_repr(k)
             if r not in st.tried and r not in taken and valid(k, n, self.width):
                 return k

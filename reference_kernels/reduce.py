@@ -82,6 +82,12 @@ class RowKnobs:
     # costs more residency than the staging gains (measured on H100: 2.78 vs 2.98 TB/s)
     stage_smem: bool | None = None
     online: bool = True  # one fused reduction of (max, sum) instead of two passes
+    # Per-column vectors (a norm's weight, bias): "early" into registers before the row's
+    # reduction (their latency hides there, but they hold registers throughout); "late" into
+    # registers after it (only the row is live while it is reduced, so a long row keeps a
+    # plain row op's tiling and residency); "smem": cp.async into shared memory before, read
+    # back after (early's latency hiding at late's register cost). None: the op's table.
+    columns: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,30 @@ def resolve_tiling(
             f"(limit 256): raise threads_per_row or cluster_n"
         )
     return tiling
+
+
+COLUMN_MODES = ("early", "late", "smem")
+
+
+def resolve_with_columns(
+    knobs: RowKnobs,
+    width_bits: int,
+    n: int,
+    widest_bits: int,
+    columns: int,
+    table: tuple[tuple[int | None, str], ...],
+) -> tuple[RowTiling, str]:
+    """The tiling for an op holding `columns` per-column vectors beside the row, and how it
+    loads them (RowKnobs.columns, else the op's limit `table` by N). Early, each vector
+    takes registers for the whole kernel, which the tiling pays for with more threads or
+    CTAs per row; late and smem keep the tiling of the row alone."""
+    mode = knobs.columns or pick(table, n)  # type: ignore[arg-type]
+    if mode not in COLUMN_MODES:
+        raise ValueError(f"columns={mode!r} must be one of {', '.join(COLUMN_MODES)}")
+    tiling = resolve_tiling(knobs, width_bits, n, widest_bits, arrays=1 + columns if mode == "early" else 1)
+    if mode == "smem" and tiling.vec * widest_bits < 32:
+        mode = "late"  # cp.async moves 4, 8 or 16 bytes: narrower vectors load directly
+    return tiling, mode
 
 
 # --------------------------------------------------------------------------- copies
@@ -324,14 +354,52 @@ def load_columns(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
     """A per-column vector (a norm's weight or bias, shape (N,)) in the same partition as
     the row, so that it lines up element for element with `load_row`'s registers."""
     t = ctx.tiling
-    # View the vector as a tile of identical rows (row stride 0).
-    mV2 = cute.make_tensor(mV.iterator, cute.make_layout((t.rows_per_cta, t.n), stride=(0, 1)))
-    tXgV = ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mV2, t.tiler_mn, (0, ctx.cta_col)))
+    tXgV = _column_partition(ctx, mV)  # the vector viewed as a tile of identical rows (row stride 0)
     tXrV = cute.make_rmem_tensor_like(tXgV)
     if const_expr(not t.even_n):
         tXrV.fill(0.0)
     cute.copy(copy_atom(mV.element_type, t.vec), tXgV, tXrV, pred=ctx.pred)
     return tXrV
+
+
+def _column_partition(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
+    t = ctx.tiling
+    mV2 = cute.make_tensor(mV.iterator, cute.make_layout((t.rows_per_cta, t.n), stride=(0, 1)))
+    return ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mV2, t.tiler_mn, (0, ctx.cta_col)))
+
+
+# Plain (traced) helpers rather than @cute.jit: they loop over a Python tuple of vectors.
+def columns_begin(ctx: RowContext, smem: cutlass.memory.SmemAllocator, mode: str, vectors: tuple) -> tuple:
+    """Start loading per-column vectors as RowKnobs.columns says; call before load_row."""
+    if mode == "early":
+        return tuple(load_columns(ctx, v) for v in vectors)
+    if mode == "late":
+        return ()
+    staged = []
+    for v in vectors:
+        layout = cute.make_ordered_layout(ctx.tiling.tiler_mn, order=(1, 0))
+        tXsV = ctx.copy.get_slice(ctx.tidx).partition_D(smem.allocate_tensor(v.element_type, layout, 16))
+        cute.copy(copy_atom(v.element_type, ctx.tiling.vec, is_async=True), _column_partition(ctx, v), tXsV,
+                  pred=ctx.pred)  # fmt: skip
+        staged.append(tXsV)
+    cute.arch.cp_async_commit_group()
+    return tuple(staged)
+
+
+def columns_end(ctx: RowContext, mode: str, vectors: tuple, begun: tuple) -> tuple:
+    """The vectors in registers, in the row's partition; call after the reduction."""
+    if mode == "early":
+        return begun
+    if mode == "late":
+        return tuple(load_columns(ctx, v) for v in vectors)
+    # each thread reads back only what its own cp.async wrote: a wait, no barrier
+    cute.arch.cp_async_wait_group(0)
+    out = []
+    for tXsV in begun:
+        tXrV = cute.make_rmem_tensor_like(tXsV)
+        cute.autovec_copy(tXsV, tXrV)
+        out.append(tXrV)
+    return tuple(out)
 
 
 @cute.jit

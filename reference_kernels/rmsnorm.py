@@ -12,6 +12,11 @@ from cutlass import Float32
 from reference_kernels import reduce as R
 
 OP = "rmsnorm"
+# How the weight reaches registers (RowKnobs.columns), by N. Measured on H100 (TB/s, early/late/smem):
+# fp32 1024x262144 2.65/2.95/2.46 (early's 142 registers leave one CTA per SM); bf16 1024x262144
+# 2.82/2.50/2.64, and early is fastest at every bf16 N.
+COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((None, "early"),)
+COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "late"))
 
 
 class RMSNorm:
@@ -21,7 +26,9 @@ class RMSNorm:
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         widest = max(mO.element_type.width, mW.element_type.width)
-        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], widest, arrays=2)
+        n = mX.shape[1]
+        table = COLUMNS_16BIT if mX.element_type.width <= 16 else COLUMNS_32BIT
+        self.tiling, self.columns = R.resolve_with_columns(self.knobs, mX.element_type.width, n, widest, 1, table)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mO, eps, copy), self.tiling, mX.shape[0], stream)
 
@@ -35,13 +42,13 @@ class RMSNorm:
         scratch = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch,), t, tidx)
 
-        # The weight load is issued before the row's reduction so its latency hides there.
-        w = R.load_columns(ctx, mW).load().to(Float32)
+        begun = R.columns_begin(ctx, smem, self.columns, (mW,))
         x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
         sq = (x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
         (ss,) = R.row_reduce((sq,), R.add, t, scratch)
         rstd = cute.math.rsqrt(ss / t.n + eps, fastmath=True)
-        R.store_row(ctx, x * rstd * w, mO)
+        (rW,) = R.columns_end(ctx, self.columns, (mW,), begun)
+        R.store_row(ctx, x * rstd * rW.load().to(Float32), mO)
 
 
 # Staged on clustered rows too (H100, fp32, N=262144: 2.64 TB/s staged vs 2.56 direct).

@@ -61,3 +61,26 @@ def test_bad_kernel_rejected(judge: Judge, bad) -> None:
     assert v.status == bad.status, v.message
     if bad.checks:
         assert check in bad.checks, v.message
+
+
+SWIGLU = Path(__file__).resolve().parents[1] / "evals/problems/swiglu.py"
+SWIGLU_KERNEL = (Path(__file__).parent / "swiglu_kernel.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "name, source, status",
+    [
+        ("swiglu", SWIGLU_KERNEL, PROFILED),
+        # silu(g) * u without the sigmoid: g * u, wrong everywhere but near 0
+        ("swiglu without sigmoid", SWIGLU_KERNEL.replace("g * sig * ", "g * "), "wrong"),
+    ],
+)
+def test_custom_op_judged(judge: Judge, name: str, source: str, status: str) -> None:
+    """A KernelBench-format problem goes through the same stages as a built-in op."""
+    spec = get_op(str(SWIGLU))
+    v = judge.evaluate(source, spec, spec.dtypes[0], JudgeOptions(baselines=["eager"]))
+    per = " ".join(f"{s.m}x{s.n}:{s.tbs:.2f} TB/s ({s.pct_sol:.0f}%)" for s in v.profile.shapes) if v.profile else ""
+    _record(f"| {name} | swiglu (file) | {spec.dtypes[0]} | {status} | {v.status} | {per or v.message[:160]} |")
+    assert v.status == status, v.message
+    if status == PROFILED:
+        assert v.verify and v.verify.runs >= 6 and v.profile and v.profile.shapes[0].baselines.get("eager")

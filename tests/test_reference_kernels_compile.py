@@ -31,3 +31,28 @@ def test_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[st
         assert spills and max(spills) <= MAX_SPILL_BYTES, (
             f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
         )
+
+
+@pytest.mark.parametrize("mode", ["early", "late", "smem"])
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_every_column_mode_compiles(op: str, mode: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """RowKnobs.columns is a search knob: each mode must build, with 128-bit vectors (smem
+    stages through cp.async) and with N odd (smem falls back to late), in both widths."""
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(RowKnobs(columns=mode))
+    for dtype in ("bfloat16", "float32"):
+        for n in (5001, 131072):
+            assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}") is not None
+            text = "".join(capfd.readouterr())
+            spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+            assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {mode} {dtype} N={n}\n{text[-1500:]}"
+
+
+def test_unknown_column_mode_is_a_clear_error() -> None:
+    from reference_kernels.reduce import RowKnobs, resolve_with_columns
+
+    with pytest.raises(ValueError, match="columns='eager' must be one of early, late, smem"):
+        resolve_with_columns(RowKnobs(columns="eager"), 16, 4096, 16, 1, ((None, "early"),))

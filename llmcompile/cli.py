@@ -22,6 +22,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         outs = ", ".join(t.name for t in s.outputs)
         sc = ", ".join(f"{k}={v}" for k, v in s.scalars.items())
         print(f"  {s.name:14s} {s.summary}  [{ins} -> {outs}{'; ' + sc if sc else ''}]")
+    from llmcompile.kernelbench import load_dir, load_problem
+
+    paths = [Path(p) for p in args.problems] or [p for p in (Path("evals/problems"),) if p.is_dir()]
+    for path in paths:
+        specs = load_dir(path) if path.is_dir() else [load_problem(path)]
+        print(f"custom ops (KernelBench files) in {path}:")
+        for s in specs:
+            dims = ", ".join(f"{t.name}({'x'.join(t.dims)})" for t in s.tensors)
+            print(f"  {s.name:14s} {s.summary}  [{dims}; {s.dtypes[0]}]")
     print("targets:")
     for t in TARGETS.values():
         print(
@@ -323,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("list", help="the ops and targets llmcompile knows")
+    s.add_argument("problems", nargs="*", help="KernelBench-format files or directories (default: ./evals/problems)")
     s.set_defaults(fn=cmd_list)
 
     s = sub.add_parser("doctor", help="check Python, torch, CuTe DSL, GPU and LLM endpoint, with advice")

@@ -42,3 +42,18 @@ def test_bench_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) 
 def test_unknown_target_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "softmax", "--target", "a100"]) == 2
     assert "unknown target 'a100'" in capsys.readouterr().err
+
+
+def test_list_shows_custom_problems(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    from pathlib import Path
+
+    problems = Path(__file__).resolve().parents[1] / "evals/problems"
+    assert main(["list", str(problems)]) == 0
+    out = capsys.readouterr().out
+    assert f"custom ops (KernelBench files) in {problems}" in out
+    for name in ("add_rmsnorm", "swiglu", "l2norm_rows", "mean_dim1", "mse_rows"):
+        assert f"  {name} " in out
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n")
+    assert main(["list", str(bad)]) == 2
+    assert "Model, get_inputs and get_init_inputs" in capsys.readouterr().err

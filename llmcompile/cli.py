@@ -163,12 +163,10 @@ def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple
     import os
 
     from llmcompile.offline import OfflineProvider
-    from llmcompile.providers import OpenAIProvider, ReplayProvider
+    from llmcompile.providers import OpenAIProvider, ReplayProvider, choose_llm
 
-    llm = args.llm
     model = args.model or os.environ.get("LLMCOMPILE_MODEL", "")
-    if llm == "auto":
-        llm = "openai" if model and os.environ.get("OPENAI_API_KEY") else "offline"
+    llm = choose_llm(args.llm, model)
     if llm == "openai":
         if not model:
             raise UsageError("--llm openai needs --model (or LLMCOMPILE_MODEL)")
@@ -325,6 +323,12 @@ def _baselines(text: str) -> list[str]:
     return [] if text in ("", "none") else text.split(",")
 
 
+def _llm_args(s: argparse.ArgumentParser, choices: str) -> None:
+    s.add_argument("--llm", default="auto", help=choices)
+    s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
+    s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llmcompile", description="An agent that writes CuTe-DSL GPU kernels near the memory speed of light."
@@ -342,9 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("op", nargs="?", help="a built-in op or a KernelBench-format .py file")
     s.add_argument("--target", default="h100")
     s.add_argument("--dtype", help="default: bfloat16 where the op takes it")
-    s.add_argument("--llm", default="auto", help="auto (default), openai, offline or replay")
-    s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
-    s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
+    _llm_args(s, "auto (default), openai, offline or replay")
     s.add_argument("--replay", help="RUN_DIR whose transcript answers (with --llm replay)")
     s.add_argument("--samples", type=int, default=4, help="candidates per round")
     s.add_argument("--rounds", type=int, default=6)
@@ -398,9 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("suite", help="a suite file (e.g. evals/membound.toml), or 'compare'")
     s.add_argument("more", nargs="*", help="with compare: the two eval directories")
-    s.add_argument("--llm", default="auto", help="auto (default), openai or offline")
-    s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
-    s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
+    _llm_args(s, "auto (default), openai or offline")
     s.add_argument("--samples", type=int, help="candidates per round (default: the suite's budget)")
     s.add_argument("--rounds", type=int, help="rounds per problem (default: the suite's budget)")
     s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")

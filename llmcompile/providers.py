@@ -22,6 +22,14 @@ from tenacity import RetryCallState, retry, retry_if_exception, stop_after_attem
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 
 
+def choose_llm(llm: str, model: str) -> str:
+    """`auto`: the OpenAI-compatible endpoint when a model and a key are configured, else the
+    offline search (which says so); any other choice stands."""
+    if llm != "auto":
+        return llm
+    return "openai" if model and os.environ.get("OPENAI_API_KEY") else "offline"
+
+
 class ProviderError(RuntimeError):
     """The provider cannot answer: missing key, unknown model, dead endpoint, bad transcript."""
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from llmcompile.evals.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
 from llmcompile.evals.suite import Problem, Suite, SuiteError
+from llmcompile.providers import choose_llm
 
 
 @dataclass
@@ -43,9 +44,7 @@ class EvalOptions:
     jobs: int = 1  # problems at once in compile-only runs (no GPU)
 
     def resolved_llm(self) -> str:
-        if self.llm != "auto":
-            return self.llm
-        return "openai" if self.model and os.environ.get("OPENAI_API_KEY") else "offline"
+        return choose_llm(self.llm, self.model)
 
 
 def gpu_slots(gpus: str) -> list[str]:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from llmcompile.evals.suite import SuiteError
-from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name
+from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name, parse_shape
 from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
 
 
@@ -49,16 +49,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
-    if not text:
-        return None
-    out = []
-    for part in text.split(","):
-        try:
-            m, n = part.lower().split("x")
-            out.append((int(m), int(n)))
-        except ValueError:
-            raise UsageError(f"bad shape {part!r}: write MxN, e.g. 32768x4096") from None
-    return out
+    return [parse_shape(part) for part in text.split(",")] if text else None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

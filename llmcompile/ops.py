@@ -68,6 +68,15 @@ SMALL_M = 32768
 SMALL_N = (256, 512, 1024, 2048)
 
 
+def parse_shape(text: str) -> tuple[int, int]:
+    """'32768x4096' -> (32768, 4096); OpError on anything else."""
+    try:
+        m, n = str(text).lower().split("x")
+        return int(m), int(n)
+    except ValueError:
+        raise OpError(f"bad shape {text!r}: write MxN, e.g. 32768x4096") from None
+
+
 def bench_shapes(elems: int = BENCH_ELEMS) -> list[tuple[int, int]]:
     return [(elems // n, n) for n in BENCH_N]
 

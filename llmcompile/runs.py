@@ -30,6 +30,13 @@ from llmcompile.loader import load
 '''
 
 
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write through a temporary file and rename: an interrupt never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
 @dataclass
 class RunConfig:
     op: str  # built-in name or KernelBench file path
@@ -68,9 +75,7 @@ class RunStore:
             fh.write(json.dumps({"t": time.time(), **rec}) + "\n")
 
     def write_json(self, name: str, data: Any) -> None:
-        tmp = self.path / (name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.path / name)  # atomic: an interrupt never leaves half a file
+        write_json_atomic(self.path / name, data)
 
     def transcript(self, **rec: Any) -> None:
         self._append("transcript.jsonl", rec)

@@ -10,6 +10,7 @@ from typing import Any
 
 from llmcompile.evals import metrics as M
 from llmcompile.evals.suite import SuiteError
+from llmcompile.runs import write_json_atomic
 
 DEFINITIONS = """\
 Definitions. compile@k / correct@k: share of problems where one of the first k candidates (in
@@ -43,9 +44,7 @@ def build(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Any]:
 def write(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Path]:
     res = build(eval_dir, records)
     paths = {k: eval_dir / n for k, n in (("json", "results.json"), ("md", "report.md"))}
-    tmp = eval_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(res, indent=1))
-    tmp.replace(paths["json"])
+    write_json_atomic(paths["json"], res)
     paths["md"].write_text(markdown(res))
     paths["sol"] = eval_dir / "sol.png"
     paths["speedup"] = eval_dir / "speedup.png"

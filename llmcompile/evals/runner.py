@@ -30,6 +30,7 @@ from typing import Any
 from llmcompile.evals.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
 from llmcompile.evals.suite import Problem, Suite, SuiteError
 from llmcompile.providers import choose_llm
+from llmcompile.runs import write_json_atomic
 
 
 @dataclass
@@ -151,9 +152,7 @@ class EvalRunner:
 
     def _finish(self, p: Problem, state: str, reason: str, rc: int | None, wall: float) -> None:
         data = {"state": state, "reason": reason, "rc": rc, "wall_s": wall, "t": time.time()}
-        tmp = self.pdir / f"{p.id}.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.pdir / f"{p.id}.json")
+        write_json_atomic(self.pdir / f"{p.id}.json", data)
 
     # ---------------------------------------------------------------- running
 
@@ -170,12 +169,13 @@ class EvalRunner:
         env = dict(os.environ)
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
+        cmd = problem_command(p, self.suite, self.opts, run_dir)
         t0 = time.perf_counter()
         with open(log, "ab") as fh:
-            fh.write(f"\n$ {' '.join(problem_command(p, self.suite, self.opts, run_dir))}\n".encode())
+            fh.write(f"\n$ {' '.join(cmd)}\n".encode())
             fh.flush()
             proc = subprocess.Popen(
-                problem_command(p, self.suite, self.opts, run_dir),
+                cmd,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llmcompile.ops import BUILTIN, OpError, dtype_name, get_op
+from llmcompile.ops import BUILTIN, OpError, dtype_name, get_op, parse_shape
 from llmcompile.targets import TargetError, get_target
 
 SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -86,14 +86,10 @@ def _budget(raw: Any, base: Budget, where: str) -> Budget:
 
 
 def _shapes(raw: Any, where: str) -> tuple[tuple[int, int], ...]:
-    out = []
-    for s in raw or []:
-        try:
-            m, n = str(s).lower().split("x")
-            out.append((int(m), int(n)))
-        except ValueError:
-            raise SuiteError(f"{where}: bad shape {s!r}; write 'MxN', e.g. '32768x4096'") from None
-    return tuple(out)
+    try:
+        return tuple(parse_shape(s) for s in raw or [])
+    except OpError as e:
+        raise SuiteError(f"{where}: {e}") from None
 
 
 def load_suite(path: str | Path) -> Suite:

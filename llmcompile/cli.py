@@ -91,7 +91,7 @@ def _stage_lines(v) -> list[str]:
     )
     if v.compile:
         c = v.compile
-        res = ", ".join(f"{k.registers} regs/{k.spill_store_bytes} B spill" for k in c.kernels[:2])
+        res = "; ".join(v.resources())
         lines.append(f"compile  {'ok' if c.ok else 'FAILED'} ({c.seconds:.1f} s, N={c.n}) {res}")
     if v.verify:
         r = v.verify

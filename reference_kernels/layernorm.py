@@ -19,6 +19,10 @@ OP = "layernorm"
 # 1024x262144 2.18/2.27/1.93 (fp32 vectors in shared memory cost the second CTA per SM).
 COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
 COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((65536, "early"), (None, "late"))
+# fp32 rows past 64K: 512 threads a row, half the values a thread (H100, late, TB/s, 256 vs 512
+# threads a row): 2048x131072 2.80/2.88, 1024x262144 2.12/2.63. bf16 keeps the template's 256
+# (1024x262144: 2.35 vs 2.18 with smem, 2.26 late).
+THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-1] + ((65536, 256), (None, 512))
 
 
 class LayerNorm:
@@ -29,8 +33,16 @@ class LayerNorm:
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mB: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         widest = max(mO.element_type.width, mW.element_type.width, mB.element_type.width)
         n = mX.shape[1]
-        table = COLUMNS_16BIT if mX.element_type.width <= 16 else COLUMNS_32BIT
-        self.tiling, self.columns = R.resolve_with_columns(self.knobs, mX.element_type.width, n, widest, 2, table)
+        narrow = mX.element_type.width <= 16
+        self.tiling, self.columns = R.resolve_with_columns(
+            self.knobs,
+            mX.element_type.width,
+            n,
+            widest,
+            2,
+            COLUMNS_16BIT if narrow else COLUMNS_32BIT,
+            R.THREADS_PER_ROW if narrow else THREADS_PER_ROW_32BIT,
+        )
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mB, mO, eps, copy), self.tiling, mX.shape[0], stream)
 

@@ -86,7 +86,8 @@ class RowKnobs:
     # reduction (their latency hides there, but they hold registers throughout); "late" into
     # registers after it (only the row is live while it is reduced, so a long row keeps a
     # plain row op's tiling and residency); "smem": cp.async into shared memory before, read
-    # back after (early's latency hiding at late's register cost). None: the op's table.
+    # back after (early's latency hiding at late's register cost; one copy per CTA, shared
+    # by its rows, so more rows a CTA means fewer trips through L2). None: the op's table.
     columns: str | None = None
 
 
@@ -204,6 +205,7 @@ def resolve_with_columns(
     widest_bits: int,
     columns: int,
     table: tuple[tuple[int | None, str], ...],
+    threads_per_row_table: tuple[tuple[int | None, int], ...] = THREADS_PER_ROW,
 ) -> tuple[RowTiling, str]:
     """The tiling for an op holding `columns` per-column vectors beside the row, and how it
     loads them (RowKnobs.columns, else the op's limit `table` by N). Early, each vector
@@ -212,7 +214,8 @@ def resolve_with_columns(
     mode = knobs.columns or pick(table, n)  # type: ignore[arg-type]
     if mode not in COLUMN_MODES:
         raise ValueError(f"columns={mode!r} must be one of {', '.join(COLUMN_MODES)}")
-    tiling = resolve_tiling(knobs, width_bits, n, widest_bits, arrays=1 + columns if mode == "early" else 1)
+    arrays = 1 + columns if mode == "early" else 1
+    tiling = resolve_tiling(knobs, width_bits, n, widest_bits, arrays, threads_per_row_table)
     if mode == "smem" and tiling.vec * widest_bits < 32:
         mode = "late"  # cp.async moves 4, 8 or 16 bytes: narrower vectors load directly
     return tiling, mode
@@ -368,6 +371,15 @@ def _column_partition(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
     return ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mV2, t.tiler_mn, (0, ctx.cta_col)))
 
 
+@cute.jit
+def _stage_columns(ctx: RowContext, mV: cute.Tensor, sV: cute.Tensor):
+    """cp.async this CTA's slice of `mV` into `sV`: the threads of the CTA's first row cover
+    it, since every row of the CTA needs the same columns."""
+    if ctx.tidx < ctx.tiling.threads_per_row:
+        cute.copy(copy_atom(mV.element_type, ctx.tiling.vec, is_async=True), _column_partition(ctx, mV), sV,
+                  pred=ctx.pred)  # fmt: skip
+
+
 # Plain (traced) helpers rather than @cute.jit: they loop over a Python tuple of vectors.
 def columns_begin(ctx: RowContext, smem: cutlass.memory.SmemAllocator, mode: str, vectors: tuple) -> tuple:
     """Start loading per-column vectors as RowKnobs.columns says; call before load_row."""
@@ -375,12 +387,15 @@ def columns_begin(ctx: RowContext, smem: cutlass.memory.SmemAllocator, mode: str
         return tuple(load_columns(ctx, v) for v in vectors)
     if mode == "late":
         return ()
+    t = ctx.tiling
+    # One copy of the CTA's column slice, seen by every row (row stride 0): with several
+    # rows a CTA, each vector crosses L2 once per CTA instead of once per row.
+    broadcast = cute.make_layout(t.tiler_mn, stride=(0, 1))
     staged = []
     for v in vectors:
-        layout = cute.make_ordered_layout(ctx.tiling.tiler_mn, order=(1, 0))
-        tXsV = ctx.copy.get_slice(ctx.tidx).partition_D(smem.allocate_tensor(v.element_type, layout, 16))
-        cute.copy(copy_atom(v.element_type, ctx.tiling.vec, is_async=True), _column_partition(ctx, v), tXsV,
-                  pred=ctx.pred)  # fmt: skip
+        sV = smem.allocate_tensor(v.element_type, cute.make_layout(t.cols_per_cta), 16)
+        tXsV = ctx.copy.get_slice(ctx.tidx).partition_D(cute.make_tensor(sV.iterator, broadcast))
+        _stage_columns(ctx, v, tXsV)
         staged.append(tXsV)
     cute.arch.cp_async_commit_group()
     return tuple(staged)
@@ -392,8 +407,9 @@ def columns_end(ctx: RowContext, mode: str, vectors: tuple, begun: tuple) -> tup
         return begun
     if mode == "late":
         return tuple(load_columns(ctx, v) for v in vectors)
-    # each thread reads back only what its own cp.async wrote: a wait, no barrier
+    # the first row's threads wrote what every row reads: their wait, then a CTA barrier
     cute.arch.cp_async_wait_group(0)
+    cute.arch.barrier()
     out = []
     for tXsV in begun:
         tXrV = cute.make_rmem_tensor_like(tXsV)

@@ -102,6 +102,8 @@ def test_loop_converges_through_openai_client(tmp_path: Path, judge, monkeypatch
     assert "name 'scale' is not defined" in msgs[3][-1]["content"]
     assert "wrong results" in msgs[4][-1]["content"] and "[mismatch]" in msgs[4][-1]["content"]
     assert "40.0 |" in msgs[5][-1]["content"] and "Best so far" in msgs[5][-1]["content"]
+    # and what the compile saw: registers, shared memory and how many CTAs fit an SM
+    assert "B shared memory" in msgs[5][-1]["content"] and "CTAs per SM" in msgs[5][-1]["content"]
     assert result.best is not None and result.best.id == "c03_00" and result.best.min_pct == 95.0
     assert result.stop_reason.startswith("best reached")
     assert result.usage.requests == 4 and result.usage.total == 4 * 110

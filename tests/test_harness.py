@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
-from llmcompile.harness.compiler import parse_ptxas
-from llmcompile.harness.verdict import Verdict
+from llmcompile.harness.compiler import parse_launches, parse_ptxas
+from llmcompile.harness.verdict import KernelResources, Verdict
 from llmcompile.harness.worker import Job, Worker, worker_env
 from llmcompile.ops import BUILTIN, get_op
+from reference_kernels.reduce import RowKnobs, resolve_tiling
 from tests.bad_kernels import BAD, BASE
 
 REF = Path(__file__).resolve().parents[1] / "reference_kernels"
@@ -66,6 +67,44 @@ def test_parse_ptxas() -> None:
     )
     (k,) = parse_ptxas(text)
     assert (k.name, k.registers, k.spill_store_bytes, k.stack_bytes, k.barriers) == ("foo_0", 90, 4, 8, 1)
+    (k,) = parse_ptxas(text.replace("1 barriers", "1 barriers, 1024 bytes smem"))
+    assert k.static_smem_bytes == 1024 and k.smem_bytes is None  # no launch seen yet
+
+
+LAUNCH_IR = """
+  llvm.func @cutlass___call___foo(%arg0: !llvm.ptr, %arg5: !llvm.ptr) -> i32 {
+    %8 = llvm.mlir.constant(1 : i32) : i32
+    %9 = llvm.mlir.constant(256 : i32) : i32
+    %10 = llvm.mlir.constant(67088 : i64) : i64
+    %12 = llvm.alloca %8 x !llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)> : (i32) -> !llvm.ptr
+    %15 = llvm.getelementptr %12[0, 1, 0] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>
+    llvm.store %9, %15 : i32, !llvm.ptr
+    %16 = llvm.getelementptr %12[0, 1, 1] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>
+    llvm.store %8, %16 : i32, !llvm.ptr
+    %17 = llvm.getelementptr %12[0, 1, 2] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>
+    llvm.store %8, %17 : i32, !llvm.ptr
+    %18 = llvm.getelementptr %12[0, 2] : (!llvm.ptr) -> !llvm.ptr, !llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>
+    llvm.store %SMEM, %18 : i64, !llvm.ptr
+    %112 = llvm.mlir.addressof @kernels_kernel_cutlass_foo_0 : !llvm.ptr
+  }
+"""
+
+
+def test_parse_launches_reads_threads_and_shared_memory() -> None:
+    assert parse_launches(LAUNCH_IR.replace("%SMEM", "%10")) == {"foo_0": (256, 67088)}
+    # a size computed at run time is not a constant of the module: left out, not guessed
+    assert parse_launches(LAUNCH_IR.replace("%SMEM", "%arg0")) == {}
+
+
+def test_residency_follows_hopper_allocation_rules() -> None:
+    # 121 registers round up to 128 (4096 a warp): 16 warps of 8, i.e. 2 CTAs; smem allows 3
+    k = KernelResources("k", 121, 0, 0, 0, 1, 0, 67088, 256)
+    assert k.residency(228) == (2, "registers")
+    assert "67088 B shared memory, 256 threads: 2 CTAs per SM (limit: registers)" in k.describe(228)
+    # 132624 + 1024 reserved B a CTA: one fits in 228 KB
+    assert KernelResources("k", 111, 0, 0, 0, 1, 16, 132608, 256).residency(228) == (1, "shared memory")
+    assert KernelResources("k", 16, 0, 0, 0, 1, 0, 0, 1024).residency(228) == (2, "threads")
+    assert KernelResources("k", 32, 0, 0, 0, 1).residency(228) is None
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +122,17 @@ def test_judge_compiles_reference_and_reports_resources(judge: Judge) -> None:
     assert v.compile and v.compile.n == [1024, 5001] and v.compile.kernels
     assert 0 < v.compile.kernels[0].registers <= 255
     assert Verdict.from_json(v.to_json()) == v
+
+
+def test_compile_reports_shared_memory_and_residency(judge: Judge) -> None:
+    opts = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 4096)], verify_ns=[4096])
+    v = judge.evaluate((REF / "softmax.py").read_text(), get_op("softmax"), "bfloat16", opts)
+    (k,) = v.compile.kernels if v.compile else []
+    # softmax stages its rows through shared memory: at least the CTA's row tile of bf16
+    t = resolve_tiling(RowKnobs(stage_smem=True), 16, 4096)
+    assert t.stage_smem and k.threads == t.num_threads and k.smem_bytes is not None
+    assert t.rows_per_cta * t.cols_per_cta * 2 <= k.smem_bytes < t.rows_per_cta * t.cols_per_cta * 2 + 4096
+    assert "B shared memory" in v.message and "CTAs per SM" in v.message
 
 
 def test_bad_kernels_caught_without_gpu(judge: Judge) -> None:

@@ -198,10 +198,7 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         v.message = f"correct on {v.verify.runs} checked runs over {len(v.verify.shapes)} shapes (not profiled)"
         return v
     v.status = COMPILED
-    res = v.compile.kernels if v.compile else []
-    usage = "; ".join(
-        f"{k.registers} registers, {k.spill_store_bytes} B spilled, {k.stack_bytes} B stack" for k in res[:2]
-    )
+    usage = "; ".join(v.resources())
     asked = [s for s in opts.stages if s in ("verify", "profile")]
     why = " (no CUDA GPU visible: verify and profile need the target GPU)" if asked and not gpu else ""
     v.message = f"compiled for N={v.compile.n if v.compile else []}; {usage or 'no ptxas report'}{why}"

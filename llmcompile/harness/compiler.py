@@ -24,7 +24,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_ERROR_LINES = 30
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_REGS = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+# The host side of a CuTe DSL launch, in the compiled module's LLVM dialect: constants stored
+# into the fields of the launch config struct (grid, block, dynamic smem bytes, stream, ...).
+_LAUNCH_STRUCT = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>"
+_IR_CONST = re.compile(r"(%\w+) = llvm\.mlir\.constant\((\d+) : i(?:32|64)\)")
+_IR_FIELD = re.compile(
+    r"(%\w+) = llvm\.getelementptr %\w+\[0, (\d+)(?:, (\d+))?\] : \(!llvm\.ptr\) -> !llvm\.ptr, (.+)$"
+)
+_IR_STORE = re.compile(r"llvm\.store (%\w+), (%\w+) :")
+_IR_KERNEL = re.compile(r"llvm\.mlir\.addressof @kernels_(kernel_\w+)")
 
 
 @contextmanager
@@ -57,9 +66,47 @@ def parse_ptxas(text: str) -> list[KernelResources]:
             frame = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
         elif (m := _PTXAS_REGS.search(line)) and name:
             stack, st, ld = frame or (0, 0, 0)
-            short = re.sub(r"^kernel_cutlass_", "", name)[:60]
-            kernels.append(KernelResources(short, int(m.group(1)), st, ld, stack, int(m.group(2) or 0)))
+            short = short_name(name)
+            kernels.append(
+                KernelResources(short, int(m.group(1)), st, ld, stack, int(m.group(2) or 0), int(m.group(3) or 0))
+            )
             name = None
+    return kernels
+
+
+def short_name(name: str) -> str:
+    return re.sub(r"^kernel_cutlass_", "", name)[:60]
+
+
+def parse_launches(ir_text: str) -> dict[str, tuple[int, int]]:
+    """(threads per CTA, dynamic shared-memory bytes) of each kernel the host code launches
+    with constants, from the compiled module's text; kernels launched with computed values
+    are left out rather than guessed."""
+    launches: dict[str, tuple[int, int]] = {}
+    for body in ir_text.split("llvm.func @")[1:]:
+        consts: dict[str, int] = {}
+        fields: dict[str, tuple[int, int | None]] = {}
+        stored: dict[tuple[int, int | None], int] = {}
+        kernel = None
+        for line in body.splitlines():
+            if m := _IR_CONST.search(line):
+                consts[m.group(1)] = int(m.group(2))
+            elif (m := _IR_FIELD.search(line)) and m.group(4).strip() == _LAUNCH_STRUCT:
+                fields[m.group(1)] = (int(m.group(2)), int(m.group(3)) if m.group(3) else None)
+            elif (m := _IR_STORE.search(line)) and m.group(2) in fields and m.group(1) in consts:
+                stored[fields[m.group(2)]] = consts[m.group(1)]
+            elif m := _IR_KERNEL.search(line):
+                kernel = m.group(1)
+        block = [stored.get((1, i)) for i in range(3)]
+        if kernel and (2, None) in stored and None not in block:
+            launches[short_name(kernel)] = (block[0] * block[1] * block[2], stored[(2, None)])
+    return launches
+
+
+def with_launches(kernels: list[KernelResources], launches: dict[str, tuple[int, int]]) -> list[KernelResources]:
+    for k in kernels:
+        if k.name in launches:
+            k.threads, k.dynamic_smem_bytes = launches[k.name]
     return kernels
 
 
@@ -107,7 +154,7 @@ def compile_candidate(
         for n in ns:
             with captured_fds() as out:
                 compiled[n] = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
-            found = parse_ptxas(out[0])
+            found = with_launches(parse_ptxas(out[0]), parse_launches(str(getattr(compiled[n], "ir_module", ""))))
             kernels = found or kernels
     except Exception as e:  # noqa: BLE001 - every failure of the candidate is a verdict
         failing_n = next((n for n in ns if n not in compiled), None)

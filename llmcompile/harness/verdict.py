@@ -38,6 +38,41 @@ class KernelResources:
     spill_load_bytes: int
     stack_bytes: int
     barriers: int
+    static_smem_bytes: int = 0  # ptxas's count (`__shared__` arrays)
+    dynamic_smem_bytes: int | None = None  # what the host launches it with; None: not a constant
+    threads: int | None = None  # per CTA, from the launch; None: not a constant
+
+    @property
+    def smem_bytes(self) -> int | None:
+        return None if self.dynamic_smem_bytes is None else self.static_smem_bytes + self.dynamic_smem_bytes
+
+    def residency(self, smem_per_sm_kb: int) -> tuple[int, str] | None:
+        """CTAs one SM can hold at once and what limits it, by Hopper's allocation rules
+        (registers by 256 a warp out of 64K, 1 KB of shared memory reserved per CTA, at most
+        2048 threads and 32 CTAs); None when the launch is not known at compile time."""
+        if self.threads is None or self.smem_bytes is None:
+            return None
+        warps = -(-self.threads // 32)
+        regs_per_warp = -(-max(self.registers, 1) * 32 // 256) * 256
+        limits = {
+            "registers": (65536 // regs_per_warp) // warps,
+            "shared memory": (smem_per_sm_kb * 1024) // (self.smem_bytes + 1024),
+            "threads": 2048 // (warps * 32),
+            "CTA slots": 32,
+        }
+        limiter = min(limits, key=lambda k: limits[k])
+        return limits[limiter], limiter
+
+    def describe(self, smem_per_sm_kb: int) -> str:
+        """One line for people and for the LLM's feedback."""
+        text = f"{self.registers} registers, {self.spill_store_bytes} B spilled"
+        if self.smem_bytes is not None:
+            text += f", {self.smem_bytes} B shared memory"
+        if self.threads is not None:
+            text += f", {self.threads} threads"
+        if (res := self.residency(smem_per_sm_kb)) is not None:
+            text += f": {res[0]} CTA{'s' if res[0] != 1 else ''} per SM (limit: {res[1]})"
+        return text
 
 
 @dataclass
@@ -116,6 +151,13 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status in PASSING
+
+    def resources(self, kernels: int = 2) -> list[str]:
+        """What ptxas and the launch say about the first `kernels` kernels, one line each."""
+        from llmcompile.targets import get_target
+
+        smem_kb = get_target(self.target).smem_per_sm_kb if self.target else 228
+        return [k.describe(smem_kb) for k in (self.compile.kernels if self.compile else [])[:kernels]]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

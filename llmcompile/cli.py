@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -266,6 +267,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.more:
         raise UsageError(f"unexpected arguments {args.more}; eval takes one SUITE file (or: compare A B)")
     suite = load_suite(args.suite)
+    if args.target:
+        suite = dataclasses.replace(suite, target=get_target(args.target).name)
     opts = EvalOptions(
         llm=args.llm, model=args.model or os.environ.get("LLMCOMPILE_MODEL", ""), base_url=args.base_url or "",
         samples=args.samples,
@@ -392,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("suite", help="a suite file (e.g. evals/membound.toml), or 'compare'")
     s.add_argument("more", nargs="*", help="with compare: the two eval directories")
     _llm_args(s, "auto (default), openai or offline")
+    s.add_argument("--target", help="run the suite for this target instead of the one it names")
     s.add_argument("--samples", type=int, help="candidates per round (default: the suite's budget)")
     s.add_argument("--rounds", type=int, help="rounds per problem (default: the suite's budget)")
     s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")

@@ -95,9 +95,13 @@ def test_small_suite_compile_only(tmp_path: Path, server: ScriptedServer, capsys
     assert json.loads((out / "problems" / "softmax-bf16" / "summary.json").read_text())["best"]["id"] == "c00_00"
     assert "--resume" in (out / "problems" / "softmax-bf16.log").read_text()
 
-    # the same directory with other options is refused, not mixed
+    # the same directory with other options, or for another target, is refused, not mixed
     assert main([*argv[:-2], "--samples", "3", "--out", str(out)]) == 2
     assert "another suite or with other options" in capsys.readouterr().err
+    assert main([*argv[:-2], "--target", "h200", "--out", str(out)]) == 2
+    assert "another suite or with other options" in capsys.readouterr().err
+    o = json.loads((out / "problems" / "swiglu-bf16.json").read_text())
+    assert o["gpu"] is None and o["started"] <= o["t"]  # compile-only: no GPU slot
 
     capsys.readouterr()
     assert main(["eval", "compare", str(out), str(out)]) == 0
@@ -122,3 +126,17 @@ def test_eval_usage_errors(tmp_path: Path, capsys, monkeypatch) -> None:
     if not torch.cuda.is_available():
         assert main(["eval", str(suite), "--out", str(tmp_path / "e")]) == 2
         assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+def test_eval_for_another_target(tmp_path: Path, server: ScriptedServer) -> None:
+    """--target runs a suite for another GPU than the one it names: every agent is told."""
+    suite = tmp_path / "one.toml"
+    suite.write_text('[[problem]]\nop = "rmsnorm"\ndtypes = ["fp32"]\nshapes = ["64x1024"]\n[budget]\nrounds = 1\n'
+                     'samples = 1\n')  # fmt: skip
+    out = tmp_path / "eval"
+    argv = ["eval", str(suite), "--llm", "openai", "--model", "m", "--base-url", server.url, "--compile-only"]
+    assert main([*argv, "--target", "h999", "--out", str(out)]) == 2
+    assert main([*argv, "--target", "h200", "--out", str(out)]) == 0
+    assert "--target h200" in (out / "problems" / "rmsnorm-fp32.log").read_text()
+    assert json.loads((out / "eval.json").read_text())["suite"]["target"] == "h200"
+    assert (out / "report.md").read_text().startswith("# Eval: one on h200")

@@ -22,6 +22,12 @@ def test_membound_suite_covers_the_issue() -> None:
     assert all(p.budget.rounds > 0 and p.budget.samples > 0 for p in s.problems)
 
 
+def test_smoke_suite_is_small() -> None:
+    s = load_suite(ROOT / "evals/smoke.toml")
+    assert len(s.problems) == 5 and sum(p.custom for p in s.problems) == 1
+    assert all(p.budget.rounds == 1 for p in s.problems) and s.baselines == ("eager",)
+
+
 def _suite(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "s.toml"
     p.write_text(text)

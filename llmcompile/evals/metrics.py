@@ -59,6 +59,7 @@ class ProblemRecord:
     usage: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     run_dir: str = ""
+    gpu: str | None = None  # the CUDA_VISIBLE_DEVICES it ran under; None: compile-only or not run
 
     @property
     def best_correct(self) -> bool:

@@ -116,7 +116,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"{hit['round'] + 1} / {hit['llm_calls']} / {hit['tokens']} / {hit['wall_s']:.0f}" if hit else "not reached"
         )
         sol = f"{_num(p['min_pct_sol'])} / {_num(p['mean_pct_sol'])}" if p["min_pct_sol"] is not None else "-"
-        state = p["state"] + (f": {p['reason']}" if p["reason"] else "")
+        state = p["state"] + (f" (GPU {p['gpu']})" if p.get("gpu") is not None else "")
+        state += f": {p['reason']}" if p["reason"] else ""
         out.append(
             f"| {p['id']} | {state} | {len(p['statuses'])} | {comp} | {corr} | {p['best_status'] or '-'} | {sol} | "
             f"{_num(p['speedup'].get('eager'), '{:.2f}')} | {_num(p['speedup'].get('compile'), '{:.2f}')} | {cost} |"

@@ -122,9 +122,13 @@ class EvalRunner:
         path = self.out / "eval.json"
         if path.is_file():
             old = json.loads(path.read_text())
-            same = [p["id"] for p in old["suite"]["problems"]] == [p.id for p in self.suite.problems] and {
-                k: old["options"].get(k) for k in ("llm", "model", "samples", "rounds", "compile_only")
-            } == {k: head["options"][k] for k in ("llm", "model", "samples", "rounds", "compile_only")}
+            same = [p["id"] for p in old["suite"]["problems"]] == [p.id for p in self.suite.problems]
+            same = (
+                same
+                and old["suite"].get("target") == self.suite.target
+                and {k: old["options"].get(k) for k in ("llm", "model", "samples", "rounds", "compile_only")}
+                == {k: head["options"][k] for k in ("llm", "model", "samples", "rounds", "compile_only")}
+            )
             if not same:
                 raise SuiteError(
                     f"{self.out} holds an eval of another suite or with other options; give a new --out "
@@ -143,15 +147,20 @@ class EvalRunner:
         rec = ProblemRecord(p.id, p.op, p.dtype)
         o = self.outcome(p)
         if o:
-            rec.state, rec.reason = o["state"], o.get("reason", "")
+            rec.state, rec.reason, rec.gpu = o["state"], o.get("reason", ""), o.get("gpu")
         run_dir = self.pdir / p.id
         return collect(rec, run_dir) if run_dir.is_dir() else rec
 
     def records(self) -> list[ProblemRecord]:
         return [self.record(p) for p in self.suite.problems]
 
-    def _finish(self, p: Problem, state: str, reason: str, rc: int | None, wall: float) -> None:
-        data = {"state": state, "reason": reason, "rc": rc, "wall_s": wall, "t": time.time()}
+    def _finish(
+        self, p: Problem, state: str, reason: str, rc: int | None, wall: float, device: str | None = None
+    ) -> None:
+        # which GPU (CUDA_VISIBLE_DEVICES) and when: enough to see problems share a host's GPUs
+        now = time.time()
+        data = {"state": state, "reason": reason, "rc": rc, "wall_s": wall, "t": now, "started": now - wall}
+        data["gpu"] = device
         write_json_atomic(self.pdir / f"{p.id}.json", data)
 
     # ---------------------------------------------------------------- running
@@ -191,9 +200,9 @@ class EvalRunner:
         if self._stop.is_set() or rc == 130:
             return PENDING  # interrupted: no outcome, so a rerun resumes it
         if rc in (0, 1) and (run_dir / "summary.json").is_file():
-            self._finish(p, DONE, "", rc, wall)
+            self._finish(p, DONE, "", rc, wall, device)
             return DONE
-        self._finish(p, FAILED, _error_of(log), rc, wall)
+        self._finish(p, FAILED, _error_of(log), rc, wall, device)
         return FAILED
 
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:

@@ -137,10 +137,11 @@ def run(
     functions: dict[str, Callable[..., object]],
     progress: Callable[[str], None] = print,
     copy_kernel: Callable[[torch.Tensor, torch.Tensor], object] | None = None,
+    read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
 ) -> BenchResult:
     copies = timing.copy_bandwidths({"cute copy": copy_kernel} if copy_kernel else None)
     sol = max(copies.values())
-    read = timing.read_bandwidth()
+    read = timing.read_bandwidth(read_probes)
     result = BenchResult(torch.cuda.get_device_name(0), sol, versions(), copies=copies, read_tbs=read)
     progress(
         "device copy bandwidth (SOL): "

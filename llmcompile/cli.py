@@ -55,7 +55,7 @@ def _parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from llmcompile import bench
-    from llmcompile.kernels import BY_NAME
+    from llmcompile.kernels import BY_NAME, READ_PROBES
 
     target = get_target(args.target)
     require_gpu(target)
@@ -77,6 +77,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         baselines,
         dict(BY_NAME),
         copy_kernel=lambda dst, src: copy.compiled("bfloat16", src.shape[1])(src, dst),
+        read_probes=READ_PROBES,
     )
     paths = bench.write(result, Path(args.out), args.stem)
     print(bench.markdown(result))

@@ -126,14 +126,18 @@ def copy_bandwidths(
     return out
 
 
-def read_bandwidth(elems: int = 1 << 28, reps: int = 20) -> float:
-    """TB/s of a read-only stream (row maxima of a bf16 matrix): ops that read much and write
-    little (a loss per row) can run above the copy bandwidth, up to about this."""
+def read_bandwidth(
+    probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
+    elems: int = 1 << 28,
+    reps: int = 20,
+) -> float:
+    """TB/s of a read-only stream: ops that read much and write little (a loss per row) can
+    run above the copy bandwidth, up to about this. torch's row max and sum of a bf16 matrix,
+    and each of `probes` (given `elems`, returns a call and the bytes it reads); the best."""
     x = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
-    best = 0.0
-    for fn in (lambda: torch.amax(x, dim=-1), lambda: x.sum(dim=-1)):
-        best = max(best, tbs(x.nbytes, time_calls([fn], reps=reps).median_ms))
-    return best
+    calls = [(lambda: torch.amax(x, dim=-1), x.nbytes), (lambda: x.sum(dim=-1), x.nbytes)]
+    calls += [make(elems) for make in (probes or {}).values()]
+    return max(tbs(nbytes, time_calls([fn], reps=reps).median_ms) for fn, nbytes in calls)
 
 
 def tbs(nbytes: int, ms: float) -> float:

@@ -149,12 +149,15 @@ def verify_candidate(
 _BANDWIDTH: dict[str, float] = {}
 
 
-def device_bandwidth(copy_fn: Callable[[torch.Tensor, torch.Tensor], object] | None) -> tuple[float, float]:
+def device_bandwidth(
+    copy_fn: Callable[[torch.Tensor, torch.Tensor], object] | None,
+    read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
+) -> tuple[float, float]:
     """(copy, read-only) TB/s, measured once per worker process."""
     if not _BANDWIDTH:
         copies = timing.copy_bandwidths({"cute copy": copy_fn} if copy_fn else None)
         _BANDWIDTH["copy"] = max(copies.values())
-        _BANDWIDTH["read"] = timing.read_bandwidth()
+        _BANDWIDTH["read"] = timing.read_bandwidth(read_probes)
     return _BANDWIDTH["copy"], _BANDWIDTH["read"]
 
 

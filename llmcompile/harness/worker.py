@@ -235,7 +235,9 @@ def _run_job(job: Job, root: Path, send) -> bool:
         if "profile" in job.stages:
             stage = "profile"
             send(event="stage", stage="profile")
-            sol = gpu_stages.device_bandwidth(_copy_kernel())
+            from llmcompile.kernels import READ_PROBES
+
+            sol = gpu_stages.device_bandwidth(_copy_kernel(), READ_PROBES)
             p = gpu_stages.profile_candidate(
                 fns, spec, job.dtype, [tuple(s) for s in job.profile_shapes], sol, job.baselines
             )

@@ -55,7 +55,7 @@ def _parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from llmcompile import bench
-    from llmcompile.kernels import BY_NAME, READ_PROBES
+    from llmcompile.kernels import BY_NAME, READ_PROBES, copy_probe
 
     target = get_target(args.target)
     require_gpu(target)
@@ -69,14 +69,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = _baselines(args.baselines)
-    copy = BY_NAME["copy"]
     result = bench.run(
         ops,
         dtypes,
         shapes,
         baselines,
         dict(BY_NAME),
-        copy_kernel=lambda dst, src: copy.compiled("bfloat16", src.shape[1])(src, dst),
+        copy_kernel=copy_probe,
         read_probes=READ_PROBES,
     )
     paths = bench.write(result, Path(args.out), args.stem)

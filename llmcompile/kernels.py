@@ -166,6 +166,11 @@ BY_NAME: dict[str, KernelFunction] = {
 }
 
 
+def copy_probe(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Our CuTe copy (bf16 rows) for the copy-bandwidth measurement: dst = src."""
+    copy.compiled("bfloat16", src.shape[1])(src, dst)
+
+
 def cross_entropy_read_probe(elems: int) -> tuple[Callable[[], object], int]:
     """Our cross-entropy over fp32 rows of 16K as a read-only stream (it writes 4 bytes a row),
     and the bytes it reads: on an H200 it reads faster than torch's row reductions (4.5 vs 4.1

@@ -159,8 +159,15 @@ class EvalRunner:
     ) -> None:
         # which GPU (CUDA_VISIBLE_DEVICES) and when: enough to see problems share a host's GPUs
         now = time.time()
-        data = {"state": state, "reason": reason, "rc": rc, "wall_s": wall, "t": now, "started": now - wall}
-        data["gpu"] = device
+        data = {
+            "state": state,
+            "reason": reason,
+            "rc": rc,
+            "wall_s": wall,
+            "t": now,
+            "started": now - wall,
+            "gpu": device,
+        }
         write_json_atomic(self.pdir / f"{p.id}.json", data)
 
     # ---------------------------------------------------------------- running

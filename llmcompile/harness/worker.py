@@ -235,9 +235,9 @@ def _run_job(job: Job, root: Path, send) -> bool:
         if "profile" in job.stages:
             stage = "profile"
             send(event="stage", stage="profile")
-            from llmcompile.kernels import READ_PROBES
+            from llmcompile.kernels import READ_PROBES, copy_probe
 
-            sol = gpu_stages.device_bandwidth(_copy_kernel(), READ_PROBES)
+            sol = gpu_stages.device_bandwidth(copy_probe, READ_PROBES)
             p = gpu_stages.profile_candidate(
                 fns, spec, job.dtype, [tuple(s) for s in job.profile_shapes], sol, job.baselines
             )
@@ -247,13 +247,6 @@ def _run_job(job: Job, root: Path, send) -> bool:
         return True
     send(event="done")
     return False
-
-
-def _copy_kernel():
-    from llmcompile.kernels import BY_NAME
-
-    copy = BY_NAME["copy"]
-    return lambda dst, src: copy.compiled("bfloat16", src.shape[1])(src, dst)
 
 
 if __name__ == "__main__":

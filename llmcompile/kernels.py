@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from llmcompile import contract
+from llmcompile.harness.compiler import check_launchable
 from llmcompile.ops import OpError, OpSpec, dtype_name, get_op
 
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
@@ -51,7 +52,9 @@ class KernelFunction:
         key = (dtype, n)
         with self._lock:
             if key not in self._compiled:
-                self._compiled[key] = contract.compile_entry(self.entry, self.spec, dtype, n)
+                fn = contract.compile_entry(self.entry, self.spec, dtype, n)
+                check_launchable(fn)
+                self._compiled[key] = fn
             return self._compiled[key]
 
     def _launch(self, *args: Any) -> None:

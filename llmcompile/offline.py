@@ -21,6 +21,7 @@ from reference_kernels import reduce as R
 THREADS_PER_ROW = (8, 16, 32, 64, 128, 256)
 NUM_THREADS = (128, 256)
 CLUSTER_N = (1, 2, 4, 8, 16)
+ROW_LOOP = (1, 4, 8)
 
 
 def knobs_repr(k: R.RowKnobs) -> str:
@@ -51,6 +52,9 @@ def neighbours(k: R.RowKnobs, columns: bool = False) -> list[R.RowKnobs]:
     for c in CLUSTER_N:
         if c != k.cluster_n:
             out.append(dataclasses.replace(k, cluster_n=c))
+    for r in ROW_LOOP:
+        if r != k.row_loop:
+            out.append(dataclasses.replace(k, row_loop=r))
     out.append(dataclasses.replace(k, online=not k.online))
     return out
 

@@ -6,6 +6,8 @@ Kernel contract entry: `launch(mX, mO, stream)`; mX, mO of shape (M, N).
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 
@@ -27,11 +29,13 @@ class Copy:
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
-        ctx = R.RowContext.make(self.tiling, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, self.tiling, mX.element_type)
-        x = R.load_row(ctx, mX, sX, fill=0.0).load()
-        R.store_row(ctx, x, mO)
+        R.for_each_row(self.tiling, copy, mX, sX, tidx, 0.0, functools.partial(self.row, mO))
+
+    @cute.jit
+    def row(self, mO: cute.Tensor, ctx: R.RowContext, tXrX: cute.Tensor):
+        R.store_row(ctx, tXrX.load(), mO)
 
 
 launch = Copy()

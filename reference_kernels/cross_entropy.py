@@ -41,22 +41,26 @@ class CrossEntropy:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
-        ctx = R.RowContext.make(t, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_a = R.allocate_scratch(smem, t, 2 if cutlass.const_expr(self.knobs.online) else 1)
         scratch_b = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
 
-        leader = ctx.row_leader & ctx.row_ok
         target = cute.make_rmem_tensor(1, Int64)
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
-        fetch = functools.partial(fetch_target_logit, mX, mTarget, ctx.row, leader, t.n, target, x_target)
-        x = R.load_row(ctx, mX, sX, fill=-Float32.inf, while_in_flight=fetch).load().to(Float32)
-        m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
-        if leader:
+        fetch = functools.partial(fetch_target_logit, mX, mTarget, t.n, target, x_target)
+        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target)
+        R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
+
+    @cute.jit
+    def row(self, mLoss, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
+        t = self.tiling
+        x = tXrX.load().to(Float32)
+        m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
+        if ctx.row_leader & ctx.row_ok:
             # (max - target logit) first: exact when the target is the max, however large
             loss = (m - x_target[0]) + cute.math.log(s, fastmath=True)
             if target[0] == ignore_index:
@@ -67,13 +71,13 @@ class CrossEntropy:
 
 
 @cute.jit
-def fetch_target_logit(mX, mTarget, row, leader, n: cutlass.Constexpr[int], target, x_target):
+def fetch_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, ctx: R.RowContext):
     """The row leader's two dependent loads (target index, then its logit), issued while the
     row is in flight; an out-of-range target is clamped here and answered with NaN later."""
-    if leader:
-        target[0] = mTarget[row]
+    if ctx.row_leader & ctx.row_ok:
+        target[0] = mTarget[ctx.row]
         col = Int32(cutlass.max(cutlass.min(target[0], Int64(n - 1)), Int64(0)))
-        x_target[0] = Float32(mX[row, col])
+        x_target[0] = Float32(mX[ctx.row, col])
 
 
 launch = CrossEntropy(R.RowKnobs())

@@ -7,6 +7,8 @@ trip through the reduction levels, and no cancellation as in E[x^2] - E[x]^2.
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
@@ -23,6 +25,16 @@ COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((65536, "early"), (None, "l
 # threads a row): 2048x131072 2.80/2.88, 1024x262144 2.12/2.63. bf16 keeps the template's 256
 # (1024x262144: 2.35 vs 2.18 with smem, 2.26 late).
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-1] + ((65536, 256), (None, 512))
+# The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
+# L2 once per CTA rather than once per row. bf16 keeps them in shared memory; fp32 keeps them
+# in registers and double-buffers x in shared memory instead (fp32 w and b would fill it).
+# Measured (TB/s, default / this row): H200 bf16 2048x131072 3.31/3.50, 1024x262144 2.66/3.16;
+# fp32 1024x262144 3.07/3.29. H100 bf16 1024x262144 2.37/2.73.
+LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = ((65536, {}), (None, {"row_loop": 4}))
+LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = (
+    (131072, {}),
+    (None, {"row_loop": 8, "columns": "early", "stage_smem": True}),
+)
 
 
 class LayerNorm:
@@ -34,8 +46,9 @@ class LayerNorm:
         widest = max(mO.element_type.width, mW.element_type.width, mB.element_type.width)
         n = mX.shape[1]
         narrow = mX.element_type.width <= 16
+        knobs = R.fill_knobs(self.knobs, LONG_ROWS_16BIT if narrow else LONG_ROWS_32BIT, n)
         self.tiling, self.columns = R.resolve_with_columns(
-            self.knobs,
+            knobs,
             mX.element_type.width,
             n,
             widest,
@@ -52,14 +65,19 @@ class LayerNorm:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
-        ctx = R.RowContext.make(t, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch = R.allocate_scratch(smem, t, 3)
         R.init_cluster_barriers((scratch,), t, tidx)
+        # weight and bias: once per CTA, whichever row tiles it goes on to
+        begun = R.columns_begin(R.RowContext.make(t, copy, mX, tidx), smem, self.columns, (mW, mB))
+        row = functools.partial(self.row, mW, mB, mO, eps, scratch, begun)
+        R.for_each_row(t, copy, mX, sX, tidx, 0.0, row)
 
-        begun = R.columns_begin(ctx, smem, self.columns, (mW, mB))
-        x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
+    @cute.jit
+    def row(self, mW, mB, mO, eps: Float32, scratch: R.ReductionScratch, begun: tuple, ctx: R.RowContext, tXrX):
+        t = self.tiling
+        x = tXrX.load().to(Float32)
         # Exact two-pass statistics over the thread's own values, then one trip through
         # the reduction levels merging (count, mean, M2) groups.
         count = R.valid_count(ctx)
@@ -70,7 +88,7 @@ class LayerNorm:
         if cutlass.const_expr(not t.even_n):
             d = R.zero_padding(ctx, d)  # padding columns are not part of the row
         m2_local = (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        _, mean, m2 = R.row_reduce((count, mean_local, m2_local), R.count_mean_m2, t, scratch)
+        _, mean, m2 = R.row_reduce((count, mean_local, m2_local), R.count_mean_m2, t, scratch.at(ctx))
         rstd = cute.math.rsqrt(m2 / t.n + eps, fastmath=True)
         rW, rB = R.columns_end(ctx, self.columns, (mW, mB), begun)
         R.store_row(ctx, (x - mean) * rstd * rW.load().to(Float32) + rB.load().to(Float32), mO)

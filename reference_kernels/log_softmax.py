@@ -5,6 +5,8 @@ Kernel contract entry: `launch(mX, mO, stream)`; mX, mO of shape (M, N).
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, const_expr
@@ -28,15 +30,17 @@ class LogSoftmax:
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
-        ctx = R.RowContext.make(t, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_a = R.allocate_scratch(smem, t, 2 if const_expr(self.knobs.online) else 1)
         scratch_b = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
+        R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, functools.partial(self.row, mO, scratch_a, scratch_b))
 
-        x = R.load_row(ctx, mX, sX, fill=-Float32.inf).load().to(Float32)
-        m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a, scratch_b)
+    @cute.jit
+    def row(self, mO, scratch_a: R.ReductionScratch, scratch_b: R.ReductionScratch, ctx: R.RowContext, tXrX):
+        x = tXrX.load().to(Float32)
+        m, s, _ = R.softmax_stats(x, self.tiling, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
         # (x - max) first: exact at the max, so its output is -log(s) even for |x| ~ 1e3
         R.store_row(ctx, (x - m) - cute.math.log(s, fastmath=True), mO)
 

@@ -18,6 +18,8 @@ trace time; device pieces are `@cute.jit` functions inlined into each op's kerne
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +91,14 @@ class RowKnobs:
     # back after (early's latency hiding at late's register cost; one copy per CTA, shared
     # by its rows, so more rows a CTA means fewer trips through L2). None: the op's table.
     columns: str | None = None
+    # Row tiles one CTA handles in turn (grid-strided). Above 1, per-column vectors are
+    # loaded once for all of them (a long row's weight is re-read from L2 per row, not once
+    # per CTA), and a staged row's successor is copied in while the current one is reduced.
+    # None: the op's table, else 1.
+    row_loop: int | None = None
+    # CTAs one SM must hold: ptxas then keeps registers within 65536 / (this * threads),
+    # spilling if it must (None: as many registers as the code wants)
+    min_ctas_per_sm: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,14 @@ class RowTiling:
     num_threads: int
     cluster_n: int
     stage_smem: bool
+    row_loop: int = 1
+    min_ctas_per_sm: int | None = None
+
+    @property
+    def stages(self) -> int:
+        """Buffers for what crosses from one row tile to the next: two when looping, so the
+        next tile's copies and peers' reduction partials never land on ones still read."""
+        return 2 if self.row_loop > 1 else 1
 
     @property
     def rows_per_cta(self) -> int:
@@ -168,6 +186,11 @@ def resolve_tiling(
         raise ValueError(f"threads_per_row={tpr} above a warp must be whole warps")
     if cluster & (cluster - 1) or not 1 <= cluster <= MAX_CLUSTER:
         raise ValueError(f"cluster_n={cluster} must be a power of two <= {MAX_CLUSTER}")
+    row_loop = knobs.row_loop or 1
+    if knobs.row_loop is not None and not 1 <= knobs.row_loop <= 1024:
+        raise ValueError(f"row_loop={knobs.row_loop} must be 1..1024")
+    if knobs.min_ctas_per_sm is not None and not 1 <= knobs.min_ctas_per_sm * threads <= 2048:
+        raise ValueError(f"min_ctas_per_sm={knobs.min_ctas_per_sm} CTAs of {threads} threads exceed an SM's 2048")
 
     def per_thread(tpr: int, cluster: int) -> int:
         return math.ceil(n / (vec * tpr * cluster)) * vec
@@ -186,7 +209,7 @@ def resolve_tiling(
         cluster //= 2
     # cp.async moves 4, 8 or 16 bytes: narrower vectors (16-bit scalars) load directly
     stage = knobs.stage_smem if knobs.stage_smem is not None else cluster == 1
-    tiling = RowTiling(n, vec, tpr, threads, cluster, stage and vec * width_bits >= 32)
+    tiling = RowTiling(n, vec, tpr, threads, cluster, stage and vec * width_bits >= 32, row_loop, knobs.min_ctas_per_sm)
     if tiling.values_per_thread > 256:
         raise ValueError(
             f"N={n} needs {tiling.values_per_thread} values per thread with these knobs "
@@ -196,6 +219,13 @@ def resolve_tiling(
 
 
 COLUMN_MODES = ("early", "late", "smem")
+
+
+def fill_knobs(knobs: RowKnobs, table: tuple[tuple[int | None, dict], ...], n: int) -> RowKnobs:
+    """`knobs` with the fields it leaves None taken from an op's limit table of knob sets
+    (for knobs that only pay together, such as a long row's loop and how it stages)."""
+    row = pick(table, n)  # type: ignore[arg-type]
+    return dataclasses.replace(knobs, **{k: v for k, v in row.items() if getattr(knobs, k) is None})
 
 
 def resolve_with_columns(
@@ -254,19 +284,27 @@ def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tenso
 
 
 def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
-    """Grid: one CTA per `rows_per_cta` rows, times `cluster_n` CTAs along each row."""
+    """Grid: one CTA per `row_loop` tiles of `rows_per_cta` rows, times `cluster_n` CTAs
+    along each row."""
+    occupancy = {}
+    if tiling.min_ctas_per_sm:
+        # with the carveout given, the DSL does not ask a (possibly absent) GPU for it
+        occupancy = {"min_blocks_per_mp": tiling.min_ctas_per_sm, "preferred_smem_carveout": 100}
     kernel.launch(
-        grid=[cute.ceil_div(m, tiling.rows_per_cta), tiling.cluster_n, 1],
+        grid=[cute.ceil_div(cute.ceil_div(m, tiling.rows_per_cta), tiling.row_loop), tiling.cluster_n, 1],
         block=[tiling.num_threads, 1, 1],
         cluster=[1, tiling.cluster_n, 1] if tiling.cluster_n > 1 else None,
         stream=stream,
+        **occupancy,
     )
 
 
 def allocate_staging(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
+    """The row tile's shared-memory buffer(s) when staged (mode 2: the stage), else None."""
     if not tiling.stage_smem:
         return None
-    return smem.allocate_tensor(dtype, cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0)), byte_alignment=16)
+    layout = cute.make_ordered_layout((*tiling.tiler_mn, tiling.stages), order=(1, 0, 2))
+    return smem.allocate_tensor(dtype, layout, byte_alignment=16)
 
 
 @dataclass
@@ -282,18 +320,28 @@ class RowContext:
     row: Int32  # global row of this thread
     row_ok: cutlass.Boolean  # row < M
     row_leader: cutlass.Boolean  # first thread of the row in the cluster's first CTA
+    stage: Int32 | int = 0  # which buffers this row tile uses (RowTiling.stages)
+    phase: Int32 | int = 0  # the parity of this stage's mbarrier for this row tile
 
     @staticmethod
-    def make(tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, tidx: Int32) -> RowContext:
+    def make(
+        tiling: RowTiling,
+        copy: cute.TiledCopy,
+        mX: cute.Tensor,
+        tidx: Int32,
+        row_tile: Int32 | None = None,
+        stage: Int32 | int = 0,
+        phase: Int32 | int = 0,
+    ) -> RowContext:
         bidx, bidy, _ = cute.arch.block_idx()
         cta_col = bidy if tiling.cluster_n > 1 else Int32(0)
-        tile = (bidx, cta_col)
+        tile = (bidx if row_tile is None else row_tile, cta_col)
         cX = cute.local_tile(cute.make_identity_tensor((mX.shape[0], tiling.n)), tiling.tiler_mn, tile)
         tXcX = copy.get_slice(tidx).partition_S(cX)
         pred = None if tiling.even_n else column_predicate(tXcX, tiling.n)
         row = tXcX[0][0]
         first = (tidx % tiling.threads_per_row == 0) & (cta_col == 0)
-        return RowContext(tiling, copy, tidx, tile, cta_col, pred, row, row < mX.shape[0], first)
+        return RowContext(tiling, copy, tidx, tile, cta_col, pred, row, row < mX.shape[0], first, stage, phase)
 
 
 @cute.jit
@@ -309,36 +357,101 @@ def load_row(
     row's loads are issued and before they are waited on: dependent scalar loads placed
     there (a target index, then its logit) overlap the row instead of delaying it."""
     t = ctx.tiling
+    if const_expr(sX is not None):
+        # Stage through shared memory: cp.async keeps every load of the row in flight at
+        # once without holding registers for them.
+        copy_row_async(ctx, mX, sX)
+        if const_expr(while_in_flight is not None):
+            while_in_flight()
+        cute.arch.cp_async_wait_group(0)
+        return read_staged_row(ctx, sX, fill)
     thr = ctx.copy.get_slice(ctx.tidx)
     tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
     tXrX = cute.make_rmem_tensor_like(tXgX)
     if const_expr(not t.even_n):
         tXrX.fill(fill)
-    if const_expr(sX is not None):
-        # Stage through shared memory: cp.async keeps every load of the row in flight at
-        # once without holding registers for them.
-        tXsX = thr.partition_D(sX)
-        if ctx.row_ok:
-            cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
-        cute.arch.cp_async_commit_group()
-        if const_expr(while_in_flight is not None):
-            while_in_flight()
-        cute.arch.cp_async_wait_group(0)
-        if const_expr(not t.even_n):
-            # After the wait: a predicated-off cp.async still zero-fills its destination.
-            tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
-            tXrFill.fill(fill)
-            for v in cutlass.range_constexpr(cute.size(tXsX, mode=[0, 1])):
-                for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
-                    if not ctx.pred[v, 0, k]:
-                        cute.autovec_copy(tXrFill, tXsX[(None, v), None, k])
-        cute.autovec_copy(tXsX, tXrX)
-    else:
-        if ctx.row_ok:
-            cute.copy(copy_atom(mX.element_type, t.vec), tXgX, tXrX, pred=ctx.pred)
-        if const_expr(while_in_flight is not None):
-            while_in_flight()
+    if ctx.row_ok:
+        cute.copy(copy_atom(mX.element_type, t.vec), tXgX, tXrX, pred=ctx.pred)
+    if const_expr(while_in_flight is not None):
+        while_in_flight()
     return tXrX
+
+
+@cute.jit
+def copy_row_async(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor):
+    """cp.async this thread's slice of its row into its stage of `sX`, as one commit group
+    (committed even when the row is past M, so that group counts stay uniform)."""
+    t = ctx.tiling
+    thr = ctx.copy.get_slice(ctx.tidx)
+    tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
+    tXsX = thr.partition_D(sX[None, None, ctx.stage])
+    if ctx.row_ok:
+        cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
+    cute.arch.cp_async_commit_group()
+
+
+@cute.jit
+def read_staged_row(ctx: RowContext, sX: cute.Tensor, fill: cutlass.Constexpr[float]) -> cute.Tensor:
+    """The thread's staged slice in registers, once its copy group has been waited on; each
+    thread reads only what its own cp.async wrote, so no barrier is needed."""
+    t = ctx.tiling
+    tXsX = ctx.copy.get_slice(ctx.tidx).partition_D(sX[None, None, ctx.stage])
+    if const_expr(not t.even_n):
+        # a predicated-off cp.async still zero-fills its destination
+        tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
+        tXrFill.fill(fill)
+        for v in cutlass.range_constexpr(cute.size(tXsX, mode=[0, 1])):
+            for k in cutlass.range_constexpr(cute.size(tXsX, mode=[2])):
+                if not ctx.pred[v, 0, k]:
+                    cute.autovec_copy(tXrFill, tXsX[(None, v), None, k])
+    tXrX = cute.make_rmem_tensor_like(tXsX)
+    cute.autovec_copy(tXsX, tXrX)
+    return tXrX
+
+
+@cute.jit
+def for_each_row(
+    tiling: cutlass.Constexpr,
+    copy: cute.TiledCopy,
+    mX: cute.Tensor,
+    sX: cute.Tensor | None,
+    tidx: Int32,
+    fill: cutlass.Constexpr[float],
+    body: cutlass.Constexpr,
+    while_in_flight: cutlass.Constexpr = None,
+):
+    """`body(ctx, tXrX)` for each row tile of this CTA, with its row slice in registers
+    (`load_row`'s; `while_in_flight(ctx)` as there). With `row_loop` > 1 the tiles are
+    grid-strided, each takes the stage and barrier phase of its parity, and a staged
+    tile's successor is copied in while the body runs; the body must take its reduction
+    scratch `.at(ctx)`."""
+    if const_expr(tiling.row_loop == 1):
+        ctx = RowContext.make(tiling, copy, mX, tidx)
+        body(ctx, load_row(ctx, mX, sX, fill, _bound(while_in_flight, ctx)))
+    else:
+        bidx, _, _ = cute.arch.block_idx()
+        grid_m, _, _ = cute.arch.grid_dim()
+        if const_expr(sX is not None):
+            copy_row_async(RowContext.make(tiling, copy, mX, tidx, bidx), mX, sX)
+        if const_expr(tiling.cluster_n > 1):
+            cute.arch.cluster_wait()  # every peer's barriers are armed (init_cluster_barriers)
+        for i in cutlass.range(tiling.row_loop, unroll=1):
+            tile = bidx + i * grid_m
+            ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2)
+            if const_expr(sX is not None):
+                # into the other stage, whose row two tiles back is already in registers
+                # and consumed; past the last tile the row is past M and nothing is copied
+                copy_row_async(RowContext.make(tiling, copy, mX, tidx, tile + grid_m, (i + 1) % 2), mX, sX)
+                if const_expr(while_in_flight is not None):
+                    while_in_flight(ctx)
+                cute.arch.cp_async_wait_group(1)
+                body(ctx, read_staged_row(ctx, sX, fill))
+            else:
+                body(ctx, load_row(ctx, mX, None, fill, _bound(while_in_flight, ctx)))
+
+
+def _bound(fn: Callable | None, ctx: RowContext) -> Callable | None:
+    return None if fn is None else functools.partial(fn, ctx=ctx)
 
 
 @cute.jit
@@ -407,9 +520,13 @@ def columns_end(ctx: RowContext, mode: str, vectors: tuple, begun: tuple) -> tup
         return begun
     if mode == "late":
         return tuple(load_columns(ctx, v) for v in vectors)
-    # the first row's threads wrote what every row reads: their wait, then a CTA barrier
-    cute.arch.cp_async_wait_group(0)
-    cute.arch.barrier()
+    t = ctx.tiling
+    if const_expr(not (t.row_loop > 1 and t.stage_smem)):
+        # (a looping staged row already waited for every group but its successor's, and
+        # the columns' group came before them all)
+        cute.arch.cp_async_wait_group(0)
+    if const_expr(t.rows_per_cta > 1):
+        cute.arch.barrier()  # the first row's threads wrote what every row reads
     out = []
     for tXsV in begun:
         tXrV = cute.make_rmem_tensor_like(tXsV)
@@ -475,20 +592,29 @@ def _remote_store(val: Float32, smem_ptr: cute.Pointer, mbar_ptr: cute.Pointer, 
 class ReductionScratch:
     """Shared memory for one cross-warp reduction of `arity` fp32 values per row.
 
-    `bufs[i]` has shape (rows_per_cta, (warps_per_row, cluster_n)); `mbar` is set for
-    cluster reductions (one barrier per reduction, used once, so always phase 0)."""
+    `bufs[i]` has shape (rows_per_cta, (warps_per_row, cluster_n), stages); `mbar` is set
+    for cluster reductions (one barrier per stage). `at(ctx)` is one row tile's view: its
+    stage's buffers and barrier, and the barrier's phase for that tile."""
 
     bufs: tuple
     mbar: cute.Pointer | None
+    phase: Int32 | int = 0
+
+    def at(self, ctx: RowContext) -> ReductionScratch:
+        if ctx.tiling.stages == 1:
+            return self
+        bufs = tuple(b[None, None, ctx.stage] for b in self.bufs)
+        return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase)
 
 
 def allocate_scratch(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
     layout = cute.make_ordered_layout(
-        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n)), order=(2, (0, 1))
+        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), tiling.stages), order=(2, (0, 1), 3)
     )
     bufs = tuple(smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(arity))
-    mbar = smem.allocate_array(cutlass.Int64, num_elems=1) if tiling.cluster_n > 1 else None
-    return ReductionScratch(bufs, mbar)
+    mbar = smem.allocate_array(cutlass.Int64, num_elems=tiling.stages) if tiling.cluster_n > 1 else None
+    view = ReductionScratch(bufs, mbar)
+    return view if tiling.stages > 1 else ReductionScratch(tuple(b[None, None, 0] for b in bufs), mbar)
 
 
 @cute.jit
@@ -499,7 +625,8 @@ def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int
     if const_expr(tiling.cluster_n > 1):
         if tidx == 0:
             for s in scratches:
-                cute.arch.mbarrier_init(s.mbar, 1)
+                for stage in cutlass.range_constexpr(tiling.stages):
+                    cute.arch.mbarrier_init(s.mbar + stage, 1)
         cute.arch.mbarrier_init_fence()
         cute.arch.cluster_arrive_relaxed()
 
@@ -530,8 +657,8 @@ def row_reduce(
             cute.arch.barrier()
             slots = const_expr(wpr)
         else:
-            if const_expr(first_cluster_reduce):
-                cute.arch.cluster_wait()
+            if const_expr(first_cluster_reduce and tiling.row_loop == 1):
+                cute.arch.cluster_wait()  # (for_each_row waits once, before its loop)
             rank = cute.arch.block_idx_in_cluster()
             if warp == 0:
                 with cute.arch.elect_one():
@@ -541,7 +668,7 @@ def row_reduce(
                 for b, v in zip(scratch.bufs, vals):
                     ptr = b.iterator + cute.crd2idx((row, (col, rank)), b.layout)
                     _remote_store(v, ptr, scratch.mbar, lane)
-            cute.arch.mbarrier_wait(scratch.mbar, phase=0)
+            cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
             slots = const_expr(wpr * cn)
         # Each lane folds up to ceil(slots/32) partials, then one more butterfly.
         # Every lane must end with the total, since every thread of the row uses it. With

@@ -5,6 +5,8 @@ Kernel contract entry: `launch(mX, mW, mO, eps, stream)`; mX, mO (M, N), mW (N,)
 
 from __future__ import annotations
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
@@ -36,16 +38,19 @@ class RMSNorm:
     def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, copy: cute.TiledCopy):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
-        ctx = R.RowContext.make(t, copy, mX, tidx)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch = R.allocate_scratch(smem, t, 1)
         R.init_cluster_barriers((scratch,), t, tidx)
+        begun = R.columns_begin(R.RowContext.make(t, copy, mX, tidx), smem, self.columns, (mW,))
+        R.for_each_row(t, copy, mX, sX, tidx, 0.0, functools.partial(self.row, mW, mO, eps, scratch, begun))
 
-        begun = R.columns_begin(ctx, smem, self.columns, (mW,))
-        x = R.load_row(ctx, mX, sX, fill=0.0).load().to(Float32)
+    @cute.jit
+    def row(self, mW, mO, eps: Float32, scratch: R.ReductionScratch, begun: tuple, ctx: R.RowContext, tXrX):
+        t = self.tiling
+        x = tXrX.load().to(Float32)
         sq = (x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        (ss,) = R.row_reduce((sq,), R.add, t, scratch)
+        (ss,) = R.row_reduce((sq,), R.add, t, scratch.at(ctx))
         rstd = cute.math.rsqrt(ss / t.n + eps, fastmath=True)
         (rW,) = R.columns_end(ctx, self.columns, (mW,), begun)
         R.store_row(ctx, x * rstd * rW.load().to(Float32), mO)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
-from llmcompile.harness.compiler import parse_launches, parse_ptxas
+from llmcompile.harness.compiler import parse_launches, parse_ptxas, with_launches
 from llmcompile.harness.verdict import KernelResources, Verdict
 from llmcompile.harness.worker import Job, Worker, worker_env
 from llmcompile.ops import BUILTIN, get_op
@@ -69,6 +69,26 @@ def test_parse_ptxas() -> None:
     assert (k.name, k.registers, k.spill_store_bytes, k.stack_bytes, k.barriers) == ("foo_0", 90, 4, 8, 1)
     (k,) = parse_ptxas(text.replace("1 barriers", "1 barriers, 1024 bytes smem"))
     assert k.static_smem_bytes == 1024 and k.smem_bytes is None  # no launch seen yet
+
+
+def test_parse_ptxas_reads_the_spill_remark() -> None:
+    """When ptxas spills, the DSL reprints its report as an indented remark that names no
+    kernel: the spill must still be reported, and a single launch still matched to it."""
+    text = (
+        "remark[ptxas]: ptxas detected register spills\n"
+        "          ptxas info    : Compiling entry function\n"
+        "          ptxas info    : Function properties for\n"
+        "          ptxas         .     184 bytes stack frame, 188 bytes spill stores, 188 bytes spill loads\n"
+        "          ptxas info    : Used 64 registers, used 1 barriers, 184 bytes cumulative stack size\n"
+    )
+    (k,) = with_launches(parse_ptxas(text), {"foo_0": (512, 4096)})
+    assert (k.registers, k.spill_store_bytes, k.stack_bytes, k.threads, k.dynamic_smem_bytes) == (
+        64,
+        188,
+        184,
+        512,
+        4096,
+    )
 
 
 LAUNCH_IR = """

@@ -50,6 +50,7 @@ def test_cluster_grows_with_n_and_is_capped_for_short_rows() -> None:
         (RowKnobs(cluster_n=3), "cluster_n=3"),
         (RowKnobs(vec_bits=256), "vec_bits"),
         (RowKnobs(threads_per_row=8, cluster_n=1), "values per thread"),
+        (RowKnobs(row_loop=0), "row_loop=0"),
     ],
 )
 def test_bad_knobs_are_named(knobs: RowKnobs, match: str) -> None:
@@ -60,3 +61,11 @@ def test_bad_knobs_are_named(knobs: RowKnobs, match: str) -> None:
 def test_n_outside_range_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="outside the supported range"):
         resolve_tiling(RowKnobs(), 16, MAX_N + 1)
+
+
+def test_row_loop_doubles_buffers_only_when_looping() -> None:
+    one = resolve_tiling(RowKnobs(), 16, 262144)
+    loop = resolve_tiling(RowKnobs(row_loop=4), 16, 262144)
+    assert (one.row_loop, one.stages) == (1, 1)
+    assert (loop.row_loop, loop.stages) == (4, 2)
+    assert loop.tiler_mn == one.tiler_mn and loop.cluster_n == one.cluster_n

@@ -22,7 +22,9 @@ from llmcompile.ops import OpSpec
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_ERROR_LINES = 30
-_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+# When ptxas spills, the DSL reprints its report as an indented remark without the name.
+UNNAMED = "kernel"
+_PTXAS_ENTRY = re.compile(r"Compiling entry function(?: '([^']+)')?")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 # The host side of a CuTe DSL launch, in the compiled module's LLVM dialect: constants stored
@@ -61,7 +63,7 @@ def parse_ptxas(text: str) -> list[KernelResources]:
     frame: tuple[int, int, int] | None = None
     for line in ANSI.sub("", text).splitlines():
         if m := _PTXAS_ENTRY.search(line):
-            name, frame = m.group(1), None
+            name, frame = m.group(1) or UNNAMED, None
         elif (m := _PTXAS_FRAME.search(line)) and name:
             frame = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
         elif (m := _PTXAS_REGS.search(line)) and name:
@@ -103,10 +105,28 @@ def parse_launches(ir_text: str) -> dict[str, tuple[int, int]]:
     return launches
 
 
+# The most shared memory one CTA may opt into on sm_90 (H100 and H200 alike).
+MAX_SMEM_PER_CTA = 232448
+
+
+def check_launchable(compiled: Any) -> None:
+    """Raise ValueError when a launch asks for more shared memory than a CTA may have: the
+    launch would fail on the GPU, or leave the outputs unwritten, so say so at compile time."""
+    for name, (_, smem) in parse_launches(str(getattr(compiled, "ir_module", ""))).items():
+        if smem > MAX_SMEM_PER_CTA:
+            raise ValueError(
+                f"kernel {name} asks for {smem} B of shared memory per CTA; sm_90 allows at most "
+                f"{MAX_SMEM_PER_CTA} B (227 KB): stage or keep less in shared memory"
+            )
+
+
 def with_launches(kernels: list[KernelResources], launches: dict[str, tuple[int, int]]) -> list[KernelResources]:
     for k in kernels:
         if k.name in launches:
             k.threads, k.dynamic_smem_bytes = launches[k.name]
+        elif k.name == UNNAMED and len(kernels) == 1 and len(launches) == 1:
+            # (a spill report names no kernel; with one of each there is no doubt which)
+            k.threads, k.dynamic_smem_bytes = next(iter(launches.values()))
     return kernels
 
 
@@ -153,7 +173,9 @@ def compile_candidate(
         entry = contract.entry_of(mod)
         for n in ns:
             with captured_fds() as out:
-                compiled[n] = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
+                fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
+            check_launchable(fn)
+            compiled[n] = fn
             found = with_launches(parse_ptxas(out[0]), parse_launches(str(getattr(compiled[n], "ir_module", ""))))
             kernels = found or kernels
     except Exception as e:  # noqa: BLE001 - every failure of the candidate is a verdict

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from llmcompile import contract
-from llmcompile.harness.compiler import check_launchable
+from llmcompile.harness.compiler import check_launchable, launches_of
 from llmcompile.ops import OpError, OpSpec, dtype_name, get_op
 
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
@@ -53,7 +53,7 @@ class KernelFunction:
         with self._lock:
             if key not in self._compiled:
                 fn = contract.compile_entry(self.entry, self.spec, dtype, n)
-                check_launchable(fn)
+                check_launchable(launches_of(fn))
                 self._compiled[key] = fn
             return self._compiled[key]
 

@@ -109,10 +109,15 @@ def parse_launches(ir_text: str) -> dict[str, tuple[int, int]]:
 MAX_SMEM_PER_CTA = 232448
 
 
-def check_launchable(compiled: Any) -> None:
+def launches_of(compiled: Any) -> dict[str, tuple[int, int]]:
+    """`parse_launches` of a compiled function's module (empty when it carries none)."""
+    return parse_launches(str(getattr(compiled, "ir_module", "")))
+
+
+def check_launchable(launches: dict[str, tuple[int, int]]) -> None:
     """Raise ValueError when a launch asks for more shared memory than a CTA may have: the
     launch would fail on the GPU, or leave the outputs unwritten, so say so at compile time."""
-    for name, (_, smem) in parse_launches(str(getattr(compiled, "ir_module", ""))).items():
+    for name, (_, smem) in launches.items():
         if smem > MAX_SMEM_PER_CTA:
             raise ValueError(
                 f"kernel {name} asks for {smem} B of shared memory per CTA; sm_90 allows at most "
@@ -174,9 +179,10 @@ def compile_candidate(
         for n in ns:
             with captured_fds() as out:
                 fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
-            check_launchable(fn)
+            launches = launches_of(fn)
+            check_launchable(launches)
             compiled[n] = fn
-            found = with_launches(parse_ptxas(out[0]), parse_launches(str(getattr(compiled[n], "ir_module", ""))))
+            found = with_launches(parse_ptxas(out[0]), launches)
             kernels = found or kernels
     except Exception as e:  # noqa: BLE001 - every failure of the candidate is a verdict
         failing_n = next((n for n in ns if n not in compiled), None)

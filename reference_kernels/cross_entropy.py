@@ -17,10 +17,18 @@ from reference_kernels import reduce as R
 
 OP = "cross_entropy"
 
-# Nothing is written per element, so short rows want more rows per CTA in flight than the
-# template's table gives: 16 threads a row up to N = 256 (H100: 2.12 vs 1.75 TB/s at N=256).
-# (128 threads a row past 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
-THREADS_PER_ROW = ((64, 8), (256, 16), (3072, 32), (6144, 64), (16384, 128), (None, 256))
+# Threads a row: the template's table. (16 threads a row up to N = 256 used to pay, when the
+# warp level merged (max, sum) pairs; with the warp's max taken before any exponential, one
+# vector a thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row
+# past 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
+
+# Where a row's target logit comes from, by N. "load": the row leader reads the target index
+# and then the logit while the row is in flight; on a short row that chain hides behind the
+# row. "registers": every thread reads the index, and the one holding that column takes the
+# logit from its registers; on a long row the leader's chain would hold up the whole row's
+# reduction. H100 bf16, TB/s (load / registers, from two runs a few minutes apart): 32768x512
+# 2.56/2.46, 32768x1024 2.70/2.68, 4096x65536 2.99/3.06, 1024x262144 2.87/2.98.
+TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((3072, "load"), (None, "registers"))
 
 
 class CrossEntropy:
@@ -29,9 +37,7 @@ class CrossEntropy:
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, stream):
-        self.tiling = R.resolve_tiling(
-            self.knobs, mX.element_type.width, mX.shape[1], threads_per_row_table=THREADS_PER_ROW
-        )
+        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mTarget, mLoss, ignore_index, copy), self.tiling, mX.shape[0], stream)
 
@@ -51,27 +57,55 @@ class CrossEntropy:
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
-        fetch = functools.partial(fetch_target_logit, mX, mTarget, t.n, target, x_target)
-        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target)
+        from_registers = R.pick(TARGET_LOGIT, t.n) == "registers"  # type: ignore[arg-type]
+        if cutlass.const_expr(from_registers):
+            fetch = functools.partial(load_target, mTarget, target)
+        else:
+            fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
+        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target, from_registers)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
 
     @cute.jit
-    def row(self, mLoss, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
+    def row(
+        self,
+        mLoss,
+        ignore_index: Int64,
+        scratch_a,
+        scratch_b,
+        target,
+        x_target,
+        from_registers: cutlass.Constexpr[bool],
+        ctx: R.RowContext,
+        tXrX,
+    ):
         t = self.tiling
         x = tXrX.load().to(Float32)
+        ignored = target[0] == ignore_index
+        outside = (target[0] < 0) | (target[0] >= t.n)
+        holds = ctx.row_leader
+        if cutlass.const_expr(from_registers):
+            col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
+            holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
-        if ctx.row_leader & ctx.row_ok:
-            # (max - target logit) first: exact when the target is the max, however large
-            loss = (m - x_target[0]) + cute.math.log(s, fastmath=True)
-            if target[0] == ignore_index:
-                loss = Float32(0.0)
-            elif (target[0] < 0) | (target[0] >= t.n):
-                loss = Float32(float("nan"))
-            mLoss[ctx.row] = loss
+        if ctx.row_ok:
+            # one writer a row: the row leader for a loss without a logit, else the holder
+            if ignored | outside:
+                if ctx.row_leader:
+                    mLoss[ctx.row] = cutlass.select_(ignored, Float32(0.0), Float32(float("nan")))
+            elif holds:
+                # (max - target logit) first: exact when the target is the max, however large
+                mLoss[ctx.row] = (m - x_target[0]) + cute.math.log(s, fastmath=True)
 
 
 @cute.jit
-def fetch_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, ctx: R.RowContext):
+def load_target(mTarget, target, ctx: R.RowContext):
+    """Every thread's copy of its row's target index, read while the row is in flight."""
+    if ctx.row_ok:
+        target[0] = mTarget[ctx.row]
+
+
+@cute.jit
+def load_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, ctx: R.RowContext):
     """The row leader's two dependent loads (target index, then its logit), issued while the
     row is in flight; an out-of-range target is clamped here and answered with NaN later."""
     if ctx.row_leader & ctx.row_ok:

@@ -93,7 +93,8 @@ class RowKnobs:
     columns: str | None = None
     # Row tiles one CTA handles in turn (grid-strided). Above 1, per-column vectors are
     # loaded once for all of them (a long row's weight is re-read from L2 per row, not once
-    # per CTA), and a staged row's successor is copied in while the current one is reduced.
+    # per CTA), and a staged row's successor is copied in while the current one is reduced
+    # and written.
     # None: the op's table, else 1.
     row_loop: int | None = None
     # CTAs one SM must hold: ptxas then keeps registers within 65536 / (this * threads),
@@ -116,8 +117,9 @@ class RowTiling:
 
     @property
     def stages(self) -> int:
-        """Buffers for what crosses from one row tile to the next: two when looping, so the
-        next tile's copies and peers' reduction partials never land on ones still read."""
+        """Reduction buffers and barriers: two when looping, so that a fast peer's partials
+        for the next row tile never land on ones still being read. (A staged row needs one
+        buffer whatever the loop: each thread refills only the slots it has read.)"""
         return 2 if self.row_loop > 1 else 1
 
     @property
@@ -300,11 +302,10 @@ def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
 
 
 def allocate_staging(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
-    """The row tile's shared-memory buffer(s) when staged (mode 2: the stage), else None."""
+    """The row tile's shared-memory buffer when staged, else None."""
     if not tiling.stage_smem:
         return None
-    layout = cute.make_ordered_layout((*tiling.tiler_mn, tiling.stages), order=(1, 0, 2))
-    return smem.allocate_tensor(dtype, layout, byte_alignment=16)
+    return smem.allocate_tensor(dtype, cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0)), byte_alignment=16)
 
 
 @dataclass
@@ -317,11 +318,15 @@ class RowContext:
     tile: tuple  # (row tile, column tile) coordinate of this CTA
     cta_col: Int32  # rank along the row inside the cluster (0 without one)
     pred: cute.Tensor | None  # per-vector column-in-bounds flags; None when N tiles evenly
+    tXcX: cute.Tensor  # (row, column) of each of the thread's values
     row: Int32  # global row of this thread
     row_ok: cutlass.Boolean  # row < M
     row_leader: cutlass.Boolean  # first thread of the row in the cluster's first CTA
-    stage: Int32 | int = 0  # which buffers this row tile uses (RowTiling.stages)
+    stage: Int32 | int = 0  # which reduction buffers this row tile uses (RowTiling.stages)
     phase: Int32 | int = 0  # the parity of this stage's mbarrier for this row tile
+    # Issues the next row tile's copy into the staging buffer; the tile's first reduction
+    # runs it (through `ReductionScratch.at`), once the thread's staged values are consumed.
+    prefetch: Callable | None = None
 
     @staticmethod
     def make(
@@ -332,6 +337,7 @@ class RowContext:
         row_tile: Int32 | None = None,
         stage: Int32 | int = 0,
         phase: Int32 | int = 0,
+        prefetch: Callable | None = None,
     ) -> RowContext:
         bidx, bidy, _ = cute.arch.block_idx()
         cta_col = bidy if tiling.cluster_n > 1 else Int32(0)
@@ -341,7 +347,8 @@ class RowContext:
         pred = None if tiling.even_n else column_predicate(tXcX, tiling.n)
         row = tXcX[0][0]
         first = (tidx % tiling.threads_per_row == 0) & (cta_col == 0)
-        return RowContext(tiling, copy, tidx, tile, cta_col, pred, row, row < mX.shape[0], first, stage, phase)
+        ok = row < mX.shape[0]
+        return RowContext(tiling, copy, tidx, tile, cta_col, pred, tXcX, row, ok, first, stage, phase, prefetch)
 
 
 @cute.jit
@@ -354,8 +361,8 @@ def load_row(
 ) -> cute.Tensor:
     """This thread's slice of its row, in registers; columns past N read as `fill` (the
     reduction's identity), rows past M are left unread. `while_in_flight()` runs after the
-    row's loads are issued and before they are waited on: dependent scalar loads placed
-    there (a target index, then its logit) overlap the row instead of delaying it."""
+    row's loads are issued and before they are waited on: scalar loads placed there (a
+    cross-entropy row's target index) overlap the row instead of delaying it."""
     t = ctx.tiling
     if const_expr(sX is not None):
         # Stage through shared memory: cp.async keeps every load of the row in flight at
@@ -379,12 +386,12 @@ def load_row(
 
 @cute.jit
 def copy_row_async(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor):
-    """cp.async this thread's slice of its row into its stage of `sX`, as one commit group
-    (committed even when the row is past M, so that group counts stay uniform)."""
+    """cp.async this thread's slice of its row into `sX`, as one commit group (committed
+    even when the row is past M, so that group counts stay uniform)."""
     t = ctx.tiling
     thr = ctx.copy.get_slice(ctx.tidx)
     tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
-    tXsX = thr.partition_D(sX[None, None, ctx.stage])
+    tXsX = thr.partition_D(sX)
     if ctx.row_ok:
         cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
     cute.arch.cp_async_commit_group()
@@ -395,7 +402,7 @@ def read_staged_row(ctx: RowContext, sX: cute.Tensor, fill: cutlass.Constexpr[fl
     """The thread's staged slice in registers, once its copy group has been waited on; each
     thread reads only what its own cp.async wrote, so no barrier is needed."""
     t = ctx.tiling
-    tXsX = ctx.copy.get_slice(ctx.tidx).partition_D(sX[None, None, ctx.stage])
+    tXsX = ctx.copy.get_slice(ctx.tidx).partition_D(sX)
     if const_expr(not t.even_n):
         # a predicated-off cp.async still zero-fills its destination
         tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
@@ -422,9 +429,10 @@ def for_each_row(
 ):
     """`body(ctx, tXrX)` for each row tile of this CTA, with its row slice in registers
     (`load_row`'s; `while_in_flight(ctx)` as there). With `row_loop` > 1 the tiles are
-    grid-strided, each takes the stage and barrier phase of its parity, and a staged
-    tile's successor is copied in while the body runs; the body must take its reduction
-    scratch `.at(ctx)`."""
+    grid-strided and each takes the reduction stage and barrier phase of its parity; the
+    body must take its reduction scratch `.at(ctx)` and run its reductions unconditionally
+    (they synchronise the row anyway). A staged tile's successor is copied in from the
+    body's first reduction on, so its loads overlap the reduction wait and the writes."""
     if const_expr(tiling.row_loop == 1):
         ctx = RowContext.make(tiling, copy, mX, tidx)
         body(ctx, load_row(ctx, mX, sX, fill, _bound(while_in_flight, ctx)))
@@ -437,17 +445,36 @@ def for_each_row(
             cute.arch.cluster_wait()  # every peer's barriers are armed (init_cluster_barriers)
         for i in cutlass.range(tiling.row_loop, unroll=1):
             tile = bidx + i * grid_m
-            ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2)
             if const_expr(sX is not None):
-                # into the other stage, whose row two tiles back is already in registers
-                # and consumed; past the last tile the row is past M and nothing is copied
-                copy_row_async(RowContext.make(tiling, copy, mX, tidx, tile + grid_m, (i + 1) % 2), mX, sX)
+                # past the last tile the row is past M and nothing is copied
+                prefetch = _Once(functools.partial(_copy_tile, tiling, copy, mX, sX, tidx, tile + grid_m))
+                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2, prefetch)
                 if const_expr(while_in_flight is not None):
                     while_in_flight(ctx)
-                cute.arch.cp_async_wait_group(1)
+                cute.arch.cp_async_wait_group(0)
                 body(ctx, read_staged_row(ctx, sX, fill))
+                prefetch()  # (a body without reductions)
             else:
+                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2)
                 body(ctx, load_row(ctx, mX, None, fill, _bound(while_in_flight, ctx)))
+
+
+def _copy_tile(tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, sX: cute.Tensor, tidx: Int32, tile: Int32):
+    # (the tile's context is made where the copy is issued, not held in registers till then)
+    copy_row_async(RowContext.make(tiling, copy, mX, tidx, tile), mX, sX)
+
+
+class _Once:
+    """A trace-time call made at most once: the first of a tile's reductions to reach it
+    emits it, later ones (a two-pass softmax's second) emit nothing."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn, self.done = fn, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.fn()
 
 
 def _bound(fn: Callable | None, ctx: RowContext) -> Callable | None:
@@ -522,8 +549,8 @@ def columns_end(ctx: RowContext, mode: str, vectors: tuple, begun: tuple) -> tup
         return tuple(load_columns(ctx, v) for v in vectors)
     t = ctx.tiling
     if const_expr(not (t.row_loop > 1 and t.stage_smem)):
-        # (a looping staged row already waited for every group but its successor's, and
-        # the columns' group came before them all)
+        # (a looping staged row waited for every group before its first reduction, the
+        # columns' among them; only its successor's may be in flight now)
         cute.arch.cp_async_wait_group(0)
     if const_expr(t.rows_per_cta > 1):
         cute.arch.barrier()  # the first row's threads wrote what every row reads
@@ -548,6 +575,25 @@ def zero_padding(ctx: RowContext, values: cute.TensorSSA) -> cute.TensorSSA:
             if not ctx.pred[v, 0, k]:
                 cute.autovec_copy(zeros, tXr[(None, v), None, k])
     return tXr.load()
+
+
+@cute.jit
+def value_at_column(ctx: RowContext, tXrX: cute.Tensor, col: Int32) -> tuple:
+    """(holds, x): whether this thread holds column `col` of its row, and if so its value
+    there (fp32). Exactly one thread of the row holds a column in [0, N); the test is a few
+    integer operations from the copy's layout (vectors of `vec` columns, `vec *
+    threads_per_row` apart), and only the holder selects among its values."""
+    t, tXcX = ctx.tiling, ctx.tXcX
+    stride = const_expr(t.vec * t.threads_per_row)
+    d = col - tXcX[0][1]
+    holds = (d >= 0) & (d < t.values_per_thread // t.vec * stride) & (d % stride < t.vec) & (col < t.n)
+    val = cute.make_rmem_tensor(1, Float32)
+    val[0] = Float32(0.0)
+    if holds:
+        for i in cutlass.range_constexpr(cute.size(tXrX)):
+            if tXcX[i][1] == col:
+                val[0] = Float32(tXrX[i])
+    return holds, val[0]
 
 
 @cute.jit
@@ -576,16 +622,24 @@ def warp_reduce(vals: tuple, combine: Callable, width: cutlass.Constexpr[int]) -
 
 
 @dsl_user_op
-def _remote_store(val: Float32, smem_ptr: cute.Pointer, mbar_ptr: cute.Pointer, peer: Int32, *, loc=None, ip=None):
-    """st.async one fp32 into `peer`'s copy of `smem_ptr`, crediting 4 bytes to its mbarrier."""
+def _remote_store(vals: tuple, smem_ptr: cute.Pointer, mbar_ptr: cute.Pointer, peer: Int32, *, loc=None, ip=None):
+    """st.async 1, 2 or 4 fp32 (one vector) into `peer`'s copy of `smem_ptr`, crediting their
+    bytes to its mbarrier: one transaction per warp and peer, whatever the arity."""
     remote = cute.arch.map_dsmem_ptr(smem_ptr, peer, loc=loc, ip=ip).toint(loc=loc, ip=ip)
     remote_mbar = cute.arch.map_dsmem_ptr(mbar_ptr, peer, loc=loc, ip=ip).toint(loc=loc, ip=ip)
+    regs = ", ".join(f"{{$r{i + 2}}}" for i in range(len(vals)))
+    src, vec = (regs, "") if len(vals) == 1 else (f"{{{regs}}}", f".v{len(vals)}")
     cute.arch.inline_ptx(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [{$r0}], {$r1}, [{$r2}];",
-        read_only_args=[Int32(remote), Float32(val), Int32(remote_mbar)],
+        f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vec}.f32 [{{$r0}}], {src}, [{{$r1}}];",
+        read_only_args=[Int32(remote), Int32(remote_mbar), *(Float32(v) for v in vals)],
         loc=loc,
         ip=ip,
     )
+
+
+def _vector_width(arity: int) -> int:
+    """Values one slot holds: the arity rounded up to a vector st.async can move (1, 2, 4)."""
+    return 1 << (arity - 1).bit_length()
 
 
 @dataclass
@@ -594,24 +648,30 @@ class ReductionScratch:
 
     `bufs[i]` has shape (rows_per_cta, (warps_per_row, cluster_n), stages); `mbar` is set
     for cluster reductions (one barrier per stage). `at(ctx)` is one row tile's view: its
-    stage's buffers and barrier, and the barrier's phase for that tile."""
+    stage's buffers and barrier, the barrier's phase for that tile, and its prefetch."""
 
     bufs: tuple
     mbar: cute.Pointer | None
     phase: Int32 | int = 0
+    hook: Callable | None = None  # run once the thread's partials are sent
 
     def at(self, ctx: RowContext) -> ReductionScratch:
         if ctx.tiling.stages == 1:
             return self
         bufs = tuple(b[None, None, ctx.stage] for b in self.bufs)
-        return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase)
+        return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase, ctx.prefetch)
 
 
 def allocate_scratch(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
+    """One buffer whose slot (row, (warp, rank), stage) holds the `arity` values side by
+    side (padded to a vector width), so a warp sends each peer one vector."""
+    width = _vector_width(arity)
     layout = cute.make_ordered_layout(
-        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), tiling.stages), order=(2, (0, 1), 3)
+        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), tiling.stages, width),
+        order=(3, (1, 2), 4, 0),
     )
-    bufs = tuple(smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(arity))
+    buf = smem.allocate_tensor(Float32, layout, byte_alignment=16)
+    bufs = tuple(buf[None, None, None, i] for i in range(arity))
     mbar = smem.allocate_array(cutlass.Int64, num_elems=tiling.stages) if tiling.cluster_n > 1 else None
     view = ReductionScratch(bufs, mbar)
     return view if tiling.stages > 1 else ReductionScratch(tuple(b[None, None, 0] for b in bufs), mbar)
@@ -645,6 +705,21 @@ def row_reduce(
     results meet in shared memory, and with a cluster each warp's result is pushed to every
     peer CTA so that all of them finish with the row's total."""
     vals = warp_reduce(vals, combine, min(tiling.threads_per_row, WARP))
+    return across_warps(vals, combine, tiling, scratch, first_cluster_reduce)
+
+
+@cute.jit
+def across_warps(
+    vals: tuple,
+    combine: Callable,
+    tiling: cutlass.Constexpr,
+    scratch: ReductionScratch,
+    first_cluster_reduce: cutlass.Constexpr[bool] = True,
+    finish: cutlass.Constexpr = None,
+) -> tuple:
+    """Combine warp results `vals` (each warp's lanes agree on them) over the row's warps
+    and cluster peers. `finish(acc, width)` folds the lanes' slot values in groups of
+    `width` lanes (default: a butterfly of `combine`); an op may pass a cheaper exact one."""
     wpr = const_expr(tiling.warps_per_row)
     cn = const_expr(tiling.cluster_n)
     if const_expr(wpr > 1 or cn > 1):
@@ -654,6 +729,7 @@ def row_reduce(
             if lane == 0:
                 for b, v in zip(scratch.bufs, vals):
                     b[row, (col, 0)] = v
+            _run_hook(scratch)
             cute.arch.barrier()
             slots = const_expr(wpr)
         else:
@@ -662,15 +738,17 @@ def row_reduce(
             rank = cute.arch.block_idx_in_cluster()
             if warp == 0:
                 with cute.arch.elect_one():
-                    nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * len(scratch.bufs))
+                    width = const_expr(_vector_width(len(vals)))
+                    nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * width)
                     cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
             if lane < cn:
-                for b, v in zip(scratch.bufs, vals):
-                    ptr = b.iterator + cute.crd2idx((row, (col, rank)), b.layout)
-                    _remote_store(v, ptr, scratch.mbar, lane)
+                b = scratch.bufs[0]
+                padded = (*vals, *([Float32(0.0)] * (_vector_width(len(vals)) - len(vals))))
+                _remote_store(padded, b.iterator + cute.crd2idx((row, (col, rank)), b.layout), scratch.mbar, lane)
+            _run_hook(scratch)
             cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
             slots = const_expr(wpr * cn)
-        # Each lane folds up to ceil(slots/32) partials, then one more butterfly.
+        # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
         # Every lane must end with the total, since every thread of the row uses it. With
         # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of
         # `slots` lanes holds all partials and a butterfly of that width completes it. Past
@@ -681,8 +759,20 @@ def row_reduce(
             acc = tuple(b[row, lane] for b in scratch.bufs)
             for i in cutlass.range_constexpr(1, slots // WARP):
                 acc = combine(acc, tuple(b[row, lane + i * WARP] for b in scratch.bufs))
-        vals = warp_reduce(acc, combine, min(slots, WARP))
+        if const_expr(finish is None):
+            vals = warp_reduce(acc, combine, min(slots, WARP))
+        else:
+            vals = finish(acc, min(slots, WARP))
+    else:
+        _run_hook(scratch)
     return vals
+
+
+def _run_hook(scratch: ReductionScratch) -> None:
+    # Here every value of the thread's row slice has been consumed (the partials depend on
+    # them), so a staged tile's successor may overwrite its slots.
+    if scratch.hook is not None:
+        scratch.hook()
 
 
 # --------------------------------------------------------------------------- combines
@@ -725,23 +815,37 @@ def max_sumexp(a: tuple, b: tuple) -> tuple:
     return (m, s)
 
 
+def finish_max_sumexp(acc: tuple, width: int) -> tuple:
+    """`max_sumexp` over `width` lanes, exactly, with one exponential a lane: the max first
+    (a plain butterfly), then each partial sum scaled to it and added up."""
+    (m,) = warp_reduce((acc[0],), fmax, width)
+    s = acc[1] * cute.math.exp2((acc[0] - safe_max(m)) * LOG2_E, fastmath=True)
+    (s,) = warp_reduce((s,), add, width)
+    return (m, s)
+
+
 @cute.jit
 def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.Constexpr[bool], scratch_a, scratch_b):
     """Row max M and sum of exp(x - M), plus exp(x - M) for this thread's values.
 
-    online: one fused (max, sum) reduction, then rescale the local exponentials.
+    online: exponentiate against the warp's max (a plain max butterfly first), so the warp
+    level sums without rescaling; one fused (max, sum) reduction across warps and CTAs, then
+    rescale the local exponentials. Each level costs a butterfly, not an exponential a step.
     two-pass: reduce the max, exponentiate against it, reduce the sum."""
+    m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
     if const_expr(online):
-        m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
-        ml = safe_max(m_local)
+        width = const_expr(min(tiling.threads_per_row, WARP))
+        (m_warp,) = warp_reduce((m_local,), fmax, width)
+        mw = safe_max(m_warp)
         # (x - max) first: exact 0 at the max, where x*log2e - max*log2e is off by the
         # rounding of max*log2e (2.4e-4 at |x| = 4000)
-        e = cute.math.exp2((x - ml) * LOG2_E, fastmath=True)
+        e = cute.math.exp2((x - mw) * LOG2_E, fastmath=True)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        m, s = row_reduce((m_local, s_local), max_sumexp, tiling, scratch_a)
-        e = e * cute.math.exp2((ml - safe_max(m)) * LOG2_E, fastmath=True)
+        (s_warp,) = warp_reduce((s_local,), add, width)
+        m, s = across_warps((m_warp, s_warp), max_sumexp, tiling, scratch_a, finish=finish_max_sumexp)
+        if const_expr(tiling.warps_per_row > 1 or tiling.cluster_n > 1):
+            e = e * cute.math.exp2((mw - safe_max(m)) * LOG2_E, fastmath=True)
     else:
-        m_local = x.reduce(cute.ReductionOp.MAX, init_val=-Float32.inf, reduction_profile=0)
         (m,) = row_reduce((m_local,), fmax, tiling, scratch_a)
         e = cute.math.exp2((x - safe_max(m)) * LOG2_E, fastmath=True)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)

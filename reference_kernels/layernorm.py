@@ -27,10 +27,12 @@ COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((65536, "early"), (None, "l
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-1] + ((65536, 256), (None, 512))
 # The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
 # L2 once per CTA rather than once per row. bf16 keeps them in shared memory; fp32 keeps them
-# in registers and double-buffers x in shared memory instead (fp32 w and b would fill it).
-# Measured (TB/s, default / this row): H200 bf16 2048x131072 3.31/3.50, 1024x262144 2.66/3.16;
-# fp32 1024x262144 3.07/3.29. H100 1024x262144: bf16 2.43/2.71, fp32 2.37/2.83; H100 2048x131072:
-# bf16 2.84/2.85, fp32 2.88/2.89 (too little to loop fp32 there); at 65536 neither gains.
+# in registers and stages x in shared memory instead (fp32 w and b would fill it), the next
+# tile copied in during the reduction. Measured (TB/s, default / this row): H200 bf16
+# 2048x131072 3.31/3.50, 1024x262144 2.66/3.16; fp32 1024x262144 3.07/3.29. H100 1024x262144:
+# bf16 2.43/2.71, fp32 2.37/2.83 (2.86 with one staging buffer instead of two); H100
+# 2048x131072: bf16 2.84/2.85, fp32 2.88/2.89 (too little to loop fp32 there); at 65536
+# neither gains. Staging bf16 x as well measured worse at every loop length (2.52-2.58).
 LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = ((65536, {}), (None, {"row_loop": 4}))
 LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = (
     (131072, {}),

@@ -17,11 +17,6 @@ from reference_kernels import reduce as R
 
 OP = "cross_entropy"
 
-# Threads a row: the template's table. (16 threads a row up to N = 256 used to pay, when the
-# warp level merged (max, sum) pairs; with the warp's max taken before any exponential, one
-# vector a thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row
-# past 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
-
 # Where a row's target logit comes from, by N. "load": the row leader reads the target index
 # and then the logit while the row is in flight; on a short row that chain hides behind the
 # row. "registers": every thread reads the index, and the one holding that column takes the
@@ -37,7 +32,12 @@ class CrossEntropy:
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, stream):
+        # The template's threads-per-row table. (16 threads a row up to N = 256 paid while the
+        # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
+        # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
+        # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
+        self.from_registers = R.pick(TARGET_LOGIT, self.tiling.n) == "registers"  # type: ignore[arg-type]
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mTarget, mLoss, ignore_index, copy), self.tiling, mX.shape[0], stream)
 
@@ -57,33 +57,21 @@ class CrossEntropy:
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
-        from_registers = R.pick(TARGET_LOGIT, t.n) == "registers"  # type: ignore[arg-type]
-        if cutlass.const_expr(from_registers):
+        if cutlass.const_expr(self.from_registers):
             fetch = functools.partial(load_target, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
-        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target, from_registers)
+        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
 
     @cute.jit
-    def row(
-        self,
-        mLoss,
-        ignore_index: Int64,
-        scratch_a,
-        scratch_b,
-        target,
-        x_target,
-        from_registers: cutlass.Constexpr[bool],
-        ctx: R.RowContext,
-        tXrX,
-    ):
+    def row(self, mLoss, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
         t = self.tiling
         x = tXrX.load().to(Float32)
         ignored = target[0] == ignore_index
         outside = (target[0] < 0) | (target[0] >= t.n)
         holds = ctx.row_leader
-        if cutlass.const_expr(from_registers):
+        if cutlass.const_expr(self.from_registers):
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))

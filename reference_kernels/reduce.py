@@ -653,7 +653,7 @@ class ReductionScratch:
     bufs: tuple
     mbar: cute.Pointer | None
     phase: Int32 | int = 0
-    hook: Callable | None = None  # run once the thread's partials are sent
+    prefetch: Callable | None = None  # RowContext.prefetch, run once the partials are sent
 
     def at(self, ctx: RowContext) -> ReductionScratch:
         if ctx.tiling.stages == 1:
@@ -729,23 +729,23 @@ def across_warps(
             if lane == 0:
                 for b, v in zip(scratch.bufs, vals):
                     b[row, (col, 0)] = v
-            _run_hook(scratch)
+            _prefetch(scratch)
             cute.arch.barrier()
             slots = const_expr(wpr)
         else:
             if const_expr(first_cluster_reduce and tiling.row_loop == 1):
                 cute.arch.cluster_wait()  # (for_each_row waits once, before its loop)
             rank = cute.arch.block_idx_in_cluster()
+            width = const_expr(_vector_width(len(vals)))
             if warp == 0:
                 with cute.arch.elect_one():
-                    width = const_expr(_vector_width(len(vals)))
                     nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * width)
                     cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
             if lane < cn:
                 b = scratch.bufs[0]
-                padded = (*vals, *([Float32(0.0)] * (_vector_width(len(vals)) - len(vals))))
+                padded = (*vals, *([Float32(0.0)] * (width - len(vals))))
                 _remote_store(padded, b.iterator + cute.crd2idx((row, (col, rank)), b.layout), scratch.mbar, lane)
-            _run_hook(scratch)
+            _prefetch(scratch)
             cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
             slots = const_expr(wpr * cn)
         # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
@@ -764,15 +764,15 @@ def across_warps(
         else:
             vals = finish(acc, min(slots, WARP))
     else:
-        _run_hook(scratch)
+        _prefetch(scratch)
     return vals
 
 
-def _run_hook(scratch: ReductionScratch) -> None:
+def _prefetch(scratch: ReductionScratch) -> None:
     # Here every value of the thread's row slice has been consumed (the partials depend on
     # them), so a staged tile's successor may overwrite its slots.
-    if scratch.hook is not None:
-        scratch.hook()
+    if scratch.prefetch is not None:
+        scratch.prefetch()
 
 
 # --------------------------------------------------------------------------- combines

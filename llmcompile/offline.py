@@ -21,7 +21,7 @@ from reference_kernels import reduce as R
 THREADS_PER_ROW = (8, 16, 32, 64, 128, 256)
 NUM_THREADS = (128, 256)
 CLUSTER_N = (1, 2, 4, 8, 16)
-ROW_LOOP = (1, 4, 8)
+ROW_LOOP = (1, 2, 4, 8)
 
 
 def knobs_repr(k: R.RowKnobs) -> str:
@@ -55,6 +55,8 @@ def neighbours(k: R.RowKnobs, columns: bool = False) -> list[R.RowKnobs]:
     for r in ROW_LOOP:
         if r != k.row_loop:
             out.append(dataclasses.replace(k, row_loop=r))
+    if (k.row_loop or 1) > 1:
+        out.append(dataclasses.replace(k, prefetch_registers=not k.prefetch_registers))
     out.append(dataclasses.replace(k, online=not k.online))
     return out
 

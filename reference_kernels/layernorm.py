@@ -23,17 +23,25 @@ COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "s
 COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((65536, "early"), (None, "late"))
 # fp32 rows past 64K: 512 threads a row, half the values a thread (H100, late, TB/s, 256 vs 512
 # threads a row): 2048x131072 2.80/2.88, 1024x262144 2.12/2.63. bf16 keeps the template's 256
-# (1024x262144: 2.35 vs 2.18 with smem, 2.26 late).
+# without a row loop (1024x262144: 2.35 vs 2.18 with smem, 2.26 late); with one, see below.
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-1] + ((65536, 256), (None, 512))
 # The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
-# L2 once per CTA rather than once per row. bf16 keeps them in shared memory; fp32 keeps them
-# in registers and stages x in shared memory instead (fp32 w and b would fill it), the next
-# tile copied in during the reduction. Measured (TB/s, default / this row): H200 bf16
-# 2048x131072 3.31/3.50, 1024x262144 2.66/3.16; fp32 1024x262144 3.07/3.29. H100 1024x262144:
-# bf16 2.43/2.71, fp32 2.37/2.83 (2.86 with one staging buffer instead of two); H100
-# 2048x131072: bf16 2.84/2.85, fp32 2.88/2.89 (too little to loop fp32 there); at 65536
-# neither gains. Staging bf16 x as well measured worse at every loop length (2.52-2.58).
-LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = ((65536, {}), (None, {"row_loop": 4}))
+# L2 once per CTA rather than once per row. fp32 keeps them in registers and stages x in
+# shared memory instead (fp32 w and b would fill it), the next tile copied in during the
+# reduction. bf16 keeps them in shared memory, takes 512-thread CTAs (half the CTAs a
+# cluster) and loads the next tile into registers during the reduction (prefetch_registers).
+# H100 bf16, TB/s: 2048x131072 2.87 without a loop, 2.92 with this row; 1024x262144 2.72 with
+# the last table (loop 4, 256-thread CTAs, 16 a cluster), 2.88 with this row, 2.86 with it at
+# loop 4, 2.50 without its prefetch; the prefetch on the last table's CTAs: 2.50; staging bf16
+# x: 2.52-2.58. At 4096x65536 it gains too little to take (2.92/2.94). fp32 1024x262144
+# 2.37 without a loop, 2.84-2.86 with its row; 2048x131072 2.88/2.89 (too little to loop).
+LONG_ROW_16BIT = {"row_loop": 2, "threads_per_row": 512, "prefetch_registers": True, "columns": "smem"}
+LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
+    (65536, {}),
+    (131072, {**LONG_ROW_16BIT, "cluster_n": 4}),  # 64 values a thread
+    (262144, {**LONG_ROW_16BIT, "cluster_n": 8}),
+    (None, {**LONG_ROW_16BIT, "cluster_n": 16}),
+)
 LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = (
     (131072, {}),
     (None, {"row_loop": 8, "columns": "early", "stage_smem": True}),

@@ -97,6 +97,11 @@ class RowKnobs:
     # and written.
     # None: the op's table, else 1.
     row_loop: int | None = None
+    # Looping unstaged: load the next row tile into a second set of registers from the
+    # current tile's first reduction on, so that its loads overlap the reduction wait and
+    # the writes (at the cost of the registers of a row slice in its storage type; ignored
+    # when staged or not looping). None: the op's table, else False.
+    prefetch_registers: bool | None = None
     # CTAs one SM must hold: ptxas then keeps registers within 65536 / (this * threads),
     # spilling if it must (None: as many registers as the code wants)
     min_ctas_per_sm: int | None = None
@@ -114,6 +119,7 @@ class RowTiling:
     stage_smem: bool
     row_loop: int = 1
     min_ctas_per_sm: int | None = None
+    prefetch_registers: bool = False
 
     @property
     def stages(self) -> int:
@@ -211,7 +217,9 @@ def resolve_tiling(
         cluster //= 2
     # cp.async moves 4, 8 or 16 bytes: narrower vectors (16-bit scalars) load directly
     stage = knobs.stage_smem if knobs.stage_smem is not None else cluster == 1
-    tiling = RowTiling(n, vec, tpr, threads, cluster, stage and vec * width_bits >= 32, row_loop, knobs.min_ctas_per_sm)
+    staged = stage and vec * width_bits >= 32
+    prefetch = bool(knobs.prefetch_registers) and row_loop > 1 and not staged
+    tiling = RowTiling(n, vec, tpr, threads, cluster, staged, row_loop, knobs.min_ctas_per_sm, prefetch)
     if tiling.values_per_thread > 256:
         raise ValueError(
             f"N={n} needs {tiling.values_per_thread} values per thread with these knobs "
@@ -224,9 +232,14 @@ COLUMN_MODES = ("early", "late", "smem")
 
 
 def fill_knobs(knobs: RowKnobs, table: tuple[tuple[int | None, dict], ...], n: int) -> RowKnobs:
-    """`knobs` with the fields it leaves None taken from an op's limit table of knob sets
-    (for knobs that only pay together, such as a long row's loop and how it stages)."""
+    """`knobs` with the fields it leaves None taken from an op's limit table of knob sets,
+    for knobs that only pay together (a long row's loop, its tiling, how it stages). So a
+    set is taken whole or not at all: where `knobs` gives one of its fields another value,
+    none of it applies (a tiling tuned for weights in shared memory would spill with them
+    in registers)."""
     row = pick(table, n)  # type: ignore[arg-type]
+    if any(getattr(knobs, k) not in (None, v) for k, v in row.items()):
+        return knobs
     return dataclasses.replace(knobs, **{k: v for k, v in row.items() if getattr(knobs, k) is None})
 
 
@@ -363,7 +376,6 @@ def load_row(
     reduction's identity), rows past M are left unread. `while_in_flight()` runs after the
     row's loads are issued and before they are waited on: scalar loads placed there (a
     cross-entropy row's target index) overlap the row instead of delaying it."""
-    t = ctx.tiling
     if const_expr(sX is not None):
         # Stage through shared memory: cp.async keeps every load of the row in flight at
         # once without holding registers for them.
@@ -372,16 +384,26 @@ def load_row(
             while_in_flight()
         cute.arch.cp_async_wait_group(0)
         return read_staged_row(ctx, sX, fill)
-    thr = ctx.copy.get_slice(ctx.tidx)
-    tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
-    tXrX = cute.make_rmem_tensor_like(tXgX)
-    if const_expr(not t.even_n):
-        tXrX.fill(fill)
-    if ctx.row_ok:
-        cute.copy(copy_atom(mX.element_type, t.vec), tXgX, tXrX, pred=ctx.pred)
+    tXrX = cute.make_rmem_tensor_like(_row_partition(ctx, mX))
+    load_row_into(ctx, mX, tXrX, fill)
     if const_expr(while_in_flight is not None):
         while_in_flight()
     return tXrX
+
+
+def _row_partition(ctx: RowContext, mX: cute.Tensor) -> cute.Tensor:
+    return ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mX, ctx.tiling.tiler_mn, ctx.tile))
+
+
+@cute.jit
+def load_row_into(ctx: RowContext, mX: cute.Tensor, tXrX: cute.Tensor, fill: cutlass.Constexpr[float]):
+    """Issue the loads of this thread's row slice into registers `tXrX` (not waited on:
+    the first use of a register waits for its load)."""
+    t = ctx.tiling
+    if const_expr(not t.even_n):
+        tXrX.fill(fill)
+    if ctx.row_ok:
+        cute.copy(copy_atom(mX.element_type, t.vec), _row_partition(ctx, mX), tXrX, pred=ctx.pred)
 
 
 @cute.jit
@@ -432,7 +454,9 @@ def for_each_row(
     grid-strided and each takes the reduction stage and barrier phase of its parity; the
     body must take its reduction scratch `.at(ctx)` and run its reductions unconditionally
     (they synchronise the row anyway). A staged tile's successor is copied in from the
-    body's first reduction on, so its loads overlap the reduction wait and the writes."""
+    body's first reduction on, so its loads overlap the reduction wait and the writes; with
+    `prefetch_registers`, an unstaged one's is loaded into a second set of registers then.
+    (`while_in_flight` then runs as the tile's turn begins, its loads issued a turn earlier.)"""
     if const_expr(tiling.row_loop == 1):
         ctx = RowContext.make(tiling, copy, mX, tidx)
         body(ctx, load_row(ctx, mX, sX, fill, _bound(while_in_flight, ctx)))
@@ -441,6 +465,10 @@ def for_each_row(
         grid_m, _, _ = cute.arch.grid_dim()
         if const_expr(sX is not None):
             copy_row_async(RowContext.make(tiling, copy, mX, tidx, bidx), mX, sX)
+        elif const_expr(tiling.prefetch_registers):
+            first = RowContext.make(tiling, copy, mX, tidx, bidx)
+            tXrNext = cute.make_rmem_tensor_like(_row_partition(first, mX))
+            load_row_into(first, mX, tXrNext, fill)
         if const_expr(tiling.cluster_n > 1):
             cute.arch.cluster_wait()  # every peer's barriers are armed (init_cluster_barriers)
         for i in cutlass.range(tiling.row_loop, unroll=1):
@@ -454,9 +482,26 @@ def for_each_row(
                 cute.arch.cp_async_wait_group(0)
                 body(ctx, read_staged_row(ctx, sX, fill))
                 prefetch()  # (a body without reductions)
+            elif const_expr(tiling.prefetch_registers):
+                # the current tile's values move out of `tXrNext` before the body runs, so
+                # that its first reduction may load the successor into it
+                tXrX = cute.make_rmem_tensor_like(tXrNext)
+                tXrX.store(tXrNext.load())
+                prefetch = _Once(functools.partial(_load_tile, tiling, copy, mX, tXrNext, tidx, tile + grid_m, fill))
+                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2, prefetch)
+                if const_expr(while_in_flight is not None):
+                    while_in_flight(ctx)
+                body(ctx, tXrX)
+                prefetch()
             else:
                 ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2)
                 body(ctx, load_row(ctx, mX, None, fill, _bound(while_in_flight, ctx)))
+
+
+def _load_tile(
+    tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, tXrX: cute.Tensor, tidx: Int32, tile: Int32, fill: float
+):
+    load_row_into(RowContext.make(tiling, copy, mX, tidx, tile), mX, tXrX, fill)
 
 
 def _copy_tile(tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, sX: cute.Tensor, tidx: Int32, tile: Int32):

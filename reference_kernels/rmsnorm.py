@@ -19,6 +19,15 @@ OP = "rmsnorm"
 # 2.82/2.50/2.64, and early is fastest at every bf16 N.
 COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((None, "early"),)
 COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "late"))
+# Staged through shared memory on clustered rows too (H100, fp32, 1024x262144: 2.64 TB/s
+# staged vs 2.56 direct; bf16 4096x65536 3.01 vs 2.96 with the row loop below). The longest
+# bf16 rows: two row tiles a CTA, the second loaded into registers during the first's
+# reduction (H100 bf16, TB/s, staged / this: 2048x131072 2.95/2.97, 1024x262144 2.81/2.95-2.97).
+LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
+    (131072, {"stage_smem": True}),
+    (None, {"row_loop": 2, "prefetch_registers": True, "stage_smem": False}),
+)
+LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = ((None, {"stage_smem": True}),)
 
 
 class RMSNorm:
@@ -29,8 +38,10 @@ class RMSNorm:
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         widest = max(mO.element_type.width, mW.element_type.width)
         n = mX.shape[1]
-        table = COLUMNS_16BIT if mX.element_type.width <= 16 else COLUMNS_32BIT
-        self.tiling, self.columns = R.resolve_with_columns(self.knobs, mX.element_type.width, n, widest, 1, table)
+        narrow = mX.element_type.width <= 16
+        knobs = R.fill_knobs(self.knobs, LONG_ROWS_16BIT if narrow else LONG_ROWS_32BIT, n)
+        table = COLUMNS_16BIT if narrow else COLUMNS_32BIT
+        self.tiling, self.columns = R.resolve_with_columns(knobs, mX.element_type.width, n, widest, 1, table)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mO, eps, copy), self.tiling, mX.shape[0], stream)
 
@@ -56,5 +67,4 @@ class RMSNorm:
         R.store_row(ctx, x * rstd * rW.load().to(Float32), mO)
 
 
-# Staged on clustered rows too (H100, fp32, N=262144: 2.64 TB/s staged vs 2.56 direct).
-launch = RMSNorm(R.RowKnobs(stage_smem=True))
+launch = RMSNorm(R.RowKnobs())

@@ -55,10 +55,11 @@ def test_matches_float64_reference(op: str, n: int, dtype: str) -> None:
 
 
 LOOP_KNOBS = (
-    {"row_loop": 2},
+    {"row_loop": 2, "stage_smem": False, "prefetch_registers": False},
     {"row_loop": 3, "stage_smem": True},
     {"row_loop": 4, "stage_smem": True, "columns": "smem"},
-    {"row_loop": 5, "columns": "early"},
+    {"row_loop": 5, "stage_smem": False, "columns": "early", "prefetch_registers": True},
+    {"row_loop": 3, "stage_smem": False, "threads_per_row": 512, "columns": "smem", "prefetch_registers": True},
     {"row_loop": 2, "stage_smem": True, "online": False},  # two reductions a tile, one prefetch
 )
 
@@ -69,7 +70,8 @@ LOOP_KNOBS = (
 def test_row_loop_matches_float64_reference(op: str, n: int, knobs: dict) -> None:
     """A CTA on several row tiles in turn: M not a multiple of the loop (CTAs whose last
     tiles are past M) and every tile a different row, in both widths. Staged, each tile's
-    successor is copied into the buffer it was read from, during its reduction."""
+    successor is copied into the buffer it was read from, during its reduction; with
+    prefetch_registers, into the registers it was read from."""
     failures = []
     for dtype in ("bfloat16", "float32"):
         for i, m in enumerate((1, 7, min(1023, MAX_ELEMS // n) | 1)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference_kernels.reduce import MAX_N, RowKnobs, pick, resolve_tiling
+from reference_kernels.reduce import MAX_N, RowKnobs, fill_knobs, pick, resolve_tiling
 
 
 def test_pick_takes_first_limit_at_or_above() -> None:
@@ -69,3 +69,26 @@ def test_row_loop_doubles_buffers_only_when_looping() -> None:
     assert (one.row_loop, one.stages) == (1, 1)
     assert (loop.row_loop, loop.stages) == (4, 2)
     assert loop.tiler_mn == one.tiler_mn and loop.cluster_n == one.cluster_n
+
+
+def test_register_prefetch_only_for_an_unstaged_loop() -> None:
+    """prefetch_registers needs a next tile (row_loop > 1) and registers to load it into
+    (a staged loop prefetches into shared memory instead)."""
+
+    def prefetches(**knobs: object) -> bool:
+        return resolve_tiling(RowKnobs(prefetch_registers=True, **knobs), 16, 262144).prefetch_registers
+
+    assert prefetches(row_loop=2, stage_smem=False)
+    assert not prefetches(stage_smem=False)
+    assert not prefetches(row_loop=2, stage_smem=True)
+    assert not resolve_tiling(RowKnobs(row_loop=2, stage_smem=False), 16, 262144).prefetch_registers
+
+
+def test_an_ops_knob_set_is_taken_whole_or_not_at_all() -> None:
+    table = ((1024, {}), (None, {"row_loop": 2, "threads_per_row": 512, "columns": "smem"}))
+    assert fill_knobs(RowKnobs(), table, 512) == RowKnobs()
+    filled = fill_knobs(RowKnobs(num_threads=512), table, 4096)
+    assert (filled.row_loop, filled.threads_per_row, filled.columns, filled.num_threads) == (2, 512, "smem", 512)
+    # agreeing with the set is not a conflict; another value for one of its fields is
+    assert fill_knobs(RowKnobs(row_loop=2), table, 4096).columns == "smem"
+    assert fill_knobs(RowKnobs(columns="early"), table, 4096) == RowKnobs(columns="early")

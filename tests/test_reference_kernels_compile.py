@@ -51,18 +51,27 @@ def test_every_column_mode_compiles(op: str, mode: str, capfd: pytest.CaptureFix
             assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {mode} {dtype} N={n}\n{text[-1500:]}"
 
 
-@pytest.mark.parametrize("knobs", [{"row_loop": 2}, {"row_loop": 4, "stage_smem": True}], ids=str)
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"row_loop": 2, "stage_smem": False, "prefetch_registers": False},
+        {"row_loop": 4, "stage_smem": True},
+        {"row_loop": 2, "stage_smem": False, "prefetch_registers": True},
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
 def test_row_loop_compiles(op: str, knobs: dict, capfd: pytest.CaptureFixture[str]) -> None:
     """RowKnobs.row_loop: a CTA going through several row tiles (two stages of reduction
-    buffers and mbarriers, a staged row's successor in flight) builds in every column mode."""
+    buffers and mbarriers, a staged row's or a register-prefetched row's successor in
+    flight) builds in every column mode."""
     from reference_kernels.reduce import RowKnobs
 
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     for mode in ("early", "smem"):
         entry = type(mod.launch)(RowKnobs(columns=mode, **knobs))
-        for dtype, n in (("bfloat16", 262144), ("float32", 5001)):
+        for dtype, n in (("bfloat16", 65536), ("bfloat16", 262144), ("float32", 5001)):
             assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}") is not None
             text = "".join(capfd.readouterr())
             spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]

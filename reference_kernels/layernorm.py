@@ -36,9 +36,10 @@ THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-
 # x: 2.52-2.58. At 4096x65536 it gains too little to take (2.92/2.94). fp32 1024x262144
 # 2.37 without a loop, 2.84-2.86 with its row; 2048x131072 2.88/2.89 (too little to loop).
 LONG_ROW_16BIT = {"row_loop": 2, "threads_per_row": 512, "prefetch_registers": True, "columns": "smem"}
+# (cluster_n: N / 32768 rounded up to a power of two: at most 64 values a thread)
 LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
     (65536, {}),
-    (131072, {**LONG_ROW_16BIT, "cluster_n": 4}),  # 64 values a thread
+    (131072, {**LONG_ROW_16BIT, "cluster_n": 4}),
     (262144, {**LONG_ROW_16BIT, "cluster_n": 8}),
     (None, {**LONG_ROW_16BIT, "cluster_n": 16}),
 )

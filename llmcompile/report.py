@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import asdict
 from typing import Any
 
@@ -64,9 +65,13 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             )
             if again.passed:
                 final = again
+        artifact = final.artifact
+        if artifact is None or not Path(artifact).is_dir():  # a verdict from an earlier process
+            opts = JudgeOptions(stages=("static", "compile"), profile_shapes=cfg.profile_shapes())
+            artifact = judge.evaluate(b.source, spec, cfg.dtype, opts).artifact
         meta = {"op_ref": spec.ref, "op": spec.name, "dtype": cfg.dtype, "target": cfg.target, "candidate": b.id}
         meta["verdict"] = final.to_json()
-        best_dir = store.write_best(spec.name, b.source, meta)
+        best_dir = store.write_best(spec.name, b.source, meta, artifact)
         table = ""
         res = bench_result_of(final, spec, cfg.dtype)
         if res is not None:

@@ -6,12 +6,15 @@ transcript.jsonl   every prompt, answer and feedback, in order (replay reads it)
 timeline.jsonl     one line per event (round start, candidate judged, stop)
 candidates/        c<round>_<sample>.py and .json (the source and its verdict)
 state.json         where the loop is (round, conversations, usage): --resume reads it
-best/              the winning kernel, importable (llmcompile.load), report.md, plot.png
+sandbox.json       the isolation candidates ran under (layers; whether --unsafe-no-sandbox was used)
+best/              the winning kernel: artifact/ (the sealed object files and manifest that were
+                   verified and timed; llmcompile.load), kernel.py (its source), report.md, plot.png
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,9 +122,16 @@ class RunStore:
 
     # ------------------------------------------------------------------ best
 
-    def write_best(self, op_name: str, source: str, meta: dict[str, Any]) -> Path:
+    def sandbox(self) -> dict[str, Any]:
+        p = self.path / "sandbox.json"
+        return json.loads(p.read_text()) if p.is_file() else {}
+
+    def write_best(self, op_name: str, source: str, meta: dict[str, Any], artifact: str | None) -> Path:
         best = self.path / "best"
         best.mkdir(exist_ok=True)
+        if artifact is not None:  # byte for byte what the judge verified and timed
+            shutil.rmtree(best / "artifact", ignore_errors=True)
+            shutil.copytree(artifact, best / "artifact")
         (best / "kernel.py").write_text(source)
         (best / "meta.json").write_text(json.dumps(meta, indent=1))
         ident = "".join(c if c.isalnum() else "_" for c in op_name)

@@ -11,7 +11,9 @@ import pytest
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
 from llmcompile.harness.compiler import parse_launches, parse_ptxas, with_launches
 from llmcompile.harness.verdict import KernelResources, Verdict
-from llmcompile.harness.worker import Job, Worker, worker_env
+from llmcompile import contract
+from llmcompile.harness.sandbox import sandbox
+from llmcompile.harness.worker import CandidatePool
 from llmcompile.ops import BUILTIN, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling
 from tests.bad_kernels import BAD, BASE
@@ -188,43 +190,60 @@ def test_custom_op_from_kernelbench_file_compiles(judge: Judge) -> None:
 # --------------------------------------------------------------------------- isolation
 
 
-def _job(source: str) -> Job:
-    return Job(source, "softmax", "bfloat16", ["compile"], [1024])
+def _compile_job(source: str, n: int = 1024) -> dict:
+    """A compile job straight to a candidate process: the static check is bypassed on purpose."""
+    sig = contract.Signature.of(get_op("softmax")).to_json()
+    return {"kind": "compile", "source": source, "dtype": "bfloat16", "ns": [n], "signature": sig}
 
 
-def test_worker_survives_a_crash_and_a_hang() -> None:
-    w = Worker(cuda_visible="", timeouts={"compile": 5.0})
+def test_a_crash_and_a_hang_never_cost_the_next_candidate_its_deadline() -> None:
+    """Start-up (imports, CuTe DSL) happens before a process says `ready`, and the deadline
+    starts only then: after a hang, an honest candidate is never judged `timeout`."""
+    pool = CandidatePool(sandbox(), warm=1, timeouts={"compile": 20.0})
     try:
-        crash = w.run(_job("import os\nos._exit(3)\n"))  # the static check is bypassed on purpose
+        crash = pool.run(_compile_job("import os\nos._exit(3)\n"))
         assert crash.failure == "crashed" and "exit code 3" in crash.detail
-        hang = w.run(_job("while True:\n    pass\n"))
+        hang = pool.run(_compile_job("while True:\n    pass\n"))
         assert hang.failure == "timeout" and hang.stage == "compile"
-        ok = w.run(_job(BASE))  # a fresh worker takes the next candidate
-        assert ok.failure is None and ok.results["compile"]["ok"]
-        segv = w.run(_job("import ctypes\nctypes.string_at(0)\n"))
-        assert segv.failure == "crashed"
+        ok = pool.run(_compile_job(BASE))
+        assert ok.failure is None and ok.results["compile"]["ok"], ok.detail
+        segv = pool.run(_compile_job("import ctypes\nctypes.string_at(0)\n"))
+        assert segv.failure == "crashed" and "SIGSEGV" in segv.detail
     finally:
-        w.close()
+        pool.close()
 
 
-def test_worker_stays_warm_and_sees_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_candidate_gets_a_fresh_process_and_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.setenv("MY_TOKEN", "t")
-    assert "OPENAI_API_KEY" not in worker_env() and "MY_TOKEN" not in worker_env()
-    w = Worker(cuda_visible="")
+    monkeypatch.setenv("SOMETHING_UNLISTED", "x")
+    probe = "import os\nraise RuntimeError(f'pid={os.getpid()} ppid={os.getppid()} env={sorted(os.environ)}')\n"
+    pool = CandidatePool(sandbox(), warm=1)
     try:
-        a = w.run(Job("", "softmax", "bfloat16", [], [], kind="ping")).results["ping"]
-        b = w.run(Job("", "softmax", "bfloat16", [], [], kind="ping")).results["ping"]
-        assert a["pid"] == b["pid"] != os.getpid()
-        assert "OPENAI_API_KEY" not in a["env"] and "MY_TOKEN" not in a["env"]
+        a = pool.run(_compile_job(probe)).results["compile"]["error"]
+        b = pool.run(_compile_job(probe)).results["compile"]["error"]
     finally:
-        w.close()
+        pool.close()
+    assert "OPENAI_API_KEY" not in a and "SOMETHING_UNLISTED" not in a and "sk-secret" not in a
+    assert "CUTE_DSL_ARCH" in a  # the allowlist passes what compiling needs
+    # two candidates never share a process (in the sandbox both may be pid 2 of their own namespace)
+    assert a != b or "pid=2 ppid=" in a
 
 
 def test_candidate_prints_do_not_break_the_protocol() -> None:
-    w = Worker(cuda_visible="")
+    pool = CandidatePool(sandbox(), warm=0)
     try:
-        out = w.run(_job('print("{\\"event\\": \\"done\\"}")\n' + BASE))
-        assert out.failure is None and out.results["compile"]["ok"]
+        out = pool.run(_compile_job('print("{\\"event\\": \\"done\\"}")\n' + BASE))
+        assert out.failure is None and out.results["compile"]["ok"], out.detail
     finally:
-        w.close()
+        pool.close()
+
+
+def test_judge_worker_holds_no_candidate_python(judge: Judge) -> None:
+    """The judge's own processes (sealing here, verify/profile on the GPU) only ever see the
+    candidate's compiled module as text and its sealed objects: no candidate module is imported
+    there. Proof: after judging, ask the worker which modules it has."""
+    v = judge.evaluate(BASE, get_op("softmax"), "bfloat16", COMPILE_ONLY)
+    assert v.status == "compiled" and v.artifact, v.message
+    facts = judge.sealer.run({"kind": "ping"}).results["ping"]
+    assert facts["candidate_modules"] == [] and facts["modules"] > 100
+    assert "OPENAI_API_KEY" not in facts["env"]

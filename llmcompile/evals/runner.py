@@ -43,6 +43,7 @@ class EvalOptions:
     compile_only: bool = False
     gpus: str = "all"  # all | a count
     jobs: int = 1  # problems at once in compile-only runs (no GPU)
+    unsafe_no_sandbox: bool = False
 
     def resolved_llm(self) -> str:
         return choose_llm(self.llm, self.model)
@@ -68,7 +69,7 @@ def gpu_slots(gpus: str) -> list[str]:
 def problem_command(p: Problem, suite: Suite, opts: EvalOptions, run_dir: Path) -> list[str]:
     cmd = [sys.executable, "-m", "llmcompile", "run"]
     if (run_dir / "state.json").is_file() and (run_dir / "config.json").is_file():
-        return cmd + ["--resume", str(run_dir)]
+        return cmd + ["--resume", str(run_dir)] + (["--unsafe-no-sandbox"] if opts.unsafe_no_sandbox else [])
     b = p.budget
     cmd += [
         p.op, "--target", suite.target, "--dtype", p.dtype, "--llm", opts.resolved_llm(),
@@ -82,6 +83,8 @@ def problem_command(p: Problem, suite: Suite, opts: EvalOptions, run_dir: Path) 
         cmd += ["--base-url", opts.base_url]
     if opts.compile_only:
         cmd.append("--compile-only")
+    if opts.unsafe_no_sandbox:
+        cmd.append("--unsafe-no-sandbox")
     if p.shapes:
         cmd += ["--shapes", ",".join(f"{m}x{n}" for m, n in p.shapes)]
     return cmd

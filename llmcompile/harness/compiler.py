@@ -14,11 +14,13 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmcompile import contract
 from llmcompile.harness.verdict import CompileResult, KernelResources
-from llmcompile.ops import OpSpec
+
+if TYPE_CHECKING:
+    from llmcompile.ops import OpSpec
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_ERROR_LINES = 30
@@ -164,14 +166,15 @@ def trim_error(exc: BaseException, source_path: Path, source: str) -> str:
 
 
 def compile_candidate(
-    source: str, spec: OpSpec, dtype: str, ns: list[int], workdir: Path
-) -> tuple[CompileResult, dict[int, Any]]:
-    """Compile for each N; return the result and the compiled functions by N."""
+    source: str, spec: OpSpec | contract.Signature, dtype: str, ns: list[int], workdir: Path
+) -> tuple[CompileResult, dict[int, str]]:
+    """Compile for each N; return the result and each N's host module as MLIR text (what
+    `artifact.seal` turns into the object file that is run)."""
     contract.ensure_arch()
     t0 = time.perf_counter()
     path = workdir / "candidate.py"
     path.write_text(source)
-    compiled: dict[int, Any] = {}
+    modules: dict[int, str] = {}
     kernels: list[KernelResources] = []
     try:
         mod = contract.load_module(path)
@@ -181,13 +184,13 @@ def compile_candidate(
                 fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
             launches = launches_of(fn)
             check_launchable(launches)
-            compiled[n] = fn
+            modules[n] = str(fn.ir_module)
             found = with_launches(parse_ptxas(out[0]), launches)
             kernels = found or kernels
     except Exception as e:  # noqa: BLE001 - every failure of the candidate is a verdict
-        failing_n = next((n for n in ns if n not in compiled), None)
+        failing_n = next((n for n in ns if n not in modules), None)
         err = trim_error(e, path, source)
         if failing_n is not None and len(ns) > 1:
             err = f"(compiling for N={failing_n}, dtype {dtype})\n{err}"
-        return CompileResult(False, list(compiled), err, kernels, time.perf_counter() - t0), compiled
-    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0), compiled
+        return CompileResult(False, list(modules), err, kernels, time.perf_counter() - t0), modules
+    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0), modules

@@ -58,12 +58,26 @@ FORBIDDEN_NAMES = frozenset(
         "input",
         "memoryview",
         "from_dlpack",
+        # attributes named by a string built at run time reach anything (`"tor" + "ch"`)
+        "getattr",
+        "setattr",
+        "delattr",
+        "attrgetter",
+        "methodcaller",
+        "get_type_hints",  # evaluates strings
+        "ForwardRef",
+        # CuTe DSL's doors back to the host: its torch bridge, runtime loaders, raw MLIR
+        "runtime",
+        "load_module",
+        "_mlir",
     }
 )
 ALLOWED_DUNDERS = frozenset({"__init__", "__call__", "__name__", "__future__", "__post_init__"})
 
 
 def _module_allowed(name: str) -> bool:
+    if any(part in FORBIDDEN_NAMES for part in name.split(".")):
+        return False  # `cutlass.torch` starts with an allowed name and is torch
     return any(name == a or name.startswith(a + ".") for a in ALLOWED_MODULES)
 
 
@@ -98,7 +112,8 @@ def check_source(source: str) -> StaticResult:
         elif isinstance(node, ast.ImportFrom):
             mod = "." * node.level + (node.module or "")
             full = [f"{mod}.{a.name}" for a in node.names]
-            if node.level or not (_module_allowed(mod) or all(_module_allowed(f) for f in full)):
+            named = any(a.name in FORBIDDEN_NAMES for a in node.names)
+            if node.level or named or not (_module_allowed(mod) or all(_module_allowed(f) for f in full)):
                 problems.append(f"line {line}: import from `{mod}` is not allowed")
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             problems.append(f"line {line}: `{node.id}` is not allowed in a kernel module")

@@ -147,6 +147,7 @@ class Verdict:
     verify: VerifyResult | None = None
     profile: ProfileResult | None = None
     wall_s: float = 0.0
+    artifact: str | None = None  # the sealed kernel's directory (what was verified and timed)
 
     @property
     def passed(self) -> bool:

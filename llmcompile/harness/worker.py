@@ -1,12 +1,22 @@
-"""Worker processes: where candidate code is imported, compiled and run, never in the caller.
+"""The processes the judge talks to, and the protocol between them.
 
-The parent sends one JSON job per line on the worker's stdin; the worker answers with JSON
-event lines on a private copy of its stdout (fd 1 itself is pointed at stderr, so whatever a
-candidate prints cannot corrupt the protocol): `stage` when a stage starts, `result` with
-its dataclass, `done` at the end. The parent gives each stage a deadline; a worker that
-dies, hangs, or reports that the candidate broke the CUDA context is killed and replaced,
-and the candidate gets a `crashed` or `timeout` verdict. Workers stay warm between jobs:
-CUDA context, the measured bandwidths and the compile caches are kept.
+Two kinds, both started through the sandbox (`sandbox.py`):
+
+- a candidate process (`candidate.py`): one per candidate, the only place candidate Python runs.
+  It imports CuTe DSL, says `ready`, takes one compile job, returns each N's host module as
+  text, and exits. A pool keeps the next one started and warm, so its start-up is never
+  charged to a candidate's deadline.
+- a judge worker (this module's `_serve`): long-lived, runs only the judge's code. A CPU one
+  seals host modules into audited object files (`artifact.py`); the GPU one loads those objects
+  (never candidate Python), verifies and profiles them, and keeps its CUDA context and the
+  measured bandwidths warm between candidates.
+
+The parent sends one JSON job per line on stdin; a process answers with JSON event lines on a
+private copy of its stdout (fd 1 itself goes to the log, so whatever runs there cannot write
+into the protocol): `ready` once started, `stage` when a stage starts, `result` with its
+dataclass, `done` at the end. Each stage has its own deadline, counted from its `stage` event.
+A process that dies, hangs, or reports a broken CUDA context is killed with everything it
+started, and the candidate gets a `crashed` or `timeout` verdict naming the stage.
 """
 
 from __future__ import annotations
@@ -20,73 +30,104 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|^OPENAI_|^ANTHROPIC_|^HF_", re.I)
-# Seconds a stage may take before the worker is killed. Compile is per N; verify/profile are
-# bounded by the grid and by the timing loop, which never needs minutes on an H100.
-DEFAULT_TIMEOUTS = {"start": 120.0, "compile": 300.0, "verify": 240.0, "profile": 420.0, "ping": 60.0}
+from llmcompile.harness.sandbox import CANDIDATE_LIMITS, GPU_LIMITS, Limits, PidsCgroup, Sandbox, apply_limits
+
+# Seconds a stage may take before its process is killed. `start` covers a process's own start-up
+# (imports, CUDA context) and is never charged to a candidate: a slow start is the judge's failure.
+DEFAULT_TIMEOUTS = {"start": 180.0, "compile": 300.0, "seal": 120.0, "verify": 240.0, "profile": 420.0, "ping": 60.0}
+# How a process that ended by a signal ended, in words a candidate's author can act on.
+SIGNAL_WORDS = {
+    signal.SIGXCPU: "it used up its CPU-time limit",
+    signal.SIGXFSZ: "it wrote a file larger than the sandbox allows",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGABRT: "aborted",
+    signal.SIGKILL: "killed (out of memory, or by the judge)",
+}
 
 
-def worker_env(cuda_visible: str | None = None) -> dict[str, str]:
-    """The caller's environment without credentials: a candidate never sees an API key."""
-    env = {k: v for k, v in os.environ.items() if not SECRET_ENV.search(k)}
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if cuda_visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible
-    return env
+_SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="llmcompile-spawn")
 
 
-@dataclass
-class Job:
-    source: str
-    op: str  # a built-in op name or a KernelBench file path (OpSpec.ref)
-    dtype: str
-    stages: list[str]  # of compile, verify, profile (static runs in the caller)
-    ns: list[int]
-    verify_shapes: list[tuple[int, int]] = field(default_factory=list)
-    profile_shapes: list[tuple[int, int]] = field(default_factory=list)
-    baselines: list[str] = field(default_factory=list)
-    seeds: int = 2
-    kind: str = "candidate"  # or "ping"
+class JudgeFailure(RuntimeError):
+    """The judge's own process could not start or broke: never the candidate's fault."""
 
 
 @dataclass
 class JobOutcome:
     results: dict[str, dict[str, Any]]  # stage -> the stage's dataclass as JSON
-    failure: str | None = None  # "crashed" | "timeout" when the worker did not finish
+    failure: str | None = None  # "crashed" | "timeout" when the process did not finish
     stage: str | None = None  # the stage it was in when it failed
     detail: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)  # bulk data: host modules, objects
 
 
-class Worker:
-    def __init__(self, cuda_visible: str | None = None, timeouts: dict[str, float] | None = None) -> None:
-        self.cuda_visible = cuda_visible
+class Channel:
+    """One sandboxed process that speaks the event protocol."""
+
+    def __init__(
+        self,
+        module: str,
+        sandbox: Sandbox,
+        gpu: bool = False,
+        limits: Limits = CANDIDATE_LIMITS,
+        timeouts: dict[str, float] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.module, self.sandbox, self.gpu, self.limits, self.env = module, sandbox, gpu, limits, env or {}
         self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.root = Path(tempfile.mkdtemp(prefix="llmcompile-worker-"))
         self.log = self.root / "worker.log"
-        self.jobs_done = 0
+        self.ready: dict[str, Any] | None = None
+        self.cgroup: PidsCgroup | None = None
+        self._buf = b""
+
+    # ------------------------------------------------------------------ lifetime
 
     def start(self) -> None:
         self.close()
         self._log_fh = open(self.log, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llmcompile.harness.worker", str(self.root)],
+        # bwrap's --die-with-parent follows the *thread* that started it: start every process from
+        # one thread that lives as long as this module, not from a judge's short-lived pool threads
+        self.proc = _SPAWNER.submit(self._popen).result()
+        self._buf, self.ready = b"", None
+
+    def _popen(self) -> subprocess.Popen[bytes]:
+        return self.sandbox.popen(
+            [sys.executable, "-m", self.module],
+            gpu=self.gpu,
+            limits=self.limits,
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log_fh,
-            env=worker_env(self.cuda_visible),
-            cwd=self.root,
+            cwd=str(self.root),
         )
-        self._buf = b""
+
+    def wait_ready(self) -> None:
+        """Block until the process has started (its imports done), under the `start` deadline."""
+        if self.proc is None:
+            self.start()
+        if self.ready is not None:
+            return
+        ev = self._read_event(time.monotonic() + self.timeouts["start"])
+        if ev is None or ev.get("event") != "ready":
+            code = self.proc.poll() if self.proc else None
+            self.close()
+            raise JudgeFailure(f"a judge process ({self.module}) did not start (exit {code}):\n{self.log_tail()}")
+        self.ready = ev
+        if self.sandbox.layers.pids_cgroup and self.proc is not None and self.cgroup is None:
+            self.cgroup = PidsCgroup(self.sandbox.layers.pids_cgroup, self.limits.processes)
+            self.cgroup.enter(self.proc.pid)
 
     @property
     def alive(self) -> bool:
@@ -95,10 +136,16 @@ class Worker:
     def close(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.kill()
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # the process group: whatever it started
+                except ProcessLookupError:
+                    pass
             self.proc.wait()
             self.proc = None
             self._log_fh.close()
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
 
     def log_tail(self, chars: int = 1500) -> str:
         try:
@@ -107,8 +154,10 @@ class Worker:
             return ""
         return re.sub(r"\x1b\[[0-9;]*m", "", text)[-chars:]
 
+    # ------------------------------------------------------------------ protocol
+
     def _read_event(self, deadline: float) -> dict[str, Any] | None:
-        """The next event line, or None when the worker died or the deadline passed."""
+        """The next event line, or None when the process died or the deadline passed."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         sel = selectors.DefaultSelector()
@@ -118,7 +167,7 @@ class Worker:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(timeout=left):
                     return None
-                chunk = os.read(fd, 1 << 16)
+                chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     return None
                 self._buf += chunk
@@ -127,120 +176,225 @@ class Worker:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, job: Job) -> JobOutcome:
-        if not self.alive:
-            self.start()
+    def _ended(self, stage: str, timed_out: bool) -> JobOutcome:
+        assert self.proc is not None
+        if timed_out:  # ask for the Python stack of the stuck process, for the log
+            try:
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(0.5)
+            except ProcessLookupError:
+                pass
+        code = self.proc.poll()
+        self.close()
+        if timed_out:
+            limit = self.timeouts.get(stage, 0)
+            return JobOutcome({}, "timeout", stage, f"{stage} took longer than {limit:.0f} s\n" + self.log_tail(800))
+        how = f"exit code {code}"
+        # bwrap reports its child's death by signal S as exit code 128 + S
+        sig = -code if code is not None and code < 0 else code - 128 if code is not None and 128 < code < 160 else None
+        if sig in set(signal.Signals):
+            how = f"{signal.Signals(sig).name}: {SIGNAL_WORDS.get(signal.Signals(sig), 'killed by a signal')}"
+        return JobOutcome({}, "crashed", stage, f"the process died ({how})\n" + self.log_tail())
+
+    def run(self, job: dict[str, Any]) -> JobOutcome:
+        self.wait_ready()
         assert self.proc is not None and self.proc.stdin is not None
-        self.jobs_done += 1
         results: dict[str, dict[str, Any]] = {}
-        stage = "start"
+        payload: dict[str, Any] = {}
+        stage = job.get("kind", "job")
         try:
-            self.proc.stdin.write((json.dumps(asdict(job)) + "\n").encode())
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
         except BrokenPipeError:
-            self.close()
-            return JobOutcome(results, "crashed", stage, "worker died before the job started\n" + self.log_tail())
-        deadline = time.monotonic() + self.timeouts["start"]
+            return self._ended(stage, False)
+        deadline = time.monotonic() + self.timeouts.get(stage, 300.0)
         while True:
             ev = self._read_event(deadline)
             if ev is None:
-                timed_out = self.alive
-                code = self.proc.poll() if self.proc else None
-                if timed_out:  # ask for the Python stack of the stuck worker, for the log
-                    self.proc.send_signal(signal.SIGUSR1)
-                    time.sleep(1.0)
-                self.close()
-                if timed_out:
-                    return JobOutcome(
-                        results,
-                        "timeout",
-                        stage,
-                        f"{stage} took longer than {self.timeouts.get(stage, 0):.0f} s\n" + self.log_tail(800),
-                    )
-                return JobOutcome(
-                    results, "crashed", stage, f"the worker process died (exit code {code})\n" + self.log_tail()
-                )
+                out = self._ended(stage, self.alive)
+                out.results = results
+                return out
             if ev["event"] == "stage":
                 stage = ev["stage"]
                 deadline = time.monotonic() + self.timeouts.get(stage, 300.0)
             elif ev["event"] == "result":
                 results[ev["stage"]] = ev["data"]
+            elif ev["event"] == "payload":
+                payload.update(ev["data"])
             elif ev["event"] == "done":
                 if ev.get("fatal"):
-                    self.close()  # the CUDA context is gone; the next job gets a new worker
-                    return JobOutcome(results, "crashed", ev.get("stage"), ev.get("detail", ""))
-                return JobOutcome(results)
+                    self.close()  # the CUDA context is gone; the next job gets a new process
+                    return JobOutcome(results, "crashed", ev.get("stage"), ev.get("detail", ""), payload)
+                return JobOutcome(results, payload=payload)
 
 
-# --------------------------------------------------------------------------- worker side
+class CandidatePool:
+    """Fresh sandboxed processes for candidates, one each, started ahead of need: a candidate
+    never shares a process with another (nor can it patch what judges the next one)."""
+
+    def __init__(self, sandbox: Sandbox, warm: int = 1, timeouts: dict[str, float] | None = None) -> None:
+        self.sandbox, self.warm, self.timeouts = sandbox, warm, timeouts
+        self._idle: list[Channel] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _new(self) -> Channel:
+        ch = Channel("llmcompile.harness.candidate", self.sandbox, timeouts=self.timeouts)
+        ch.start()
+        return ch
+
+    def _take(self) -> Channel:
+        with self._lock:
+            ch = self._idle.pop(0) if self._idle else None
+            if not self._closed and len(self._idle) < self.warm:
+                self._idle.append(self._new())  # warms up while this one works
+        return ch or self._new()
+
+    def run(self, job: dict[str, Any]) -> JobOutcome:
+        ch = self._take()
+        try:
+            return ch.run(job)
+        finally:
+            ch.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for ch in idle:
+            ch.close()
 
 
-def _serve(root: Path) -> None:
+def judge_worker(sandbox: Sandbox, gpu: bool, timeouts: dict[str, float] | None = None) -> Channel:
+    """A long-lived judge process: `gpu=False` hides every GPU from it (sealing needs none)."""
+    env = {} if gpu else {"CUDA_VISIBLE_DEVICES": ""}
+    return Channel(
+        "llmcompile.harness.worker",
+        sandbox,
+        gpu=gpu,
+        limits=GPU_LIMITS if gpu else CANDIDATE_LIMITS,
+        timeouts=timeouts,
+        env={**env, "LLMCOMPILE_WORKER_GPU": "1" if gpu else "0"},
+    )
+
+
+# --------------------------------------------------------------------------- process side
+
+
+def protocol() -> Any:
+    """Take fd 1 for the protocol and point the real fd 1 at the log (fd 2); returns `send`."""
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # a candidate's prints go to the log, not into the protocol
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
 
     def send(**ev: Any) -> None:
         proto.write(json.dumps(ev) + "\n")
         proto.flush()
 
+    return send
+
+
+def _serve() -> None:
+    apply_limits()
+    send = protocol()
+    gpu = os.environ.get("LLMCOMPILE_WORKER_GPU") == "1"
+    import cutlass.cute  # noqa: F401 - start-up work, done before `ready`
+
+    from llmcompile.harness import artifact
+
+    if gpu:
+        import torch
+
+        torch.cuda.init()
+    send(event="ready", pid=os.getpid())
     for line in sys.stdin:
         if not line.strip():
             continue
-        job = Job(**json.loads(line))
-        if job.kind == "ping":
+        job = json.loads(line)
+        kind = job.get("kind")
+        if kind == "ping":
             send(event="stage", stage="ping")
-            send(event="result", stage="ping", data={"pid": os.getpid(), "cwd": os.getcwd(), "env": sorted(os.environ)})
+            facts = {"pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd(), "env": sorted(os.environ)}
+            # a candidate's module is named llmcompile_kernel_<hash> (contract.load_module)
+            facts["candidate_modules"] = [m for m in sys.modules if m.startswith("llmcompile_kernel_")]
+            facts["modules"] = len(sys.modules)
+            send(event="result", stage="ping", data=facts)
             send(event="done")
             continue
         try:
-            fatal = _run_job(job, root, send)
-        except Exception:  # noqa: BLE001 - a bug in the judge itself: say so, stay alive
+            fatal = (_seal if kind == "seal" else _gpu_job)(job, send, artifact)
+        except Exception:  # noqa: BLE001 - a bug in the judge itself: say so, then go
             send(event="done", fatal=True, stage="harness", detail="harness error:\n" + traceback.format_exc()[-2000:])
             return
         if fatal:
             return
 
 
-def _run_job(job: Job, root: Path, send) -> bool:
-    """Run the job's stages; True when the worker must exit afterwards."""
-    import hashlib
+def _seal(job: dict[str, Any], send, artifact) -> bool:
+    """Host modules (text) -> audited object files, base64 in the payload."""
+    import base64
 
-    from llmcompile.harness import compiler
-    from llmcompile.ops import get_op
-
-    spec = get_op(job.op)
-    work = root / hashlib.sha256(job.source.encode()).hexdigest()[:16]
-    work.mkdir(parents=True, exist_ok=True)
-    os.chdir(work)
-    send(event="stage", stage="compile")
-    result, fns = compiler.compile_candidate(job.source, spec, job.dtype, job.ns, work)
-    send(event="result", stage="compile", data=asdict(result))
-    if not result.ok or not ({"verify", "profile"} & set(job.stages)):
+    send(event="stage", stage="seal")
+    objects: dict[str, str] = {}
+    launches: dict[str, Any] = {}
+    try:
+        for n, text in job["modules"].items():
+            obj, launches[n] = artifact.seal(text, int(n))
+            objects[n] = base64.b64encode(obj).decode()
+    except (artifact.ArtifactError, ValueError) as e:
+        send(event="result", stage="seal", data={"ok": False, "error": str(e)})
         send(event="done")
         return False
+    send(event="payload", data={"objects": objects, "launches": launches})
+    send(event="result", stage="seal", data={"ok": True, "error": ""})
+    send(event="done")
+    return False
+
+
+def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
+    """Load an artifact (objects only: no candidate Python), verify it, profile it.
+    True when the process must exit afterwards (a broken CUDA context)."""
+    import base64
+    import hashlib
+    from dataclasses import asdict
 
     from llmcompile.harness import gpu_stages
+    from llmcompile.ops import get_op
 
-    stage = "verify"
+    if job.get("problem_source") is not None:  # a KernelBench file: the judge sent its text
+        path = Path.cwd() / "problems" / hashlib.sha256(job["problem_source"].encode()).hexdigest()[:12] / job["op"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(job["problem_source"])
+        spec = get_op(str(path))
+    else:
+        spec = get_op(job["op"])
+    man = job["manifest"]
+    d = Path.cwd() / "artifacts" / hashlib.sha256(json.dumps(man, sort_keys=True).encode()).hexdigest()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    for name, b64 in job["objects"].items():
+        (d / name).write_bytes(base64.b64decode(b64))
+    (d / "manifest.json").write_text(json.dumps(man))
+    stage = "load"
     try:
-        if "verify" in job.stages:
+        _, fns = artifact.load_functions(d)
+        stage = "verify"
+        if "verify" in job["stages"]:
             send(event="stage", stage="verify")
-            v = gpu_stages.verify_candidate(fns, spec, job.dtype, [tuple(s) for s in job.verify_shapes], job.seeds)
+            shapes = [tuple(s) for s in job["verify_shapes"]]
+            v = gpu_stages.verify_candidate(fns, spec, job["dtype"], shapes, job["seeds"])
             send(event="result", stage="verify", data=asdict(v))
             if not v.ok:
                 send(event="done")
                 return False
-        if "profile" in job.stages:
+        if "profile" in job["stages"]:
             stage = "profile"
             send(event="stage", stage="profile")
             from llmcompile.kernels import READ_PROBES, copy_probe
 
             sol = gpu_stages.device_bandwidth(copy_probe, READ_PROBES)
-            p = gpu_stages.profile_candidate(
-                fns, spec, job.dtype, [tuple(s) for s in job.profile_shapes], sol, job.baselines
-            )
+            shapes = [tuple(s) for s in job["profile_shapes"]]
+            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"])
             send(event="result", stage="profile", data=asdict(p))
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
         send(event="done", fatal=True, stage=stage, detail=f"{type(e).__name__}: {str(e)[:600]}")
@@ -250,4 +404,4 @@ def _run_job(job: Job, root: Path, send) -> bool:
 
 
 if __name__ == "__main__":
-    _serve(Path(sys.argv[1]))
+    _serve()

@@ -1,0 +1,116 @@
+"""CPU (CI): sealing a compiled host module into the artifact, and what sealing refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmcompile import contract
+from llmcompile.harness import Judge, JudgeOptions, artifact
+from llmcompile.ops import get_op
+
+REF = Path(__file__).resolve().parents[1] / "reference_kernels"
+
+
+@pytest.fixture(scope="module")
+def host_module() -> str:
+    """The host module CuTe DSL makes of the reference softmax (bf16, N=1024), as text."""
+    entry = contract.entry_of(contract.load_module(REF / "softmax.py"))
+    return str(contract.compile_entry(entry, get_op("softmax"), "bfloat16", 1024).ir_module)
+
+
+def with_function(text: str, code: str) -> str:
+    body = text.rstrip()
+    assert body.endswith("}")
+    return body[:-1] + code + "\n}\n"
+
+
+EVIL = {
+    "a libc call": (
+        "  llvm.func @system(!llvm.ptr) -> i32\n"
+        "  llvm.func @evil(%arg0: !llvm.ptr) -> i32 {\n"
+        "    %0 = llvm.call @system(%arg0) : (!llvm.ptr) -> i32\n"
+        "    llvm.return %0 : i32\n  }",
+        "external function `system`",
+    ),
+    "inline assembly": (
+        "  llvm.func @evil() -> i64 {\n"
+        '    %0 = llvm.inline_asm has_side_effects "syscall", "=r" : () -> i64\n'
+        "    llvm.return %0 : i64\n  }",
+        "llvm.inline_asm",
+    ),
+    "an indirect call": (
+        "  llvm.func @evil(%arg0: !llvm.ptr) -> i32 {\n"
+        "    %0 = llvm.call %arg0() : !llvm.ptr, () -> i32\n"
+        "    llvm.return %0 : i32\n  }",
+        "indirect call",
+    ),
+    "a load-time constructor": (
+        "  llvm.func @evil() {\n    llvm.return\n  }\n"
+        "  llvm.mlir.global_ctors ctors = [@evil], priorities = [0 : i32], data = [#llvm.zero]",
+        "global_ctors",
+    ),
+}
+
+
+def test_seal_exports_one_entry_under_our_name(host_module: str, tmp_path: Path) -> None:
+    obj, launches = artifact.seal(host_module, 1024)
+    assert obj[:4] == b"\x7fELF" and len(launches) == 1
+    threads, smem = next(iter(launches.values()))
+    assert threads > 0 and smem >= 0
+    man = artifact.ArtifactManifest(
+        "softmax", "bfloat16", {"1024": "n1024.o"}, {"1024": artifact.SYMBOL.format(n=1024)},
+        {"n1024.o": artifact.sha256(obj)},
+    )  # fmt: skip
+    artifact.write(tmp_path, man, {"n1024.o": obj})
+    got, fns = artifact.load_functions(tmp_path)  # loads on a machine without a GPU too
+    assert got == man and set(fns) == {1024}
+
+
+@pytest.mark.parametrize("what", sorted(EVIL))
+def test_seal_refuses_host_code_cute_dsl_never_emits(host_module: str, what: str) -> None:
+    code, why = EVIL[what]
+    with pytest.raises(artifact.ArtifactError, match="refused") as e:
+        artifact.seal(with_function(host_module, code), 1024)
+    assert why in str(e.value)
+
+
+def test_seal_refuses_text_that_is_not_a_module() -> None:
+    with pytest.raises(artifact.ArtifactError, match="does not parse"):
+        artifact.seal("import os; os.system('id')", 1024)
+
+
+def test_a_tampered_object_is_not_loaded(host_module: str, tmp_path: Path) -> None:
+    obj, _ = artifact.seal(host_module, 1024)
+    man = artifact.ArtifactManifest(
+        "softmax", "bfloat16", {"1024": "n1024.o"}, {"1024": "llmcompile_n1024"}, {"n1024.o": artifact.sha256(obj)}
+    )
+    bad = bytearray(obj)
+    bad[len(bad) // 2] ^= 0xFF
+    artifact.write(tmp_path, man, {"n1024.o": bytes(bad)})
+    with pytest.raises(artifact.ArtifactError, match="does not match"):
+        artifact.load_functions(tmp_path)
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**data, "format": 99}))
+    with pytest.raises(artifact.ArtifactError, match="format"):
+        artifact.read(tmp_path)
+
+
+def test_judge_writes_the_artifact_and_best_loads_it(tmp_path: Path) -> None:
+    from llmcompile.loader import load
+    from llmcompile.runs import RunStore
+
+    opts = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 1024)], verify_ns=[1024, 5001])
+    with Judge(gpu=False, compile_workers=1) as j:
+        v = j.evaluate((REF / "softmax.py").read_text(), get_op("softmax"), "bfloat16", opts)
+        assert v.status == "compiled" and v.artifact, v.message
+        man = artifact.read(v.artifact)
+        assert set(man.objects) == {"1024", "5001"} and man.tensors == ["x", "out"] and man.op == "softmax"
+        store = RunStore(tmp_path / "run")
+        best = store.write_best("softmax", (REF / "softmax.py").read_text(), {"op_ref": "softmax"}, v.artifact)
+    fn = load(best)  # the judge's temp artifacts are gone: best/ has its own copy
+    assert {n for _, n in fn._compiled} == {1024, 5001} and fn.entry is None
+    with pytest.raises(Exception, match="this artifact has kernels for"):
+        fn.compiled("bfloat16", 2048)

@@ -241,7 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Judge(target.name, gpu=not cfg.compile_only and None, unsafe_no_sandbox=unsafe) as judge:
         store.write_json("sandbox.json", judge.sandbox_facts())
         if not judge.sandbox.layers.namespaces:
-            console.print("[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)")
+            console.print(
+                "[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)"
+            )
         try:
             result = run_agent(spec, cfg, provider, judge, store, show)
         except ProviderError as e:

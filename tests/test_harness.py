@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import importlib.resources
-import os
 from pathlib import Path
 
 import pytest
 
+from llmcompile import contract
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
 from llmcompile.harness.compiler import parse_launches, parse_ptxas, with_launches
-from llmcompile.harness.verdict import KernelResources, Verdict
-from llmcompile import contract
 from llmcompile.harness.sandbox import sandbox
+from llmcompile.harness.verdict import KernelResources, Verdict
 from llmcompile.harness.worker import CandidatePool
 from llmcompile.ops import BUILTIN, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling

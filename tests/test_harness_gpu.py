@@ -49,6 +49,20 @@ def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
     assert all(0.3 < s.pct_sol < 110 for s in v.profile.shapes), v.message
 
 
+def test_gpu_worker_never_imports_candidate_python(judge: Judge) -> None:
+    """The process that holds the reference outputs and the timers loads sealed objects only:
+    after verifying and profiling a candidate, it has imported no candidate module."""
+    spec = get_op("softmax")
+    v = judge.evaluate((REF / "softmax.py").read_text(), spec, "bfloat16", JudgeOptions(profile_shapes=[(4096, 4096)]))
+    assert v.status == PROFILED, v.message
+    facts = judge.gpu_worker.run({"kind": "ping"}).results["ping"]
+    assert facts["candidate_modules"] == [] and facts["modules"] > 100
+    layers = judge.sandbox_facts()
+    _record(
+        f"| gpu worker modules | softmax | bfloat16 | no candidate module | {facts['candidate_modules']} | {layers} |"
+    )
+
+
 @pytest.mark.parametrize("bad", [b for b in BAD if b.gpu], ids=lambda b: b.name)
 def test_bad_kernel_rejected(judge: Judge, bad) -> None:
     opts = JudgeOptions(stages=("static", "compile", "verify"), verify_ns=[1024, 4096, 5001])

@@ -109,7 +109,11 @@ def seal(mlir_text: str, n: int) -> tuple[bytes, dict[str, list[int]]]:
             if f.operation.name == "llvm.func" and len(f.operation.regions[0].blocks)
         }
         # the entry's TVM-FFI wrapper is named after the host function it wraps (helpers are not)
-        entries = [f[len(TVM_FFI_PREFIX) :] for f in funcs if f.startswith(TVM_FFI_PREFIX) and f[len(TVM_FFI_PREFIX) :] in funcs]
+        entries = [
+            f[len(TVM_FFI_PREFIX) :]
+            for f in funcs
+            if f.startswith(TVM_FFI_PREFIX) and f[len(TVM_FFI_PREFIX) :] in funcs
+        ]
         if len(entries) != 1:
             raise ArtifactError(f"the compiled module has {len(entries)} TVM-FFI entry points, not one")
         export = get_export_module(module, f"__cute_internal_{symbol}", preserve_symbols={TVM_FFI_PREFIX + entries[0]})

@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile.harness import static
+from llmcompile import contract
+from llmcompile.harness import artifact, static
+from llmcompile.harness.sandbox import sandbox
 from llmcompile.harness.verdict import (
     COMPILE_ERROR,
     COMPILED,
@@ -38,9 +40,6 @@ from llmcompile.harness.verdict import (
     WRONG,
     Verdict,
 )
-from llmcompile import contract
-from llmcompile.harness import artifact
-from llmcompile.harness.sandbox import sandbox
 from llmcompile.harness.worker import CandidatePool, JobOutcome, JudgeFailure, judge_worker
 from llmcompile.ops import HELD_OUT_N, OpSpec, verify_shapes
 

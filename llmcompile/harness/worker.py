@@ -88,6 +88,7 @@ class Channel:
         self.root = Path(tempfile.mkdtemp(prefix="llmcompile-worker-"))
         self.log = self.root / "worker.log"
         self.ready: dict[str, Any] | None = None
+        self.eof = False
         self.cgroup: PidsCgroup | None = None
         self._buf = b""
 
@@ -157,11 +158,13 @@ class Channel:
     # ------------------------------------------------------------------ protocol
 
     def _read_event(self, deadline: float) -> dict[str, Any] | None:
-        """The next event line, or None when the process died or the deadline passed."""
+        """The next event line, or None when the process closed its end or the deadline passed
+        (`self.eof` says which)."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         sel = selectors.DefaultSelector()
         sel.register(fd, selectors.EVENT_READ)
+        self.eof = False
         try:
             while b"\n" not in self._buf:
                 left = deadline - time.monotonic()
@@ -169,6 +172,7 @@ class Channel:
                     return None
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
+                    self.eof = True
                     return None
                 self._buf += chunk
         finally:
@@ -176,9 +180,16 @@ class Channel:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def _ended(self, stage: str, timed_out: bool) -> JobOutcome:
+    def _ended(self, stage: str) -> JobOutcome:
+        """The process stopped talking: it died (its end of the pipe closed) or ran out of time."""
         assert self.proc is not None
-        if timed_out:  # ask for the Python stack of the stuck process, for the log
+        timed_out = not self.eof
+        if self.eof:  # bwrap outlives its child by a moment: wait for the exit status
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        else:  # ask for the Python stack of the stuck process, for the log
             try:
                 self.proc.send_signal(signal.SIGUSR1)
                 time.sleep(0.5)
@@ -206,12 +217,13 @@ class Channel:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
         except BrokenPipeError:
-            return self._ended(stage, False)
+            self.eof = True
+            return self._ended(stage)
         deadline = time.monotonic() + self.timeouts.get(stage, 300.0)
         while True:
             ev = self._read_event(deadline)
             if ev is None:
-                out = self._ended(stage, self.alive)
+                out = self._ended(stage)
                 out.results = results
                 return out
             if ev["event"] == "stage":

@@ -1,0 +1,84 @@
+"""What the sandbox adds to the judge's wall time per candidate.
+
+    python -m evals.sandbox_overhead [--rounds 5] [--op softmax] [--dtype bfloat16] [--stages static,compile]
+
+Two judges with the same process model (a fresh candidate process per candidate, the same sealing
+and GPU workers) differ only in the isolation layers: one with every layer this machine allows,
+one with none (`--unsafe-no-sandbox` on a machine without namespaces). Each judges the reference
+kernel `rounds` times, alternating, after one warm-up each; the medians are compared. Without a
+GPU the stages default to static + compile; with one, to all four.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from llmcompile.harness import STAGES, Judge, JudgeOptions, gpu_available
+from llmcompile.harness.sandbox import Layers, Sandbox
+from llmcompile.ops import get_op
+
+REF = Path(__file__).resolve().parents[1] / "reference_kernels"
+
+
+def unsandboxed(judge: Judge) -> None:
+    bare = Sandbox(Layers(), unsafe=True)
+    judge.sandbox = judge.pool.sandbox = judge.sealer.sandbox = bare
+    if judge.gpu_worker is not None:
+        judge.gpu_worker.sandbox = bare
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--op", default="softmax")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--stages", help="comma list (default: all four with a GPU, else static,compile)")
+    args = ap.parse_args()
+    gpu = gpu_available()
+    stages = tuple(args.stages.split(",")) if args.stages else STAGES if gpu else ("static", "compile")
+    spec = get_op(args.op)
+    src = (REF / f"{spec.reference_module}.py").read_text()
+    opts = JudgeOptions(stages=stages)
+    judges = {"sandboxed": Judge(gpu=gpu), "unsandboxed": Judge(gpu=gpu, unsafe_no_sandbox=True)}
+    unsandboxed(judges["unsandboxed"])
+    times: dict[str, list[float]] = {k: [] for k in judges}
+    try:
+        for j in judges.values():  # warm-up: workers started, bandwidth measured
+            v = j.evaluate(src, spec, args.dtype, opts)
+            assert v.passed, v.message
+        for _ in range(args.rounds):
+            for name, j in judges.items():
+                t0 = time.perf_counter()
+                v = j.evaluate(src, spec, args.dtype, opts)
+                times[name].append(time.perf_counter() - t0)
+                assert v.passed, v.message
+        layers = judges["sandboxed"].sandbox_facts()
+    finally:
+        for j in judges.values():
+            j.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "op": spec.name, "dtype": args.dtype, "stages": list(stages), "gpu": gpu, "rounds": args.rounds,
+        "seconds": times, "median_s": med, "overhead_pct": 100 * (med["sandboxed"] / med["unsandboxed"] - 1),
+        "sandbox": layers,
+    }  # fmt: skip
+    line = (
+        f"{spec.name} {args.dtype} [{','.join(stages)}]: sandboxed {med['sandboxed']:.2f} s, "
+        f"unsandboxed {med['unsandboxed']:.2f} s per candidate (median of {args.rounds}): "
+        f"{result['overhead_pct']:+.1f}%; layers: {', '.join(layers['layers'])}"
+        + ("" if not gpu else f"; GPU worker isolated: {layers['gpu_worker_isolated']}")
+    )
+    print(line)
+    out = os.environ.get("LLMCOMPILE_RESULTS_DIR")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        Path(out, f"sandbox-overhead-{'gpu' if gpu else 'cpu'}.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

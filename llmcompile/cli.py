@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from llmcompile.evals.suite import SuiteError
+from llmcompile.harness.sandbox import SandboxUnavailable
+from llmcompile.harness.worker import JudgeFailure
 from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name, parse_shape
 from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
 
@@ -447,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OpError, TargetError, UsageError, SuiteError) as e:
         print(f"llmcompile: error: {e}", file=sys.stderr)
         return 2
+    except (JudgeFailure, SandboxUnavailable) as e:  # the judge's own trouble, never a candidate's verdict
+        print(f"llmcompile: the judge could not run: {e}", file=sys.stderr)
+        return 4
     except KeyboardInterrupt:
         print("llmcompile: interrupted", file=sys.stderr)
         return 130

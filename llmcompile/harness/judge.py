@@ -117,7 +117,7 @@ class Judge:
         self.pool.close()
         for w in (self.sealer, self.gpu_worker):
             if w is not None:
-                w.close()
+                w.dispose()
         if self._own_root:
             shutil.rmtree(self.artifact_root, ignore_errors=True)
 

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,11 @@ class Channel:
             self.cgroup.close()
             self.cgroup = None
 
+    def dispose(self) -> None:
+        """Close, and remove the log and scratch this process had on the host."""
+        self.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
     def log_tail(self, chars: int = 1500) -> str:
         try:
             text = self.log.read_text(errors="replace")
@@ -267,14 +273,14 @@ class CandidatePool:
         try:
             return ch.run(job)
         finally:
-            ch.close()
+            ch.dispose()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for ch in idle:
-            ch.close()
+            ch.dispose()
 
 
 def judge_worker(sandbox: Sandbox, gpu: bool, timeouts: dict[str, float] | None = None) -> Channel:

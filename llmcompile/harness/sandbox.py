@@ -79,6 +79,8 @@ class Layers:
             names.append("uid nobody")
         if self.pids_cgroup:
             names.append("pids cgroup")
+        if self.gpu_namespaces:
+            names.append("GPU worker in namespaces too")
         return names
 
     def describe(self) -> str:

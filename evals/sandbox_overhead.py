@@ -47,6 +47,7 @@ def main() -> None:
     judges = {"sandboxed": Judge(gpu=gpu), "unsandboxed": Judge(gpu=gpu, unsafe_no_sandbox=True)}
     unsandboxed(judges["unsandboxed"])
     times: dict[str, list[float]] = {k: [] for k in judges}
+    stages_s: dict[str, list[dict[str, float]]] = {k: [] for k in judges}
     try:
         for j in judges.values():  # warm-up: workers started, bandwidth measured
             v = j.evaluate(src, spec, args.dtype, opts)
@@ -57,20 +58,26 @@ def main() -> None:
                 v = j.evaluate(src, spec, args.dtype, opts)
                 times[name].append(time.perf_counter() - t0)
                 assert v.passed, v.message
+                parts = {"compile": v.compile, "verify": v.verify, "profile": v.profile}
+                stages_s[name].append({k: round(r.seconds, 2) for k, r in parts.items() if r is not None})
         layers = judges["sandboxed"].sandbox_facts()
     finally:
         for j in judges.values():
             j.close()
     med = {k: statistics.median(v) for k, v in times.items()}
+    # rounds alternate the two judges: the median of each round's ratio is robust to drift
+    paired = statistics.median(a / b for a, b in zip(times["sandboxed"], times["unsandboxed"]))
     result = {
         "op": spec.name, "dtype": args.dtype, "stages": list(stages), "gpu": gpu, "rounds": args.rounds,
-        "seconds": times, "median_s": med, "overhead_pct": 100 * (med["sandboxed"] / med["unsandboxed"] - 1),
+        "seconds": times, "stage_seconds": stages_s, "median_s": med,
+        "overhead_pct": 100 * (med["sandboxed"] / med["unsandboxed"] - 1), "paired_overhead_pct": 100 * (paired - 1),
         "sandbox": layers,
     }  # fmt: skip
     line = (
         f"{spec.name} {args.dtype} [{','.join(stages)}]: sandboxed {med['sandboxed']:.2f} s, "
         f"unsandboxed {med['unsandboxed']:.2f} s per candidate (median of {args.rounds}): "
-        f"{result['overhead_pct']:+.1f}%; layers: {', '.join(layers['layers'])}"
+        f"{result['overhead_pct']:+.1f}% (median of paired rounds: {result['paired_overhead_pct']:+.1f}%); "
+        f"layers: {', '.join(layers['layers'])}"
         + ("" if not gpu else f"; GPU worker isolated: {layers['gpu_worker_isolated']}")
     )
     print(line)

@@ -151,7 +151,6 @@ def sandbox_env(scratch: str, extra: dict[str, str] | None = None) -> dict[str, 
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             "CUTE_DSL_CACHE_DIR": f"{scratch}/cute-cache",
-            "OMP_NUM_THREADS": "1",
         }
     )
     env.setdefault("CUTE_DSL_ARCH", "sm_90a")

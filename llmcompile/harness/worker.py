@@ -257,7 +257,8 @@ class CandidatePool:
         self._closed = False
 
     def _new(self) -> Channel:
-        ch = Channel("llmcompile.harness.candidate", self.sandbox, timeouts=self.timeouts)
+        # one compute thread: a candidate needs no more, and threads count against its process limit
+        ch = Channel("llmcompile.harness.candidate", self.sandbox, timeouts=self.timeouts, env={"OMP_NUM_THREADS": "1"})
         ch.start()
         return ch
 

@@ -91,9 +91,12 @@ def bench_one(
     baselines: Iterable[str],
     seed: int = 0,
     ceiling_tbs: float | None = None,
+    check: Callable[[list[list[torch.Tensor]]], str | None] | None = None,
 ) -> list[BenchRow]:
     """Time ours and each baseline on the same rotated input sets. A rate above 1.05x the
-    ceiling (the best of copy and read-only bandwidth, when measured) is flagged IMPOSSIBLE."""
+    ceiling (the best of copy and read-only bandwidth, when measured) is flagged IMPOSSIBLE.
+    `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
+    wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row."""
     nbytes = spec.bytes_moved(m, n, dtype)
     sets = input_sets(spec, m, n, dtype, seed)
     scalars = dict(spec.scalars)
@@ -122,6 +125,8 @@ def bench_one(
             notes.append("IMPOSSIBLE: above 1.05x the device bandwidth")
         if t.events_disagree:
             notes.append(f"TIMER MISMATCH: events {t.median_ms:.4f} ms vs wall clock {t.wall_ms:.4f} ms a call")
+        if check is not None and name == "llmcompile" and (wrong := check(sets)):
+            notes.append(f"WRONG TIMED OUTPUT: {wrong}")
         note = "; ".join(notes)
         rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note))
     del sets

@@ -77,6 +77,7 @@ class Bad:
     status: str  # the verdict status the judge must give
     checks: tuple[str, ...] = ()  # for `wrong`: acceptable failing checks (empty: any)
     gpu: bool = True  # needs the GPU to be caught
+    timed_shape: tuple[int, int] | None = None  # caught only when timed at this (M, N)
 
     def source(self) -> str:
         src = BASE
@@ -201,6 +202,20 @@ BAD: tuple[Bad, ...] = (
         "skips the max subtraction: right on small random logits, overflows on large ones",
         ((_SUM, "s += cute.math.exp2(Float32(mX[row, c]) * LOG2_E, fastmath=True)"),),
         "wrong",
+    ),
+    Bad(
+        "skips_rows_when_timed",
+        "leaves the last 4% of rows unwritten whenever M > 100000: only at the benchmark's sizes",
+        (
+            (
+                "    softmax_row(mX, mO, bidx, red)\n",
+                "    if mX.shape[0] <= 100000 or bidx * 25 < mX.shape[0] * 24:\n"
+                "        softmax_row(mX, mO, bidx, red)\n",
+            ),
+        ),
+        "wrong",
+        ("timed_output",),
+        timed_shape=(262144, 1024),
     ),
     Bad(
         "hangs",

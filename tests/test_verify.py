@@ -59,3 +59,21 @@ def test_poison_bits_survive_for_each_dtype() -> None:
         assert bool(poisoned(t).all())
         t[3] = 1
         assert int(poisoned(t).sum()) == 7
+
+
+def test_chunked_comparison_finds_what_the_whole_one_finds() -> None:
+    """The timed outputs are compared in chunks of rows (the float64 reference of a 17 GB
+    input would not fit): a wrong row far from the first chunk is found, at its own index."""
+    from llmcompile.verify import compare_rows
+
+    spec = get_op("rmsnorm")
+    x, w = torch.randn(1000, 64), torch.rand(64) + 0.5
+    out = (x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).float()
+    assert compare_rows(spec, "float32", [x, w], [out], chunk_elems=640) is None
+    out[957:] = float("nan")  # the last rows left unwritten, as a kernel skipping work would
+    poison([out[957:]])
+    bad = compare_rows(spec, "float32", [x, w], [out], chunk_elems=640)
+    assert bad is not None and bad.index == (957, 0) and bad.unwritten == 3 * 64  # rows 957-959 of 950-959
+    assert "`out[950:960]`" in bad.describe() and "never written" in bad.describe()
+    whole = compare(spec, "float32", [x, w], [out])
+    assert whole is not None and whole.index == bad.index

@@ -279,6 +279,10 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         assert v.verify.failure is not None
         v.status, v.message = WRONG, "verification failed: " + v.verify.failure.describe()
         return v
+    if v.profile and v.profile.failure:
+        v.status = WRONG
+        v.message = "the outputs of the timed calls are wrong: " + v.profile.failure.describe()
+        return v
     if v.profile and not v.profile.ok:
         v.status = SUSPICIOUS
         v.message = "profile rejected as physically implausible: " + "; ".join(v.profile.flags)

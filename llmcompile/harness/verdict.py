@@ -86,7 +86,7 @@ class CompileResult:
 
 @dataclass
 class CheckFailure:
-    check: str  # mismatch | unwritten | input_modified | out_of_bounds_write | stale | nondeterministic | error
+    check: str  # mismatch | unwritten | input_modified | out_of_bounds_write | stale | nondeterministic | error | timed_output
     m: int
     n: int
     case: str
@@ -128,6 +128,7 @@ class ProfileResult:
     shapes: list[ShapeTiming] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    failure: CheckFailure | None = None  # what the timed calls wrote was wrong
 
     @property
     def min_pct_sol(self) -> float:
@@ -180,5 +181,6 @@ class Verdict:
         if d.get("profile"):
             p = dict(d["profile"])
             p["shapes"] = [ShapeTiming(**s) for s in p.get("shapes", [])]
+            p["failure"] = CheckFailure(**p["failure"]) if p.get("failure") else None
             d["profile"] = ProfileResult(**p)
         return cls(**d)

@@ -1,0 +1,32 @@
+"""CPU (CI): what the feedback tells the model matches what the judge checked."""
+
+from __future__ import annotations
+
+from llmcompile.agent import Best
+from llmcompile.harness.verdict import CheckFailure, CompileResult, ProfileResult, Verdict, VerifyResult
+from llmcompile.prompting import feedback_prompt
+
+
+def _verdict(status: str, **stages) -> Verdict:
+    return Verdict(status, "msg", "softmax", "bfloat16", "h100", "sha", compile=CompileResult(True, [1024]), **stages)
+
+
+def test_compile_only_feedback_claims_neither_correctness_nor_speed() -> None:
+    v = _verdict("compiled")
+    text = feedback_prompt(v, Best("c00_00", 0.0, 0.0, "src", v), 90.0)
+    assert "not run" in text and "compiled only" in text
+    assert "correct" not in text and "at 0.0%" not in text and "checked runs" not in text
+
+
+def test_wrong_timed_output_is_fed_back() -> None:
+    fail = CheckFailure("timed_output", 262144, 1024, "random", 0, "input set 0: 10486 rows never written")
+    v = _verdict("wrong", verify=VerifyResult(True, 40), profile=ProfileResult(False, 3.0, failure=fail))
+    v.message = "the outputs of the timed calls are wrong: " + fail.describe()
+    text = feedback_prompt(v, None, 90.0)
+    assert "timed calls are wrong" in text and "M=262144" in text
+
+
+def test_verified_but_untimed_says_so() -> None:
+    v = _verdict("verified", verify=VerifyResult(True, 12))
+    text = feedback_prompt(v, None, 90.0)
+    assert "correct (12 checked runs); it was not timed" in text

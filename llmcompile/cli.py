@@ -29,11 +29,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.problems] or [p for p in (Path("evals/problems"),) if p.is_dir()]
     for path in paths:
-        specs = load_dir(path) if path.is_dir() else [load_problem(path)]
+        specs, errors = load_dir(path) if path.is_dir() else ([load_problem(path)], {})
         print(f"custom ops (KernelBench files) in {path}:")
         for s in specs:
             dims = ", ".join(f"{t.name}({'x'.join(t.dims)})" for t in s.tensors)
-            print(f"  {s.name:14s} {s.summary}  [{dims}; {s.dtypes[0]}]")
+            sc = "".join(f", {k}={v}" for k, v in s.scalars.items())
+            print(f"  {s.name:14s} {s.summary}  [{dims}{sc}; {s.dtypes[0]}]")
+        for name, why in errors.items():
+            print(f"  {name}: NOT LOADED: {why}")
     print("targets:")
     for t in TARGETS.values():
         print(

@@ -50,6 +50,8 @@ def cute_type(dtype_name: str):
         "bfloat16": cutlass.BFloat16,
         "float16": cutlass.Float16,
         "int64": cutlass.Int64,
+        "int32": cutlass.Int32,
+        "bool": cutlass.Boolean,
     }[dtype_name]
 
 

@@ -4,7 +4,9 @@ A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_in
 The spec's tensors, in kernel-contract order: the forward inputs, then the model's
 parameters (by name, so a norm's weight reaches the kernel), then the outputs. The leading
 dim of the first input is the symbolic M; a tensor whose leading dim equals it is batched
-with it, every other dim is fixed. The byte model is every tensor read or written once.
+with it, every other dim is fixed. The byte model is every tensor read or written once. Python numbers among the forward inputs
+(a scale, a dim) become the op's scalars, passed after the tensors; bool masks and int32/int64
+indices are tensors like any other.
 """
 
 from __future__ import annotations
@@ -45,14 +47,63 @@ def _import(path: Path):
     return mod
 
 
-def _as_list(out: object, what: str, path: Path) -> list[torch.Tensor]:
+def _as_list(out: object, what: str, path: Path, numbers: bool = False) -> list:
+    """The items of a problem's inputs or results: tensors (and, for inputs, Python numbers)."""
     items = list(out) if isinstance(out, (tuple, list)) else [out]
-    if not items or not all(isinstance(t, torch.Tensor) for t in items):
-        raise OpError(f"{path}: {what} must be tensors (got {[type(t).__name__ for t in items]})")
+    ok = (torch.Tensor, int, float, bool) if numbers else (torch.Tensor,)
+    if not items or not all(isinstance(t, ok) for t in items) or not isinstance(items[0], torch.Tensor):
+        kinds = "tensors (the first one a tensor) or Python numbers" if numbers else "tensors"
+        raise OpError(f"{path}: {what} must be {kinds} (got {[type(t).__name__ for t in items]})")
     return items
 
 
-def _output_shapes(model: nn.Module, inputs: list[torch.Tensor], path: Path) -> list[torch.Tensor]:
+_TENSOR_DTYPES = {torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
+
+
+# Module-level names a problem file sizes its batch with (KernelBench's own conventions).
+BATCH_NAMES = ("batch_size", "M", "B", "batch")
+
+
+def _batched_inputs(mod, m: int, m0: int, path: Path) -> list:
+    """`get_inputs()` at batch M: through the file's own batch variable where setting it changes
+    the leading dim and nothing else (so a 17 GB problem is never made whole to verify a few
+    rows), else made whole and sliced."""
+    if m != m0:
+        with torch.device("meta"):
+            whole = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+        want = [(x.shape[0] == m0, x.shape[1:], x.dtype) for x in whole if isinstance(x, torch.Tensor)]
+        for name in BATCH_NAMES:
+            if getattr(mod, name, None) != m0 or isinstance(getattr(mod, name), bool):
+                continue
+            setattr(mod, name, m)
+            try:
+                xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+            finally:
+                setattr(mod, name, m0)
+            got = [(x.shape[0] == m, x.shape[1:], x.dtype) for x in xs if isinstance(x, torch.Tensor)]
+            if got == want:
+                return xs
+    xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    return [x[:m].contiguous() if isinstance(x, torch.Tensor) and x.dim() and x.shape[0] == m0 else x for x in xs]
+
+
+def _batchable(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor], path: Path) -> bool:
+    """Whether the problem means the same thing at another batch size: run on the meta device at
+    batch 2, and expect every batched output to shrink with it. (A loss that broadcasts its
+    targets along the last dim only works at its own size.)"""
+    if m0 <= 2:
+        return False
+    try:
+        with torch.device("meta"):
+            xs = _batched_inputs(mod, 2, m0, path)
+        got = _output_shapes(model, xs, path, cpu_fallback=False)
+    except Exception:  # noqa: BLE001 - it does not run at another size: fixed
+        return False
+    want = [(2, *o.shape[1:]) if o.dim() and o.shape[0] == m0 else tuple(o.shape) for o in outputs]
+    return [tuple(o.shape) for o in got] == [tuple(w) for w in want]
+
+
+def _output_shapes(model: nn.Module, inputs: list, path: Path, cpu_fallback: bool = True) -> list[torch.Tensor]:
     """The outputs' shapes and dtypes, from a run on the meta device; on CPU where an op has
     no meta kernel."""
     with torch.no_grad():
@@ -62,7 +113,9 @@ def _output_shapes(model: nn.Module, inputs: list[torch.Tensor], path: Path) -> 
         except OpError:
             raise
         except Exception:  # noqa: BLE001 - fall back to a real run on CPU
-            real = [torch.zeros(x.shape, dtype=x.dtype) for x in inputs]
+            if not cpu_fallback:
+                raise
+            real = [torch.zeros(x.shape, dtype=x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs]
             return _as_list(model(*real), "Model.forward's results", path)
 
 
@@ -79,13 +132,20 @@ def load_problem(path: str | Path) -> OpSpec:
         try:
             model = mod.Model(*mod.get_init_inputs()).eval()
             with torch.device("meta"):  # shapes and dtypes only: no time, no memory
-                inputs = _as_list(mod.get_inputs(), "get_inputs()", path)
-            outputs = _output_shapes(model, inputs, path)
+                given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+            outputs = _output_shapes(model, given, path)
         except OpError:
             raise
         except Exception as e:
             raise OpError(f"{path}: running the problem on CPU failed: {type(e).__name__}: {e}") from None
     params = dict(model.named_parameters())
+    # forward's arguments in order: ("t", index among the tensors) or ("s", the scalar's name)
+    order: list[tuple[str, int | str]] = []
+    for k, x in enumerate(given):
+        order.append(("t", sum(kind == "t" for kind, _ in order)) if isinstance(x, torch.Tensor) else ("s", f"arg{k}"))
+    scalars = {f"arg{k}": x for k, x in enumerate(given) if not isinstance(x, torch.Tensor)}
+    scalars = {k: int(v) if isinstance(v, bool) else v for k, v in scalars.items()}
+    inputs = [x for x in given if isinstance(x, torch.Tensor)]
     if inputs[0].dim() < 1 or not inputs[0].is_floating_point():
         raise OpError(f"{path}: the first input must be a floating tensor with a leading batch dim")
     m0 = inputs[0].shape[0]
@@ -94,11 +154,11 @@ def load_problem(path: str | Path) -> OpSpec:
 
     def desc(name: str, t: torch.Tensor, batched: bool, output: bool = False) -> TensorDesc:
         dims = tuple("M" if (i == 0 and batched and s == m0) else str(s) for i, s in enumerate(t.shape))
-        return TensorDesc(name, dims, dtype_name(t.dtype) if t.is_floating_point() else "int64", output)
+        return TensorDesc(name, dims, dtype_name(t.dtype) if t.is_floating_point() else _TENSOR_DTYPES[t.dtype], output)
 
     for t in inputs + outputs:
-        if not t.is_floating_point() and t.dtype != torch.int64:
-            raise OpError(f"{path}: tensors must be float32/bfloat16/float16 or int64, got {t.dtype}")
+        if not t.is_floating_point() and t.dtype not in _TENSOR_DTYPES:
+            raise OpError(f"{path}: tensors must be float32/bfloat16/float16, int64, int32 or bool; got {t.dtype}")
     tensors = (
         tuple(desc(f"in{i}", t, True) for i, t in enumerate(inputs))
         + tuple(desc(k.replace(".", "_"), p, False) for k, p in params.items())
@@ -107,15 +167,21 @@ def load_problem(path: str | Path) -> OpSpec:
     n_in = len(inputs)
     names = list(params)
 
-    def call(*xs: torch.Tensor) -> list[torch.Tensor]:
+    def forward_args(xs: tuple, vals: dict) -> tuple:
+        return tuple(xs[key] if kind == "t" else vals[key] for kind, key in order)
+
+    def call(*xs: torch.Tensor, **vals: float | int) -> list[torch.Tensor]:
         with torch.no_grad():
             mdl = model.to(xs[0].device, torch.float64 if xs[0].dtype == torch.float64 else None)
-            out = torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), tuple(xs[:n_in]))
+            out = torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), forward_args(xs, {**scalars, **vals}))
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def torch_fn(*xs: torch.Tensor) -> object:
+    def torch_fn(*args: object) -> object:
+        """The problem in torch: its tensors in spec order, then its scalars' values."""
+        xs, vals = args[: n_in + len(names)], dict(zip(scalars, args[n_in + len(names) :]))
         with torch.no_grad():
-            return torch.func.functional_call(model.to(xs[0].device), dict(zip(names, xs[n_in:])), tuple(xs[:n_in]))
+            mdl = model.to(xs[0].device)
+            return torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), forward_args(xs, {**scalars, **vals}))
 
     def make_inputs(m: int, n_: int, dtype_: str, gen: torch.Generator, case: str, device: str) -> list[torch.Tensor]:
         if m > m0:
@@ -123,13 +189,12 @@ def load_problem(path: str | Path) -> OpSpec:
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            xs = _as_list(mod.get_inputs(), "get_inputs()", path)
+            xs = [x for x in _batched_inputs(mod, m, m0, path) if isinstance(x, torch.Tensor)]
             # fresh parameter values, so a kernel that assumes the init (ones, zeros) fails
             ps = [
                 (torch.rand(p.shape) + 0.5).to(p.dtype) if p.is_floating_point() else p.detach().clone()
                 for p in params.values()
             ]
-        xs = [x[:m].contiguous() if x.dim() and x.shape[0] == m0 else x for x in xs]
         return [t.detach().to(device) for t in xs + ps]
 
     doc = (mod.__doc__ or "").strip().splitlines()
@@ -139,11 +204,13 @@ def load_problem(path: str | Path) -> OpSpec:
         tensors=tensors,
         reference=call,
         make_inputs=make_inputs,
+        scalars=scalars,
         tolerance=dict(CUSTOM_TOL),
         dtypes=(dtype,),
         torch_expr=path.read_text(),
         torch_fn=torch_fn,
         fixed_shapes=((m0, n),),
+        batchable=_batchable(model, mod, m0, outputs, path),
         source_path=str(path.resolve()),
     )
     _CACHE[key] = spec
@@ -151,8 +218,17 @@ def load_problem(path: str | Path) -> OpSpec:
     return spec
 
 
-def load_dir(directory: str | Path) -> list[OpSpec]:
+def load_dir(directory: str | Path) -> tuple[list[OpSpec], dict[str, str]]:
+    """Every problem file of a directory: the specs that load, and why each other one did not."""
     d = Path(directory)
     if not d.is_dir():
         raise OpError(f"no such problem directory: {d}")
-    return [load_problem(p) for p in sorted(d.glob("*.py")) if not p.name.startswith("_")]
+    specs, errors = [], {}
+    for p in sorted(d.glob("*.py")):
+        if p.name.startswith("_"):
+            continue
+        try:
+            specs.append(load_problem(p))
+        except OpError as e:
+            errors[p.name] = str(e)
+    return specs, errors

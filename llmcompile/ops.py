@@ -44,7 +44,7 @@ class TensorDesc:
         return tuple(m if d == "M" else n if d == "N" else int(d) for d in self.dims)
 
     def torch_dtype(self, op_dtype: str) -> torch.dtype:
-        return {"int64": torch.int64, **DTYPES}[self.dtype or op_dtype]
+        return {"int64": torch.int64, "int32": torch.int32, "bool": torch.bool, **DTYPES}[self.dtype or op_dtype]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class OpSpec:
     # Problems with fixed shapes (KernelBench files): the benchmark shapes; None: bench_shapes()
     fixed_shapes: tuple[tuple[int, int], ...] | None = None
     source_path: str | None = None  # the file a custom op came from
+    batchable: bool = True  # means the same at any M (else checked at its own size only)
 
     @property
     def flat_rows(self) -> bool:
@@ -335,16 +336,20 @@ def get_op(name: str) -> OpSpec:
 # Verification grid for row ops: the benchmark N plus held-out N the prompt never shows
 # (not multiples of 8 or of a power of two), each at M = 1, an odd M, and a large odd M.
 HELD_OUT_N = (256, 5000, 5001, 128256)
+VERIFY_ELEMS = 1 << 22  # elements per tensor at the largest verified M
 
 
 def verify_shapes(spec: OpSpec, ns: list[int] | None = None) -> list[tuple[int, int]]:
     if spec.fixed_shapes:
         out = []
+        row = max(1, torch.Size(spec.tensors[0].shape(1, 1)).numel())  # a fixed problem's N is in its dims
         for m0, n in spec.fixed_shapes:
-            out += [(1, n), (max(1, (m0 // 2) | 1), n), (m0, n)]
+            # the large M holds a few million elements per tensor, however large the problem
+            big = min(m0, max(3, VERIFY_ELEMS // row) | 1)
+            out += [(1, n), (max(1, (big // 2) | 1), n), (big, n)] if spec.batchable else [(m0, n)]
         return sorted(set(out))
     out = []
     for n in sorted(set(ns or [n for _, n in spec.shapes()] + list(HELD_OUT_N))):
-        big = max(133, ((1 << 22) // n) | 1)  # more rows than SMs, ~4M elements
+        big = max(133, (VERIFY_ELEMS // n) | 1)  # more rows than SMs, ~4M elements
         out += [(1, n), (3, n), (big, n)]
     return out

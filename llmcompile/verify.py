@@ -86,12 +86,14 @@ CHUNK_ELEMS = 1 << 24
 def compare_rows(
     spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], chunk_elems: int = CHUNK_ELEMS
 ) -> Mismatch | None:
-    """`compare` over chunks of rows, for ops whose rows are independent (leading dims flatten
-    into M): the float64 copies never exceed a chunk, however large the tensors."""
-    if not spec.flat_rows:
+    """`compare` over chunks of rows (of M), where rows are independent: the op's leading dims
+    flatten into M, or a problem means the same at any M and every output has M rows. The
+    float64 copies then never exceed a chunk, however large the tensors."""
+    batched = spec.batchable and all(d.dims[:1] == ("M",) for d in spec.outputs)
+    if not (spec.flat_rows or batched):
         return compare(spec, dtype, inputs, outputs)
-    m, n = inputs[0].shape[0], inputs[0].shape[-1]
-    rows = max(1, chunk_elems // max(n, 1))
+    m = inputs[0].shape[0]
+    rows = max(1, chunk_elems // max(1, inputs[0][:1].numel()))
 
     def rows_of(t: torch.Tensor, desc_dims: tuple[str, ...], lo: int, hi: int) -> torch.Tensor:
         return t[lo:hi] if desc_dims and desc_dims[0] == "M" else t

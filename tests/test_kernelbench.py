@@ -36,3 +36,58 @@ def test_malformed_and_unknown(tmp_path: Path) -> None:
         get_op(str(bad))
     with pytest.raises(OpError, match="no such problem file"):
         get_op(str(tmp_path / "missing.py"))
+
+
+LEVEL1 = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1"
+needs_level1 = pytest.mark.skipif(not LEVEL1.is_dir(), reason=f"KernelBench level 1 not beside the checkout ({LEVEL1})")
+
+
+@needs_level1
+def test_every_level1_problem_loads_and_verifies_on_bounded_sizes() -> None:
+    from llmcompile.kernelbench import load_dir
+    from llmcompile.ops import VERIFY_ELEMS, verify_shapes
+
+    specs, errors = load_dir(LEVEL1)
+    assert errors == {} and len(specs) == 50
+    for spec in specs:
+        (m0, n) = spec.fixed_shapes[0]
+        row = torch.Size(spec.tensors[0].shape(1, n)).numel()
+        shapes = verify_shapes(spec)
+        if spec.batchable:
+            assert shapes[0][0] == 1 and all(m * row <= max(2 * VERIFY_ELEMS, 3 * row) for m, _ in shapes), spec.name
+        else:  # means something only at its own size: checked there alone
+            assert shapes == [(m0, n)], spec.name
+    fixed = [s.name for s in specs if not s.batchable]
+    assert fixed == ["100_HingeLoss"]  # its targets broadcast along the last dim: M must equal N
+
+
+@needs_level1
+@pytest.mark.parametrize(
+    "name, scalars, dtypes",
+    [
+        ("5_Matrix_scalar_multiplication", {"arg1": 3.14}, ["float32"]),  # a Python float input
+        ("93_masked_cumsum", {}, ["float32", "bool"]),  # a bool mask
+        ("95_CrossEntropyLoss", {}, ["float32", "int64"]),  # int indices
+        ("47_Sum_reduction_over_a_dimension", {}, ["float32"]),
+    ],
+)
+def test_inputs_of_every_kind_reach_the_reference(name: str, scalars: dict, dtypes: list[str]) -> None:
+    spec = get_op(str(LEVEL1 / f"{name}.py"))
+    assert spec.scalars == scalars and [t.dtype or spec.dtypes[0] for t in spec.inputs] == dtypes
+    _, n = spec.fixed_shapes[0]
+    ins = spec.make_inputs(3, n, spec.dtypes[0], torch.Generator().manual_seed(0), "random", "cpu")
+    assert [str(t.dtype).removeprefix("torch.") for t in ins] == dtypes
+    assert all(t.shape[0] == 3 for t, d in zip(ins, spec.inputs) if d.dims[0] == "M")
+    got = spec.run_reference(ins)
+    want = spec.torch_fn(*ins, *spec.scalars.values())  # what the eager baseline calls
+    want = list(want) if isinstance(want, (list, tuple)) else [want]
+    assert all(torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-4) for g, w in zip(got, want))
+
+
+@needs_level1
+def test_list_shows_every_level1_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    from llmcompile.cli import main
+
+    assert main(["list", str(LEVEL1)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT LOADED" not in out and "5_Matrix_scalar_multiplication" in out and "arg1=3.14" in out

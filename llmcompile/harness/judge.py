@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcompile import contract
-from llmcompile.harness import artifact, static
+from llmcompile.harness import artifact, memplan, static
 from llmcompile.harness.sandbox import sandbox
 from llmcompile.harness.verdict import (
     COMPILE_ERROR,
@@ -203,11 +203,17 @@ class Judge:
         verdicts: list[Verdict | None] = [None] * len(sources)
         statics = [static.check_source(s) for s in sources]
         want_gpu = [s for s in opts.stages if s in ("verify", "profile")]
-        if want_gpu and self.gpu:
+        vs, ps = opts.shapes_for(spec)
+        if want_gpu and self.gpu_worker is not None:
             from llmcompile.targets import get_target, require_gpu
 
             require_gpu(get_target(self.target))
-        vs, ps = opts.shapes_for(spec)
+            # before any candidate: a problem too large for this GPU is said so, not blamed on one
+            self.gpu_worker.wait_ready()
+            assert self.gpu_worker.ready is not None
+            gpu_total = self.gpu_worker.ready["gpu_total"]
+            stages = memplan.plan(spec, dtype, vs if "verify" in want_gpu else [], ps if "profile" in want_gpu else [])
+            memplan.check_fits(stages, gpu_total, self.gpu_worker.ready["gpu_name"])
         ns = sorted({n for _, n in vs} | {n for _, n in ps})
         todo = []
         for i, (src, st) in enumerate(zip(sources, statics)):

@@ -322,11 +322,13 @@ def _serve() -> None:
 
     from llmcompile.harness import artifact
 
+    facts: dict[str, Any] = {}
     if gpu:
         import torch
 
         torch.cuda.init()
-    send(event="ready", pid=os.getpid())
+        facts = {"gpu_total": torch.cuda.mem_get_info()[1], "gpu_name": torch.cuda.get_device_name()}
+    send(event="ready", pid=os.getpid(), **facts)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -1,0 +1,47 @@
+"""CPU (CI): the judge's memory plan, known before the GPU allocates anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmcompile.harness.memplan import GIB, ProblemTooLarge, check_fits, plan, profile_bytes, verify_bytes
+from llmcompile.ops import get_op, verify_shapes
+
+LEVEL1 = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1"
+H100 = 79 * GIB
+
+
+def test_builtin_grid_fits_an_h100_and_counts_what_it_allocates() -> None:
+    spec = get_op("softmax")
+    shapes = spec.shapes()
+    check_fits(plan(spec, "float32", verify_shapes(spec), shapes), H100)
+    moved = spec.bytes_moved(1 << 18, 1024, "float32")  # 2 GiB in, 2 GiB out
+    # one rotated set (larger than 4x L2), its outputs again, a reference in chunks of rows
+    assert moved < profile_bytes(spec, "float32", 1 << 18, 1024) < 3 * moved
+    # verification: several copies and the whole float64 reference
+    assert verify_bytes(spec, "float32", 4097, 1024) > 4 * spec.bytes_moved(4097, 1024, "float32")
+
+
+def test_too_large_says_what_it_needs_and_what_the_gpu_has() -> None:
+    spec = get_op("softmax")
+    with pytest.raises(ProblemTooLarge, match=r"profile at M=1048576 N=16384 needs \d+\.\d GiB; the GPU has 79\.0 GiB"):
+        check_fits(plan(spec, "float32", [], [(1 << 20, 1 << 14)]), H100)
+
+
+@pytest.mark.skipif(not LEVEL1.is_dir(), reason="KernelBench level 1 not beside the checkout")
+def test_level1_problems_at_their_own_size_fit_an_h100_or_say_why() -> None:
+    """Verification is bounded for every problem; at their own sizes the timed runs fit 79 GiB."""
+    from llmcompile.kernelbench import load_dir
+
+    specs, _ = load_dir(LEVEL1)
+    needs = {}
+    for spec in specs:
+        stages = plan(spec, spec.dtypes[0], verify_shapes(spec), spec.shapes())
+        needs[spec.name] = max(p.bytes for p in stages)
+        if spec.batchable:  # a few rows (or a few million elements) whatever the problem's batch
+            row = spec.bytes_moved(1, spec.shapes()[0][1], spec.dtypes[0])
+            assert max(p.bytes for p in stages if p.stage == "verify") < max(8 * GIB, 40 * 3 * row), spec.name
+    too_large = [name for name, b in needs.items() if b + GIB > H100]
+    assert too_large == [], {n: needs[n] / GIB for n in too_large}

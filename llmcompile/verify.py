@@ -83,14 +83,18 @@ def compare(
 CHUNK_ELEMS = 1 << 24
 
 
+def rows_independent(spec: OpSpec) -> bool:
+    """Whether chunks of rows (of M) can be checked on their own: the op's leading dims flatten
+    into M, or a problem means the same at any M and every output has M rows."""
+    return spec.flat_rows or (spec.batchable and all(d.dims[:1] == ("M",) for d in spec.outputs))
+
+
 def compare_rows(
     spec: OpSpec, dtype: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], chunk_elems: int = CHUNK_ELEMS
 ) -> Mismatch | None:
-    """`compare` over chunks of rows (of M), where rows are independent: the op's leading dims
-    flatten into M, or a problem means the same at any M and every output has M rows. The
-    float64 copies then never exceed a chunk, however large the tensors."""
-    batched = spec.batchable and all(d.dims[:1] == ("M",) for d in spec.outputs)
-    if not (spec.flat_rows or batched):
+    """`compare` over chunks of rows where rows are independent: the float64 copies then never
+    exceed a chunk, however large the tensors."""
+    if not rows_independent(spec):
         return compare(spec, dtype, inputs, outputs)
     m = inputs[0].shape[0]
     rows = max(1, chunk_elems // max(1, inputs[0][:1].numel()))

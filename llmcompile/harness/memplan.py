@@ -8,10 +8,11 @@ allocate; they err high (a margin for the allocator and the baselines' own works
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llmcompile.ops import OpError, OpSpec
-from llmcompile.verify import CHUNK_ELEMS
+from llmcompile.verify import CHUNK_ELEMS, rows_independent
 
 GIB = 1 << 30
 MARGIN = 1.15  # allocator rounding and fragmentation
@@ -36,22 +37,11 @@ class StagePlan:
 
 def _reference_bytes(spec: OpSpec, dtype: str, m: int, n: int, chunked: bool) -> int:
     """The float64 reference: inputs and outputs upcast, the reference's outputs, the comparison."""
-    elems = sum(_numel(t.shape(m, n)) for t in spec.tensors)
+    elems = sum(math.prod(t.shape(m, n)) for t in spec.tensors)
     if chunked:
-        row = max(1, _numel(spec.tensors[0].shape(1, n)))
+        row = max(1, math.prod(spec.tensors[0].shape(1, n)))
         elems = min(elems, max(CHUNK_ELEMS, row) * len(spec.tensors))
     return elems * 8 * 3
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
-
-
-def _chunked(spec: OpSpec) -> bool:
-    return spec.flat_rows or (spec.batchable and all(d.dims[:1] == ("M",) for d in spec.outputs))
 
 
 def verify_bytes(spec: OpSpec, dtype: str, m: int, n: int) -> int:
@@ -66,8 +56,10 @@ def profile_bytes(spec: OpSpec, dtype: str, m: int, n: int) -> int:
     of rows where rows are independent) and one set of outputs a baseline allocates."""
     moved = spec.bytes_moved(m, n, dtype)
     sets = max(1, min(64, -(-L2_ROTATION_BYTES // max(moved, 1))))
-    outs = sum(_numel(t.shape(m, n)) * (8 if (t.dtype or dtype) in ("float64", "int64") else 4) for t in spec.outputs)
-    return int(MARGIN * (sets * moved + outs + _reference_bytes(spec, dtype, m, n, _chunked(spec))))
+    outs = sum(
+        math.prod(t.shape(m, n)) * (8 if (t.dtype or dtype) in ("float64", "int64") else 4) for t in spec.outputs
+    )
+    return int(MARGIN * (sets * moved + outs + _reference_bytes(spec, dtype, m, n, rows_independent(spec))))
 
 
 def plan(

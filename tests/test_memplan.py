@@ -26,8 +26,13 @@ def test_builtin_grid_fits_an_h100_and_counts_what_it_allocates() -> None:
 
 def test_too_large_says_what_it_needs_and_what_the_gpu_has() -> None:
     spec = get_op("softmax")
-    with pytest.raises(ProblemTooLarge, match=r"profile at M=1048576 N=16384 needs \d+\.\d GiB; the GPU has 79\.0 GiB"):
+    with pytest.raises(
+        ProblemTooLarge, match=r"profile at M=1048576 N=16384 needs \d+\.\d GiB; the GPU has 79\.0 GiB"
+    ) as e:
         check_fits(plan(spec, "float32", [], [(1 << 20, 1 << 14)]), H100)
+    assert "h200" not in str(e.value)  # 200+ GiB: no GPU of ours holds it
+    with pytest.raises(ProblemTooLarge, match="--target h200"):  # ~110 GiB would fit an H200
+        check_fits(plan(spec, "float32", [], [(1 << 19, 1 << 14)]), H100)
 
 
 @pytest.mark.skipif(not LEVEL1.is_dir(), reason="KernelBench level 1 not beside the checkout")

@@ -17,6 +17,7 @@ from llmcompile.verify import CHUNK_ELEMS, rows_independent
 GIB = 1 << 30
 MARGIN = 1.15  # allocator rounding and fragmentation
 RESERVE = 1 * GIB  # CUDA context, the copy probe, torch's own workspaces
+H200_BYTES = 139 * GIB  # the largest GPU a target names
 L2_ROTATION_BYTES = 4 * (50 << 20)  # timing.rotation_count's cold-L2 working set on an H100/H200
 
 
@@ -74,7 +75,7 @@ def check_fits(plans: list[StagePlan], gpu_bytes: int, gpu_name: str = "the GPU"
     """Raise ProblemTooLarge naming the largest stage that does not fit in `gpu_bytes`."""
     worst = max(plans, key=lambda p: p.bytes, default=None)
     if worst is not None and worst.bytes + RESERVE > gpu_bytes:
+        bigger = " or on an H200 (--target h200)" if worst.bytes + RESERVE <= H200_BYTES else ""
         raise ProblemTooLarge(
-            f"{worst.describe()}; {gpu_name} has {gpu_bytes / GIB:.1f} GiB. Judge it at smaller shapes "
-            "(--shapes), or on a GPU with more memory (--target h200)"
+            f"{worst.describe()}; {gpu_name} has {gpu_bytes / GIB:.1f} GiB. Judge it at smaller shapes (--shapes){bigger}"
         )

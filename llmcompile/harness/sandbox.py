@@ -294,21 +294,25 @@ class Sandbox:
 
 
 def _probe(bwrap: str, gpu: bool, drop_uid: bool) -> str | None:
-    """Start a sandboxed Python that imports what a worker imports; None when it works."""
+    """Start a Python through `Sandbox.popen` with these layers, importing what a worker imports
+    (and opening the driver, for a GPU process); None when it works."""
+    trial = Sandbox(Layers(namespaces=not gpu, uid=drop_uid, gpu_namespaces=gpu, bwrap=bwrap))
     code = "import llmcompile.harness.sandbox" + (", ctypes; ctypes.CDLL('libcuda.so.1').cuInit(0)" if gpu else "")
-    argv = [*bwrap_argv(bwrap, "/tmp/sandbox", gpu, CANDIDATE_LIMITS), sys.executable, "-c", code]
+    limits = GPU_LIMITS if gpu else CANDIDATE_LIMITS
     try:
-        p = subprocess.run(
-            argv,
-            **_user_kw(drop_uid),
-            env=sandbox_env("/tmp/sandbox"),
-            capture_output=True,
-            timeout=60,
+        p = trial.popen(
+            [sys.executable, "-c", code], gpu=gpu, limits=limits, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-    except (OSError, subprocess.SubprocessError) as e:
+    except OSError as e:
         return f"{type(e).__name__}: {e}"
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return "did not start within 60 s"
     if p.returncode != 0:
-        return (p.stderr.decode(errors="replace").strip().splitlines() or [f"exit {p.returncode}"])[-1][:200]
+        return (err.decode(errors="replace").strip().splitlines() or [f"exit {p.returncode}"])[-1][:200]
     return None
 
 

@@ -392,10 +392,8 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
         spec = get_op(job["op"])
     man = job["manifest"]
     d = Path.cwd() / "artifacts" / hashlib.sha256(json.dumps(man, sort_keys=True).encode()).hexdigest()[:16]
-    d.mkdir(parents=True, exist_ok=True)
-    for name, b64 in job["objects"].items():
-        (d / name).write_bytes(base64.b64decode(b64))
-    (d / "manifest.json").write_text(json.dumps(man))
+    objects = {name: base64.b64decode(b64) for name, b64 in job["objects"].items()}
+    artifact.write(d, artifact.ArtifactManifest(**man), objects)
     stage = "load"
     try:
         _, fns = artifact.load_functions(d)

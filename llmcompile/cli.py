@@ -159,7 +159,7 @@ def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple
     offline search (which says so)."""
     import os
 
-    from llmcompile.offline import OfflineProvider
+    from llmcompile.offline import offline_provider
     from llmcompile.providers import OpenAIProvider, ReplayProvider, choose_llm
 
     model = args.model or os.environ.get("LLMCOMPILE_MODEL", "")
@@ -173,7 +173,7 @@ def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple
             raise UsageError("--llm replay needs --replay RUN_DIR")
         return ReplayProvider(args.replay), ""
     if llm == "offline":
-        return OfflineProvider(spec, dtype, shapes), ""
+        return offline_provider(spec, dtype, shapes), ""
     raise UsageError(f"unknown --llm {llm!r}: auto, openai, offline or replay")
 
 
@@ -226,11 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not provider.uses_llm:
         console.print(
             f"[bold]{provider.name}[/bold]: no LLM is used in this run"
-            + (
-                " (tuning the reference kernel's knobs; custom ops need an LLM endpoint)"
-                if provider.name == "offline"
-                else ""
-            )
+            + (f" ({getattr(provider, 'describe', lambda: '')()})" if provider.name == "offline" else "")
         )
     console.print(f"run directory: {store.path}")
 
@@ -277,7 +273,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     if args.more:
         raise UsageError(f"unexpected arguments {args.more}; eval takes one SUITE file (or: compare A B)")
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, args.problems)
     if args.target:
         suite = dataclasses.replace(suite, target=get_target(args.target).name)
     opts = EvalOptions(
@@ -295,7 +291,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     console.print(f"eval {suite.name}: {len(suite.problems)} problems with {opts.resolved_llm()}; directory {out}")
     if opts.resolved_llm() == "offline":
-        console.print("offline: no LLM is used; custom (KernelBench-file) problems are recorded as not attempted")
+        console.print(
+            "offline: no LLM is used; custom (KernelBench-file) problems are matched to kernel templates, "
+            "and those matching none are recorded as not attempted"
+        )
     total = len(suite.problems)
     done = [total - len(runner.todo())]
     with Progress(
@@ -423,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")
     s.add_argument("--jobs", type=int, default=1, help="problems at once with --compile-only (no GPU)")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
+    s.add_argument("--problems", help="a directory of KernelBench-format files, in place of the suite's `dir`")
     s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")
     s.add_argument(
         "--unsafe-no-sandbox",

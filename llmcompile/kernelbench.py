@@ -232,3 +232,18 @@ def load_dir(directory: str | Path) -> tuple[list[OpSpec], dict[str, str]]:
         except OpError as e:
             errors[p.name] = str(e)
     return specs, errors
+
+
+def model_of(spec: OpSpec) -> tuple[nn.Module, list]:
+    """The problem's model (initialised as the loader does) and its forward arguments at full
+    size on the meta device: what the pattern matcher traces, at no memory cost."""
+    if not spec.source_path:
+        raise OpError(f"{spec.name} is not a KernelBench problem")
+    path = Path(spec.source_path)
+    mod = _import(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs()).eval()
+        with torch.device("meta"):
+            given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    return model.to("meta"), given

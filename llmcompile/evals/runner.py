@@ -180,9 +180,10 @@ class EvalRunner:
 
     def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
         if p.custom and self.opts.resolved_llm() == "offline":
-            reason = "custom op and no LLM: the offline search only tunes the built-in reference kernels"
-            self._finish(p, NOT_ATTEMPTED, reason, None, 0.0)
-            return NOT_ATTEMPTED
+            reason = _no_template(p.op)
+            if reason:
+                self._finish(p, NOT_ATTEMPTED, reason, None, 0.0)
+                return NOT_ATTEMPTED
         run_dir = self.pdir / p.id
         log = self.pdir / f"{p.id}.log"
         env = dict(os.environ)
@@ -266,3 +267,15 @@ class EvalRunner:
                 proc.wait(timeout=max(1.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _no_template(op: str) -> str:
+    """Why the offline default cannot attempt the custom op `op` ("" when a template matches)."""
+    from llmcompile import patterns
+    from llmcompile.ops import OpError, get_op
+
+    try:
+        m = patterns.match(get_op(op))
+    except OpError as e:
+        return str(e)
+    return f"custom op and no LLM: {m.reason}" if isinstance(m, patterns.NoMatch) else ""

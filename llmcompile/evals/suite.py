@@ -67,7 +67,7 @@ class Suite:
 
 
 _TOP = {"name", "target", "baselines", "budget", "problem"}
-_ENTRY = {"op", "dir", "file", "dtypes", "shapes", "budget"}
+_ENTRY = {"op", "dir", "file", "exclude", "dtypes", "shapes", "budget"}
 
 
 def _budget(raw: Any, base: Budget, where: str) -> Budget:
@@ -92,7 +92,8 @@ def _shapes(raw: Any, where: str) -> tuple[tuple[int, int], ...]:
         raise SuiteError(f"{where}: {e}") from None
 
 
-def load_suite(path: str | Path) -> Suite:
+def load_suite(path: str | Path, problems_dir: str | Path | None = None) -> Suite:
+    """`problems_dir` replaces every `dir` entry's directory (a KernelBench checkout elsewhere)."""
     path = Path(path)
     if not path.is_file():
         raise SuiteError(f"no such suite file: {path}")
@@ -128,10 +129,14 @@ def load_suite(path: str | Path) -> Suite:
                 raise SuiteError(f"{where}: unknown op {e['op']!r}; built-ins: {', '.join(sorted(BUILTIN))}")
             refs = [e["op"]]
         elif "dir" in e:
-            d = path.parent / e["dir"]
+            d = Path(problems_dir) if problems_dir else path.parent / e["dir"]
             if not d.is_dir():
-                raise SuiteError(f"{where}: no such problem directory {d}")
-            refs = [str(p.resolve()) for p in sorted(d.glob("*.py")) if not p.name.startswith("_")]
+                hint = "" if problems_dir else " (give another with --problems DIR)"
+                raise SuiteError(f"{where}: no such problem directory {d}{hint}")
+            skip = set(e.get("exclude", ()))
+            refs = [
+                str(p.resolve()) for p in sorted(d.glob("*.py")) if not p.name.startswith("_") and p.name not in skip
+            ]
             if not refs:
                 raise SuiteError(f"{where}: no problem files in {d}")
         else:

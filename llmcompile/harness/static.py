@@ -26,7 +26,12 @@ ALLOWED_MODULES = (
     "typing",
     "dataclasses",
     "reference_kernels.reduce",
+    "reference_kernels.map",
+    "reference_kernels.strided",
+    "reference_kernels.scan",
 )
+# Templates whose kernels a module may instantiate instead of writing its own `@cute.kernel`.
+PATTERN_TEMPLATES = frozenset({"reference_kernels.map", "reference_kernels.strided", "reference_kernels.scan"})
 # Names that reach outside the kernel: reading them anywhere (an attribute such as
 # `cutlass.torch`, a builtin call) is refused, not just importing them.
 FORBIDDEN_NAMES = frozenset(
@@ -115,6 +120,8 @@ def check_source(source: str) -> StaticResult:
             named = any(a.name in FORBIDDEN_NAMES for a in node.names)
             if node.level or named or not (_module_allowed(mod) or all(_module_allowed(f) for f in full)):
                 problems.append(f"line {line}: import from `{mod}` is not allowed")
+            # a module that instantiates a pattern template launches the template's kernel
+            has_kernel |= any(f in PATTERN_TEMPLATES for f in full) or mod in PATTERN_TEMPLATES
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             problems.append(f"line {line}: `{node.id}` is not allowed in a kernel module")
         elif isinstance(node, ast.Attribute):
@@ -133,7 +140,7 @@ def check_source(source: str) -> StaticResult:
     if not has_entry:
         problems.append(f"no module-level `{ENTRY}` (the kernel contract's @cute.jit entry)")
     if not has_kernel:
-        problems.append("no `@cute.kernel` function")
+        problems.append("no `@cute.kernel` function (nor a pattern template imported to instantiate)")
     # keep the report short and stable: first occurrence of each message
     unique = list(dict.fromkeys(problems))
     return StaticResult(not unique, unique[:20])

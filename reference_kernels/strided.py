@@ -1,0 +1,250 @@
+"""The strided-reduction template: reduce along a middle or leading dim.
+
+The input is viewed as (outer, R, inner): R is the reduced dim, `inner` the product of the
+dims after it (contiguous), `outer` the product of those before it. Threads are laid along
+`inner`, so every warp load is one coalesced run of a row of the (R, inner) slab; the R
+values of a column are split over `threads_r` threads of the CTA, each folding its share in
+order with `unroll` loads in flight, then the CTA folds the `threads_r` partials through
+shared memory in a fixed order (deterministic: the same bits every run).
+
+Generic over the reduction, as in `reduce.py`: `prologue(x, r)` maps an element (fp32) and
+its index along R to a tuple, `combine` merges two tuples, `identity` is the tuple for no
+element, and `epilogue(acc)` turns a column's total into its output values. So sum, mean,
+max, min, argmax and argmin are the same kernel with another combine. With `rewrite`, each
+thread keeps its share of the column in registers and writes `rewrite(x, stats)` back for
+every element (a norm over a middle dim: one read, one write).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+# Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
+# step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
+THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 4))
+REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more costs residency)
+
+
+def pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
+    for limit, value in table:
+        if limit is None or n <= limit:
+            return value
+    raise AssertionError("limit table must end with a None row")
+
+
+@dataclass(frozen=True)
+class StridedKnobs:
+    num_threads: int = 256
+    threads_r: int | None = None  # None: THREADS_R's value
+    vec_bits: int = 128
+    unroll: int = 8  # loads along R in flight per thread
+
+
+@dataclass(frozen=True)
+class StridedTiling:
+    r: int
+    inner: int
+    vec: int
+    threads_r: int
+    num_threads: int
+    unroll: int
+
+    @property
+    def threads_inner(self) -> int:
+        return self.num_threads // self.threads_r
+
+    @property
+    def cols_per_cta(self) -> int:
+        return self.threads_inner * self.vec
+
+    @property
+    def col_tiles(self) -> int:
+        return math.ceil(self.inner / self.cols_per_cta)
+
+    @property
+    def per_thread(self) -> int:
+        """Indices along R one thread reads."""
+        return math.ceil(self.r / self.threads_r)
+
+
+def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rewrite: bool) -> StridedTiling:
+    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < width_bits:
+        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {width_bits}")
+    tr = knobs.threads_r or pick(THREADS_R, r)
+    if tr & (tr - 1) or knobs.num_threads % (32 * tr) or not 32 <= knobs.num_threads <= 1024:
+        raise ValueError(
+            f"threads_r={tr} must be a power of two and num_threads={knobs.num_threads} a multiple of 32*{tr}"
+        )
+    vec = math.gcd(inner, knobs.vec_bits // width_bits)
+    if rewrite:
+        # the column share stays in registers until it is rewritten
+        while vec > 1 and math.ceil(r / tr) * vec > REGISTER_VALUES:
+            vec //= 2
+        if math.ceil(r / tr) * vec > REGISTER_VALUES:
+            raise ValueError(f"R={r} over {tr} threads is {math.ceil(r / tr)} values a thread: raise threads_r")
+    # narrow columns: fewer threads along inner, more along R, so a CTA is not mostly idle
+    while knobs.threads_r is None and tr < 32 and knobs.num_threads // (2 * tr) * vec >= inner * 2 and tr * 2 <= r:
+        tr *= 2
+    return StridedTiling(r, inner, vec, tr, knobs.num_threads, max(1, min(knobs.unroll, math.ceil(r / tr))))
+
+
+class StridedReduce:
+    """Reduce mX over `dim` (>= 1) with the given combine; outputs are (outer, inner) flat
+    (keepdim or not), or mX's shape with `rewrite`."""
+
+    def __init__(
+        self,
+        dim: int,
+        prologue: Callable,
+        combine: Callable,
+        identity: tuple,
+        epilogue: Callable,
+        rewrite: Callable | None = None,
+        knobs: StridedKnobs = StridedKnobs(),
+    ) -> None:
+        if dim < 1:
+            raise ValueError("the reduced dim must not be the leading (batch) dim")
+        self.dim, self.prologue, self.combine, self.identity = dim, prologue, combine, identity
+        self.epilogue, self.rewrite, self.knobs = epilogue, rewrite, knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, outs: tuple, stream):
+        shape = mX.shape
+        r = const_expr(shape[self.dim])
+        inner = const_expr(math.prod(shape[self.dim + 1 :]) if self.dim + 1 < cute.rank(mX) else 1)
+        between = const_expr(math.prod(shape[1 : self.dim]) if self.dim > 1 else 1)
+        self.tiling = resolve_tiling(self.knobs, mX.element_type.width, r, inner, self.rewrite is not None)
+        outer = Int32(shape[0]) * between
+        grid = outer * self.tiling.col_tiles
+        self.kernel(mX, outs).launch(grid=[grid, 1, 1], block=[self.tiling.num_threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, outs: tuple):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        o = bidx // t.col_tiles
+        ti, tr = tidx % t.threads_inner, tidx // t.threads_inner
+        c0 = (bidx % t.col_tiles) * t.cols_per_cta + ti * t.vec
+        col_ok = c0 < t.inner
+        base = Int64(o) * (t.r * t.inner) + c0
+        arity = const_expr(len(self.identity))
+        acc = tuple(tuple(Float32(v) for v in self.identity) for _ in range(t.vec))
+        held = []  # with rewrite: the thread's column share, as (row, registers)
+        # Rows tr, tr + threads_r, ...: batches of `unroll` loads issued before folding.
+        batches = const_expr(math.ceil(t.per_thread / t.unroll))
+        if const_expr(self.rewrite is None):
+            for b in cutlass.range(batches, unroll=1):
+                acc = self._fold(self._load(mX, base, b, tr, col_ok), col_ok, acc)
+        else:
+            # a static loop: the registers stay named until they are rewritten
+            for b in cutlass.range_constexpr(batches):
+                regs = self._load(mX, base, b, tr, col_ok)
+                acc = self._fold(regs, col_ok, acc)
+                held += regs
+        if const_expr(t.threads_r > 1):
+            smem = cutlass.memory.SmemAllocator()
+            s = smem.allocate_tensor(
+                Float32, cute.make_ordered_layout((t.threads_r, t.threads_inner * t.vec, arity), order=(1, 0, 2)), 16
+            )
+            for j in cutlass.range_constexpr(t.vec):
+                for k in cutlass.range_constexpr(arity):
+                    s[tr, ti * t.vec + j, k] = acc[j][k]
+            cute.arch.barrier()
+            totals = []
+            for j in cutlass.range_constexpr(t.vec):
+                total = tuple(s[0, ti * t.vec + j, k] for k in range(arity))
+                for q in cutlass.range_constexpr(1, t.threads_r):
+                    total = self.combine(total, tuple(s[q, ti * t.vec + j, k] for k in range(arity)))
+                totals.append(total)
+            acc = tuple(totals)
+        if const_expr(self.rewrite is None):
+            if col_ok & (tr == 0):
+                out_base = Int64(o) * t.inner + c0
+                for i in cutlass.range_constexpr(len(outs)):
+                    reg = cute.make_rmem_tensor(t.vec, outs[i].element_type)
+                    for j in cutlass.range_constexpr(t.vec):
+                        reg[j] = outs[i].element_type(self.epilogue(acc[j])[i])
+                    cute.autovec_copy(reg, _at(outs[i], out_base, t.vec))
+        else:
+            stats = [self.epilogue(acc[j]) for j in range(t.vec)]
+            for rr, reg in held:
+                if col_ok & (rr < t.r):
+                    res = cute.make_rmem_tensor(t.vec, outs[0].element_type)
+                    for j in cutlass.range_constexpr(t.vec):
+                        res[j] = outs[0].element_type(self.rewrite(Float32(reg[j]), stats[j]))
+                    cute.autovec_copy(res, _at(outs[0], base + Int64(rr) * t.inner, t.vec))
+
+    @cute.jit
+    def _load(self, mX: cute.Tensor, base: Int64, b, tr: Int32, col_ok) -> list:
+        t = self.tiling
+        regs = []
+        for u in cutlass.range_constexpr(t.unroll):
+            rr = (b * t.unroll + u) * t.threads_r + tr
+            reg = cute.make_rmem_tensor(t.vec, mX.element_type)
+            if col_ok & (rr < t.r):
+                cute.autovec_copy(_at(mX, base + Int64(rr) * t.inner, t.vec), reg)
+            regs.append((rr, reg))
+        return regs
+
+    @cute.jit
+    def _fold(self, regs: list, col_ok, acc: tuple) -> tuple:
+        t = self.tiling
+        for rr, reg in regs:
+            ok = col_ok & (rr < t.r)
+            acc = tuple(
+                tuple(
+                    cutlass.select_(ok, nv, av)
+                    for nv, av in zip(self.combine(acc[j], self.prologue(Float32(reg[j]), rr)), acc[j])
+                )
+                for j in range(t.vec)
+            )
+        return acc
+
+
+def _at(m: cute.Tensor, e: Int64, vec: int) -> cute.Tensor:
+    """`vec` contiguous elements of `m` (flat, row-major) from element `e`."""
+    return cute.make_tensor(m.iterator + cute.assume(e, divby=vec), cute.make_layout(vec))
+
+
+# --------------------------------------------------------------------------- combines
+
+
+def first(x: Float32, r: Int32) -> tuple:
+    return (x,)
+
+
+def with_index(x: Float32, r: Int32) -> tuple:
+    return (x, Float32(r))
+
+
+def add(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def fmax(a: tuple, b: tuple) -> tuple:
+    return (cute.arch.fmax(a[0], b[0]),)
+
+
+def fmin(a: tuple, b: tuple) -> tuple:
+    return (cute.arch.fmin(a[0], b[0]),)
+
+
+def argmax(a: tuple, b: tuple) -> tuple:
+    """(value, index): the larger value, the first index among equals (torch's choice)."""
+    take_b = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return (cutlass.select_(take_b, b[0], a[0]), cutlass.select_(take_b, b[1], a[1]))
+
+
+def argmin(a: tuple, b: tuple) -> tuple:
+    take_b = (b[0] < a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
+    return (cutlass.select_(take_b, b[0], a[0]), cutlass.select_(take_b, b[1], a[1]))
+
+
+INF = float("inf")

@@ -27,6 +27,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels.reduce import vector_at as _vector_at
+
 KINDS = ("full", "row")
 
 
@@ -125,11 +127,6 @@ class Map:
                 r.store(res[j].to(outs[j].element_type))
                 if ok:
                     cute.autovec_copy(r, _vector_at(outs[j], e, t.vec))
-
-
-def _vector_at(m: cute.Tensor, e: Int64, vec: int) -> cute.Tensor:
-    """`vec` contiguous elements of `m` (flat, row-major) from element `e` (a multiple of vec)."""
-    return cute.make_tensor(m.iterator + e, cute.make_layout(vec))
 
 
 # --------------------------------------------------------------------------- vocabulary

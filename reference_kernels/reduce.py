@@ -282,6 +282,13 @@ def row_tiled_copy(dtype: type[cutlass.Numeric], tiling: RowTiling, is_async: bo
     return cute.make_tiled_copy_tv(copy_atom(dtype, tiling.vec, is_async), thr_layout, val_layout)
 
 
+def vector_at(m: cute.Tensor, e, vec: int) -> cute.Tensor:
+    """`vec` contiguous elements of `m` (flat, row-major) from element `e`, a 64-bit offset and
+    a multiple of `vec` (so the vector keeps the tensor's alignment: 128-bit accesses for fp32
+    x 4): how the map, strided and scan templates address tensors past 2^31 elements."""
+    return cute.make_tensor(m.iterator + cute.assume(e, divby=vec), cute.make_layout(vec))
+
+
 @cute.jit
 def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tensor:
     """One flag per vector of the thread's partition: is its column inside the row?"""

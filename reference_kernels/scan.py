@@ -29,6 +29,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels.reduce import vector_at as _at
+
 WARP = 32
 
 
@@ -205,10 +207,6 @@ class RowScan:
                     vreg[j] = res[v * t.vec + (t.vec - 1 - j)] if const_expr(self.reverse) else res[v * t.vec + j]
                 cute.autovec_copy(vreg, _at(outs[0], row_base + lo, t.vec))
         return self.combine(carry, chunk_total)
-
-
-def _at(m: cute.Tensor, e: Int64, vec: int) -> cute.Tensor:
-    return cute.make_tensor(m.iterator + cute.assume(e, divby=vec), cute.make_layout(vec))
 
 
 def add(a, b):

@@ -25,17 +25,13 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels.reduce import pick
+from reference_kernels.reduce import vector_at as _at
+
 # Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
 # step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
 THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 4))
 REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more costs residency)
-
-
-def pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
-    for limit, value in table:
-        if limit is None or n <= limit:
-            return value
-    raise AssertionError("limit table must end with a None row")
 
 
 @dataclass(frozen=True)
@@ -206,11 +202,6 @@ class StridedReduce:
                 for j in range(t.vec)
             )
         return acc
-
-
-def _at(m: cute.Tensor, e: Int64, vec: int) -> cute.Tensor:
-    """`vec` contiguous elements of `m` (flat, row-major) from element `e`."""
-    return cute.make_tensor(m.iterator + cute.assume(e, divby=vec), cute.make_layout(vec))
 
 
 # --------------------------------------------------------------------------- combines

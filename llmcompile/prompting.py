@@ -75,7 +75,21 @@ def system_prompt(ctx: PromptContext) -> str:
     )
 
 
+def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
+    """The template the prompt carries and its reference kernels: for a custom problem whose
+    graph matches a pattern, that pattern's template and the kernel instantiating it (an
+    example the model can improve on); else the row-reduction template and its relatives."""
+    if spec.source_path:
+        from llmcompile import patterns
+
+        m = patterns.match(spec)
+        if isinstance(m, patterns.Match) and m.jinja:
+            return m.template, [(f"{m.pattern}: {m.summary} (written from this problem's graph)", m.source)]
+    return "reduce", references_for(spec)
+
+
 def task_prompt(ctx: PromptContext) -> str:
+    template, references = template_for(ctx.spec)
     return render(
         "task.md.j2",
         spec=ctx.spec,
@@ -84,8 +98,9 @@ def task_prompt(ctx: PromptContext) -> str:
         shapes=ctx.shape_bytes(),
         target_pct=ctx.target_pct,
         sol_tbs=ctx.sol_tbs,
-        template_source=reference_source("reduce"),
-        references=references_for(ctx.spec),
+        template_name=template,
+        template_source=reference_source(template),
+        references=references,
     )
 
 

@@ -30,3 +30,21 @@ def test_verified_but_untimed_says_so() -> None:
     v = _verdict("verified", verify=VerifyResult(True, 12))
     text = feedback_prompt(v, None, 90.0)
     assert "correct (12 checked runs); it was not timed" in text
+
+
+def test_custom_problem_prompt_carries_its_pattern_template() -> None:
+    """A problem whose graph is a middle-dim reduction gets the strided template and the
+    kernel written from its graph, not the row-reduction template."""
+    from pathlib import Path
+
+    from llmcompile.ops import get_op
+    from llmcompile.prompting import PromptContext, task_prompt
+    from llmcompile.targets import get_target
+
+    spec = get_op(str(Path(__file__).resolve().parents[1] / "evals" / "problems" / "mean_dim1.py"))
+    text = task_prompt(PromptContext(spec, "float32", get_target("h100"), 90.0))
+    assert "The strided template this problem's graph matches" in text
+    assert "class StridedReduce" in text and "S.StridedReduce(" in text
+    assert "The reduction template you may import" not in text
+    builtin = task_prompt(PromptContext(get_op("softmax"), "bfloat16", get_target("h100"), 90.0))
+    assert "The reduction template you may import" in builtin

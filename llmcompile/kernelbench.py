@@ -128,11 +128,8 @@ def load_problem(path: str | Path) -> OpSpec:
         return _CACHE[key]
     mod = _import(path)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
         try:
-            model = mod.Model(*mod.get_init_inputs()).eval()
-            with torch.device("meta"):  # shapes and dtypes only: no time, no memory
-                given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+            model, given = _instantiate(mod, path)
             outputs = _output_shapes(model, given, path)
         except OpError:
             raise
@@ -234,16 +231,22 @@ def load_dir(directory: str | Path) -> tuple[list[OpSpec], dict[str, str]]:
     return specs, errors
 
 
+def _instantiate(mod, path: Path) -> tuple[nn.Module, list]:
+    """The problem's model as its file builds it (seeded, in eval mode) and its forward
+    arguments at full size on the meta device: shapes and dtypes only, no time, no memory."""
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs()).eval()
+    with torch.device("meta"):
+        given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    return model, given
+
+
 def model_of(spec: OpSpec) -> tuple[nn.Module, list]:
-    """The problem's model (initialised as the loader does) and its forward arguments at full
-    size on the meta device: what the pattern matcher traces, at no memory cost."""
+    """What the pattern matcher traces: the problem's model, moved to the meta device, and its
+    forward arguments at full size there."""
     if not spec.source_path:
         raise OpError(f"{spec.name} is not a KernelBench problem")
     path = Path(spec.source_path)
-    mod = _import(path)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = mod.Model(*mod.get_init_inputs()).eval()
-        with torch.device("meta"):
-            given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+        model, given = _instantiate(_import(path), path)
     return model.to("meta"), given

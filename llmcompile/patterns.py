@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from llmcompile import prompting
 from llmcompile.ops import OpSpec
 
 
 @dataclass(frozen=True)
 class Match:
-    pattern: str  # map | strided | scan | softmax | log_softmax
-    template: str  # the reference_kernels module the kernel instantiates
+    pattern: str  # map | strided | scan (the reference_kernels template it instantiates) | softmax | log_softmax
     summary: str  # what was matched, in a line
     source: str  # the kernel module
     jinja: str = ""  # the template that wrote it (prompts/candidates/), "" for a reference kernel
@@ -309,8 +309,8 @@ def _launch_params(spec: OpSpec) -> list[tuple[str, str]]:
 def _match_map(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = _nodes(gm)
     results = _results(out)
-    if not results or not all(isinstance(r, fx.Node) and r in shapes for r in results):
-        return None
+    if not calls or not all(isinstance(r, fx.Node) and r in shapes for r in results):
+        return None  # (a graph of no calls returns its input: nothing to write)
     oshape = shapes[results[0]]
     if any(shapes[r] != oshape for r in results) or len(oshape) < 1:
         return None
@@ -318,10 +318,9 @@ def _match_map(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     if not kinds_of <= (UNARY | BINARY | VIEWS | {"clamp"}):
         return None
     env, tensors, scalars = _names(spec, given, ph)
+    tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     kinds = []
-    for _node, g in zip(ph, given):
-        if not isinstance(g, torch.Tensor):
-            continue
+    for _node, g in tens:
         if tuple(g.shape) == tuple(oshape):
             kinds.append("full")
         elif g.dim() >= 1 and g.numel() == oshape[0] and len(oshape) >= 2:
@@ -329,13 +328,11 @@ def _match_map(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         else:
             return None
     # a row operand is only viewed (unsqueezed) before it meets a full one
-    for node, kind in zip([n for n, g in zip(ph, given) if isinstance(g, torch.Tensor)], kinds):
+    for (node, _), kind in zip(tens, kinds):
         if kind == "row" and any(_op(gm, u).kind in VIEWS and len(u.users) == 0 for u in node.users):
             return None
-    em = Emitter(gm, dict(env), vector=True)
+    em = Emitter(gm, env, vector=True)
     exprs = [em.expr(r) for r in results]
-    if len(tensors) != len(kinds) or any(e in tensors + scalars for e in exprs) and not calls:
-        return None
     return {"kinds": kinds, "tensors": tensors, "scalars": scalars, "exprs": exprs, "ops": sorted(kinds_of)}
 
 
@@ -484,10 +481,9 @@ def _match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
                 exclusive, res, src = True, sc.node, nw.args[0]
     if res is not sc.node:
         return None
-    env, tensors, _ = _names(spec, given, ph)
-    tens = [n for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
-    pro_env = {n: f"v[{i}]" for i, n in enumerate(tens)}
-    # masks arrive as Boolean elements: multiply by them through a select
+    _, tensors, _ = _names(spec, given, ph)
+    pro_env = {}
+    # input i's element is v[i]; masks arrive as Boolean elements: multiply by them through a select
     for i, (n, g) in enumerate((n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)):
         pro_env[n] = (
             f"cutlass.select_(v[{i}], Float32(1.0), Float32(0.0))" if g.dtype == torch.bool else f"Float32(v[{i}])"
@@ -528,8 +524,6 @@ def _match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
 
 def match(spec: OpSpec) -> Match | NoMatch:
     """The template this problem's torch program matches, with its kernel; or why none does."""
-    from llmcompile import prompting
-
     if not spec.source_path:
         return NoMatch(f"{spec.name} is a built-in op: its reference kernel is the offline default")
     try:
@@ -538,7 +532,7 @@ def match(spec: OpSpec) -> Match | NoMatch:
         rowop = _match_rowop(spec, gm, given, shapes)
         if rowop:
             src = prompting.reference_source(rowop)
-            return Match(rowop, rowop, f"{rowop} along the last dim: the reference kernel", src)
+            return Match(rowop, f"{rowop} along the last dim: the reference kernel", src)
         m = _match_map(spec, gm, given, shapes)
         if m:
             ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), "outputs": [t.name for t in spec.outputs]}
@@ -561,17 +555,13 @@ def match(spec: OpSpec) -> Match | NoMatch:
 
 
 def _rendered(pattern: str, summary: str, spec: OpSpec, params: list, ctx: dict) -> Match:
-    from llmcompile import prompting
-
     jinja = f"candidates/{pattern}.py.j2"
     ctx = {**ctx, "params": params}
-    return Match(pattern, pattern, summary, prompting.render(jinja, spec=spec, **ctx), jinja, ctx)
+    return Match(pattern, summary, prompting.render(jinja, spec=spec, **ctx), jinja, ctx)
 
 
 def render(spec: OpSpec, match: Match, knobs: str) -> str:
     """`match`'s kernel with other template knobs (e.g. "unroll=8"), as the offline search varies them."""
-    from llmcompile import prompting
-
     if not match.jinja:
         return match.source
     return prompting.render(match.jinja, spec=spec, knobs=knobs, **match.context)

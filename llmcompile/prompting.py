@@ -84,7 +84,7 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
 
         m = patterns.match(spec)
         if isinstance(m, patterns.Match) and m.jinja:
-            return m.template, [(f"{m.pattern}: {m.summary} (written from this problem's graph)", m.source)]
+            return m.pattern, [(f"{m.pattern}: {m.summary} (written from this problem's graph)", m.source)]
     return "reduce", references_for(spec)
 
 

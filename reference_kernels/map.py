@@ -28,6 +28,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels.reduce import vector_at as _vector_at
+from reference_kernels.reduce import vector_elems
 
 KINDS = ("full", "row")
 
@@ -51,18 +52,15 @@ class MapTiling:
         return self.vec * self.num_threads * self.unroll
 
 
-def resolve_tiling(knobs: MapKnobs, widest_bits: int, inner: int, has_rows: bool) -> MapTiling:
-    """Vectors as wide as the knobs allow while every tensor stays aligned to them: a vector
-    never straddles two leading indices when a row operand must be read for it."""
-    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < widest_bits:
-        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {widest_bits}")
+def resolve_tiling(knobs: MapKnobs, widest_bits: int, inner: int) -> MapTiling:
+    """Vectors as wide as the knobs allow while every leading index's run of `inner` elements
+    starts aligned to them, so a vector never straddles two leading indices (a row operand's
+    value is read once per vector)."""
     if knobs.num_threads % 32 or not 32 <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
     if not 1 <= knobs.unroll <= 16:
         raise ValueError(f"unroll={knobs.unroll} must be 1..16")
-    # Each leading index starts at a multiple of `inner` elements: aligned to a vector
-    # only if the vector divides `inner`.
-    vec = math.gcd(inner, knobs.vec_bits // widest_bits)
+    vec = vector_elems(knobs.vec_bits, widest_bits, inner)
     return MapTiling(vec, knobs.num_threads, knobs.unroll, inner)
 
 
@@ -84,7 +82,7 @@ class Map:
         ref = outs[0]
         inner = const_expr(_inner(ref))
         widest = const_expr(max(t.element_type.width for t in (*ins, *outs)))
-        self.tiling = resolve_tiling(self.knobs, widest, inner, "row" in self.kinds)
+        self.tiling = resolve_tiling(self.knobs, widest, inner)
         total = Int64(ref.shape[0]) * inner if const_expr(cute.rank(ref) > 0) else Int64(1)
         grid = Int32((total + self.tiling.tile - 1) // self.tiling.tile)
         self.kernel(ins, outs, scalars, total).launch(

@@ -159,6 +159,15 @@ class RowTiling:
 REGISTER_VALUES = 128
 
 
+def vector_elems(vec_bits: int, widest_bits: int, n: int) -> int:
+    """Elements a vector access moves: as many as `vec_bits` allows for the widest tensor,
+    while a run of `n` elements (a row, a leading index's slab) starts vector-aligned, which
+    needs the vector to divide n; ValueError on a vec_bits no access can have."""
+    if vec_bits not in (16, 32, 64, 128) or vec_bits < widest_bits:
+        raise ValueError(f"vec_bits={vec_bits} must be 16, 32, 64 or 128 and >= {widest_bits}")
+    return math.gcd(n, vec_bits // widest_bits)
+
+
 def resolve_tiling(
     knobs: RowKnobs,
     width_bits: int,
@@ -178,10 +187,7 @@ def resolve_tiling(
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N={n} is outside the supported range 1..{MAX_N}")
     widest = max(width_bits, widest_bits or 0)
-    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < widest:
-        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {widest}")
-    # Rows start vec-aligned only if N is a multiple of the vector, hence the gcd.
-    vec = math.gcd(n, knobs.vec_bits // widest)
+    vec = vector_elems(knobs.vec_bits, widest, n)
     tpr = knobs.threads_per_row or pick(threads_per_row_table, n)
     threads = knobs.num_threads or max(pick(NUM_THREADS, n), tpr)
     table = CLUSTER_N_16BIT if width_bits <= 16 else CLUSTER_N_32BIT

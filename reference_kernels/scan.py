@@ -30,6 +30,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels.reduce import vector_at as _at
+from reference_kernels.reduce import vector_elems
 
 WARP = 32
 
@@ -64,11 +65,9 @@ class ScanTiling:
 
 
 def resolve_tiling(knobs: ScanKnobs, widest_bits: int, n: int) -> ScanTiling:
-    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < widest_bits:
-        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {widest_bits}")
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
-    vec = math.gcd(n, knobs.vec_bits // widest_bits, knobs.per_thread)
+    vec = math.gcd(vector_elems(knobs.vec_bits, widest_bits, n), knobs.per_thread)
     threads = knobs.num_threads
     # a short row: fewer elements a thread, then fewer threads, so most of them hold some
     per_thread = knobs.per_thread

@@ -25,7 +25,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from reference_kernels.reduce import pick
+from reference_kernels.reduce import pick, vector_elems
 from reference_kernels.reduce import vector_at as _at
 
 # Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
@@ -70,14 +70,12 @@ class StridedTiling:
 
 
 def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rewrite: bool) -> StridedTiling:
-    if knobs.vec_bits not in (16, 32, 64, 128) or knobs.vec_bits < width_bits:
-        raise ValueError(f"vec_bits={knobs.vec_bits} must be 16, 32, 64 or 128 and >= {width_bits}")
     tr = knobs.threads_r or pick(THREADS_R, r)
     if tr & (tr - 1) or knobs.num_threads % (32 * tr) or not 32 <= knobs.num_threads <= 1024:
         raise ValueError(
             f"threads_r={tr} must be a power of two and num_threads={knobs.num_threads} a multiple of 32*{tr}"
         )
-    vec = math.gcd(inner, knobs.vec_bits // width_bits)
+    vec = vector_elems(knobs.vec_bits, width_bits, inner)
     if rewrite:
         # the column share stays in registers until it is rewritten
         while vec > 1 and math.ceil(r / tr) * vec > REGISTER_VALUES:

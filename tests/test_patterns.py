@@ -104,12 +104,12 @@ def test_templates_import_and_allow_knobs() -> None:
     from reference_kernels import scan as S
     from reference_kernels import strided as R
 
-    assert M.resolve_tiling(M.MapKnobs(), 32, 4095, False).vec == 1
-    assert M.resolve_tiling(M.MapKnobs(), 32, 393216, False).vec == 4
+    assert M.resolve_tiling(M.MapKnobs(), 32, 4095).vec == 1
+    assert M.resolve_tiling(M.MapKnobs(), 32, 393216).vec == 4
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 262144, rewrite=True).vec == 1  # 64 values held
     assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4095, rewrite=False).threads_r == 4
     t = S.resolve_tiling(S.ScanKnobs(), 32, 32768)
     assert (t.vec, t.chunk, t.chunks) == (4, 4096, 8)
     assert S.resolve_tiling(S.ScanKnobs(), 32, 100).num_threads < 256  # a short row uses fewer threads
     with pytest.raises(ValueError):
-        M.resolve_tiling(M.MapKnobs(num_threads=100), 32, 4096, False)
+        M.resolve_tiling(M.MapKnobs(num_threads=100), 32, 4096)

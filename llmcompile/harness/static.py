@@ -16,6 +16,8 @@ from llmcompile.harness.verdict import StaticResult
 MAX_BYTES = 64_000
 MAX_LINES = 1_500
 
+# Templates whose kernels a module may instantiate instead of writing its own `@cute.kernel`.
+PATTERN_TEMPLATES = ("reference_kernels.map", "reference_kernels.strided", "reference_kernels.scan")
 ALLOWED_MODULES = (
     "__future__",
     "cutlass",
@@ -26,12 +28,8 @@ ALLOWED_MODULES = (
     "typing",
     "dataclasses",
     "reference_kernels.reduce",
-    "reference_kernels.map",
-    "reference_kernels.strided",
-    "reference_kernels.scan",
+    *PATTERN_TEMPLATES,
 )
-# Templates whose kernels a module may instantiate instead of writing its own `@cute.kernel`.
-PATTERN_TEMPLATES = frozenset({"reference_kernels.map", "reference_kernels.strided", "reference_kernels.scan"})
 # Names that reach outside the kernel: reading them anywhere (an attribute such as
 # `cutlass.torch`, a builtin call) is refused, not just importing them.
 FORBIDDEN_NAMES = frozenset(

@@ -104,6 +104,8 @@ class OpSpec:
     fixed_shapes: tuple[tuple[int, int], ...] | None = None
     source_path: str | None = None  # the file a custom op came from
     batchable: bool = True  # means the same at any M (else checked at its own size only)
+    # each output row depends on its own input rows only (not a norm over the whole batch)
+    independent_rows: bool = True
 
     @property
     def flat_rows(self) -> bool:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from llmcompile import verify
 from llmcompile.ops import OpError, get_op
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "evals" / "problems"
@@ -59,6 +60,19 @@ def test_every_level1_problem_loads_and_verifies_on_bounded_sizes() -> None:
             assert shapes == [(m0, n)], spec.name
     fixed = [s.name for s in specs if not s.batchable]
     assert fixed == ["100_HingeLoss"]  # its targets broadcast along the last dim: M must equal N
+    # rows whose outputs depend on other rows (a norm of the whole tensor, a loss over the
+    # batch) are never checked in chunks of rows
+    by_name = {s.name: s for s in specs}
+    for name in ("37_FrobeniusNorm_", "94_MSELoss", "95_CrossEntropyLoss", "99_TripletMarginLoss"):
+        assert not verify.rows_independent(by_name[name]), name
+    for name in (
+        "36_RMSNorm_",
+        "38_L1Norm_",
+        "34_InstanceNorm",
+        "4_Matrix_vector_multiplication_",
+        "47_Sum_reduction_over_a_dimension",
+    ):
+        assert by_name[name].independent_rows and verify.rows_independent(by_name[name]), name
 
 
 @needs_level1

@@ -59,6 +59,9 @@ class ProblemRecord:
     usage: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     run_dir: str = ""
+    # KernelBench's verdict (allclose to torch's own output, atol=rtol=1e-2) on the best kernel's
+    # verified and timed outputs; None where it was not checked
+    kernelbench_correct: bool | None = None
     gpu: str | None = None  # the CUDA_VISIBLE_DEVICES it ran under; None: compile-only or not run
 
     @property
@@ -83,13 +86,25 @@ def _correct(v: dict[str, Any]) -> bool:
     return bool(v.get("verify") and v["verify"].get("ok"))
 
 
+def kernelbench_verdict(v: dict[str, Any]) -> bool | None:
+    """KernelBench's verdict on a candidate: every comparison of its verified and timed outputs
+    within atol=rtol=1e-2 of torch's own; None when none was made."""
+    tallies = [st["kernelbench"] for st in (v.get("verify"), v.get("profile")) if st and st.get("kernelbench")]
+    tallies = [t for t in tallies if t.get("checked")]
+    if not tallies:
+        return None
+    return all(t["passed"] == t["checked"] for t in tallies)
+
+
 def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     """Fill `rec` from an agent run directory (candidates/*.json and summary.json)."""
     rec.run_dir = str(run_dir)
     cands = []
+    by_id: dict[str, dict[str, Any]] = {}
     for f in (run_dir / "candidates").glob("*.json"):
         c = json.loads(f.read_text())
         cands.append((c["round"], c["sample"], c["verdict"]))
+        by_id[c.get("id", f.stem)] = c["verdict"]
     cands.sort(key=lambda c: (c[0], c[1]))
     rec.statuses = [v["status"] for _, _, v in cands]
     rec.compiled = [_compiled(v) for _, _, v in cands]
@@ -112,6 +127,8 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     if best:
         rec.best_id = best["id"]
         rec.best_status = best["status"]
+        if best["id"] in by_id:
+            rec.kernelbench_correct = kernelbench_verdict(by_id[best["id"]])
         if best["status"] in (PROFILED, SUSPICIOUS) and best.get("shapes"):
             rec.min_pct_sol = best["min_pct_sol"]
             rec.mean_pct_sol = best["mean_pct_sol"]
@@ -146,6 +163,8 @@ def aggregate(
         "compile_at": {str(k): _frac([at_k(r.compiled, k) for r in records]) for k in ks},
         # correctness needs the GPU: not measured when every problem ran compile-only
         "correct_at": ({str(k): _frac([at_k(r.correct, k) for r in records]) for k in ks} if measured else None),
+        # beside ours, KernelBench's own verdict on the best kernels (allclose to torch, 1e-2)
+        "kernelbench_correct": (_frac([bool(r.kernelbench_correct) for r in records]) if measured else None),
         "fast_p": (
             {
                 b: {str(p): _frac([r.best_correct and r.speedup.get(b, 0.0) > p for r in records]) for p in FAST_P}

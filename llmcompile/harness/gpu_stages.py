@@ -84,11 +84,12 @@ def verify_candidate(
     scalars = list(spec.scalars.values())
     runs = 0
     notes: list[str] = []
+    kb = verify.KernelBenchTally()
     largest = {n: max(m for m, nn in shapes if nn == n) for _, n in shapes}
 
     def fail(check: str, m: int, n: int, case: str, seed: int, detail: str) -> VerifyResult:
         f = CheckFailure(check, m, n, case, seed, detail)
-        return VerifyResult(False, runs, shapes, f, notes, time.perf_counter() - t0)
+        return VerifyResult(False, runs, shapes, f, notes, time.perf_counter() - t0, kb.as_dict())
 
     for m, n in shapes:
         fn = fns[n]
@@ -115,7 +116,7 @@ def verify_candidate(
                 return fail("out_of_bounds_write", m, n, case, seed, "wrote outside the output tensors")
             if not all(_same_bits(a.view, b) for a, b in zip(ins, before)):
                 return fail("input_modified", m, n, case, seed, "an input tensor changed during the call")
-            bad = verify.compare(spec, dtype, before, ov)
+            bad = verify.compare(spec, dtype, before, ov, tally=kb)
             if bad is not None:
                 kind = "unwritten" if bad.unwritten else "mismatch"
                 return fail(kind, m, n, case, seed, bad.describe())
@@ -143,7 +144,7 @@ def verify_candidate(
                 return fail(
                     "stale", m, n, case, seed, "second call on new inputs at the same addresses: " + bad.describe()
                 )
-    return VerifyResult(True, runs, shapes, None, notes, time.perf_counter() - t0)
+    return VerifyResult(True, runs, shapes, None, notes, time.perf_counter() - t0, kb.as_dict())
 
 
 _BANDWIDTH: dict[str, float] = {}
@@ -174,8 +175,9 @@ def profile_candidate(
     scalars = list(spec.scalars.values())
     out: list[ShapeTiming] = []
     flags: list[str] = []
+    kb = verify.KernelBenchTally()
     for m, n in shapes:
-        timed = TimedCalls(fns[n], spec, m, n, dtype, scalars)
+        timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, kb)
         rows = bench.bench_one(
             spec, timed, m, n, dtype, copy_tbs, baselines, ceiling_tbs=max(copy_tbs, read_tbs), check=timed.check
         )
@@ -200,8 +202,8 @@ def profile_candidate(
         out.append(st)
         if timed.failure is not None:
             failure = CheckFailure("timed_output", m, n, "random", 0, timed.failure)
-            return ProfileResult(False, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, failure)
-    return ProfileResult(not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0)
+            return ProfileResult(False, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, failure, kb.as_dict())
+    return ProfileResult(not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, None, kb.as_dict())
 
 
 class TimedCalls:
@@ -209,8 +211,18 @@ class TimedCalls:
     and poisoned before its first call, so what the timed calls wrote can be checked afterwards.
     A kernel that does less work only at the benchmark's sizes is caught here, not just timed."""
 
-    def __init__(self, fn: Any, spec: OpSpec, m: int, n: int, dtype: str, scalars: list) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        spec: OpSpec,
+        m: int,
+        n: int,
+        dtype: str,
+        scalars: list,
+        tally: verify.KernelBenchTally | None = None,
+    ) -> None:
         self.fn, self.spec, self.m, self.n, self.dtype, self.scalars = fn, spec, m, n, dtype, scalars
+        self.tally = tally
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.failure: str | None = None
 
@@ -230,7 +242,7 @@ class TimedCalls:
             if outs is None:
                 self.failure = "the timed calls never ran on one of the input sets"
                 break
-            bad = verify.compare_rows(self.spec, self.dtype, sets[ins], outs)
+            bad = verify.compare_rows(self.spec, self.dtype, sets[ins], outs, tally=self.tally)
             if bad is not None:
                 self.failure = f"input set {ins}: {bad.describe()}"
                 break

@@ -105,6 +105,8 @@ class VerifyResult:
     failure: CheckFailure | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # KernelBench's own verdict on the same outputs (verify.KernelBenchTally.as_dict)
+    kernelbench: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,6 +131,7 @@ class ProfileResult:
     flags: list[str] = field(default_factory=list)
     seconds: float = 0.0
     failure: CheckFailure | None = None  # what the timed calls wrote was wrong
+    kernelbench: dict[str, Any] = field(default_factory=dict)  # its verdict on the timed outputs
 
     @property
     def min_pct_sol(self) -> float:

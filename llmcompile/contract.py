@@ -14,6 +14,10 @@ Reference kernels, the offline search's variants and LLM-written candidates all 
    serves every M >= 1. Every tensor's base address is 16-byte aligned.
 5. The kernel must write every output element, read inputs only, keep no state between
    calls, and be right for every M, including M = 1 and odd M.
+6. A kernel that needs scratch in global memory (partials of a reduction across CTAs) says how
+   much: a module-level `WORKSPACE = <fp32 elements>` (at most MAX_WORKSPACE). The caller then
+   passes one more tensor, fp32 of that many elements, right after the outputs; its contents on
+   entry are undefined, and it belongs to the call (launches on the call's stream only).
 
 `compile_entry` turns such an entry into a callable on torch tensors for one (op, dtype, N).
 """
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 
 ENTRY = "launch"
 DEFAULT_ARCH = "sm_90a"
+WORKSPACE = "WORKSPACE"
+MAX_WORKSPACE = 1 << 20  # fp32 elements (4 MiB)
 
 
 def ensure_arch(arch: str = DEFAULT_ARCH) -> None:
@@ -87,17 +93,32 @@ class Signature:
         return cls(tuple(TensorSig(tuple(dims), dt) for dims, dt in d["tensors"]), dict(d["scalars"]))
 
 
-def fake_args(spec: OpSpec | Signature, dtype: str, n: int) -> list[Any]:
+def check_workspace(value: Any) -> int:
+    """A module's WORKSPACE (or a manifest's), validated: an int in 0..MAX_WORKSPACE."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WORKSPACE:
+        raise ValueError(f"{WORKSPACE} must be an int of fp32 elements in 0..{MAX_WORKSPACE}, got {value!r}")
+    return value
+
+
+def workspace_of(module: ModuleType) -> int:
+    return check_workspace(getattr(module, WORKSPACE, 0))
+
+
+def fake_args(spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0) -> list[Any]:
     """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed."""
     import cutlass.cute as cute
 
     m = cute.sym_int()
     args: list[Any] = []
-    for t in spec.tensors:
-        shape = tuple(m if d == "M" else n if d == "N" else int(d) for d in t.dims)
+    shapes = [
+        (tuple(m if d == "M" else n if d == "N" else int(d) for d in t.dims), t.dtype or dtype) for t in spec.tensors
+    ]
+    if workspace:
+        shapes.append(((workspace,), "float32"))
+    for shape, dt in shapes:
         args.append(
             cute.runtime.make_fake_compact_tensor(
-                cute_type(t.dtype or dtype), shape, stride_order=tuple(reversed(range(len(shape)))), assumed_align=16
+                cute_type(dt), shape, stride_order=tuple(reversed(range(len(shape)))), assumed_align=16
             )
         )
     args += [scalar_value(v) for v in spec.scalars.values()]
@@ -105,8 +126,11 @@ def fake_args(spec: OpSpec | Signature, dtype: str, n: int) -> list[Any]:
     return args
 
 
-def compile_entry(entry: Any, spec: OpSpec | Signature, dtype: str, n: int, options: str = "") -> Any:
-    """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars.
+def compile_entry(
+    entry: Any, spec: OpSpec | Signature, dtype: str, n: int, options: str = "", workspace: int = 0
+) -> Any:
+    """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars
+    (and, with a workspace, the workspace tensor after the outputs: see `with_workspace`).
 
     TVM-FFI calls take torch tensors directly and the current torch stream, so a launch costs a
     few microseconds of host time, not the tens that building DLPack views would."""
@@ -114,7 +138,29 @@ def compile_entry(entry: Any, spec: OpSpec | Signature, dtype: str, n: int, opti
     import cutlass.cute as cute
 
     opts = " ".join(o for o in ("--enable-tvm-ffi", options) if o)
-    return cute.compile(entry, *fake_args(spec, dtype, n), options=opts)
+    return cute.compile(entry, *fake_args(spec, dtype, n, workspace), options=opts)
+
+
+class WithWorkspace:
+    """A compiled kernel called like one without a workspace: the scratch tensor is allocated
+    once per device (outside any CUDA graph capture where possible) and passed after the outputs."""
+
+    def __init__(self, fn: Any, n_tensors: int, elems: int) -> None:
+        self.fn, self.n_tensors, self.elems = fn, n_tensors, elems
+        self.buffers: dict[Any, Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+
+        device = args[0].device
+        ws = self.buffers.get(device)
+        if ws is None:
+            ws = self.buffers[device] = torch.empty(self.elems, dtype=torch.float32, device=device)
+        return self.fn(*args[: self.n_tensors], ws, *args[self.n_tensors :])
+
+
+def with_workspace(fn: Any, n_tensors: int, elems: int) -> Any:
+    return WithWorkspace(fn, n_tensors, elems) if elems else fn
 
 
 def load_module(path: str | Path, name: str | None = None) -> ModuleType:

@@ -43,9 +43,11 @@ class KernelFunction:
         entry: Any,
         op_name: str | None = None,
         precompiled: dict[tuple[str, int], Any] | None = None,
+        workspace: int = 0,
     ) -> None:
         self.spec = spec
         self.entry = entry  # None: only the precompiled kernels exist (a loaded artifact)
+        self.workspace = workspace  # the entry's (kernel contract, rule 6); precompiled ones bind theirs
         self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._lock = threading.Lock()
         self.op_name = op_name
@@ -61,9 +63,9 @@ class KernelFunction:
                 if self.entry is None:
                     have = ", ".join(f"{d} N={k}" for d, k in sorted(self._compiled))
                     raise OpError(f"{self.spec.name}: this artifact has kernels for {have}, not {dtype} N={n}")
-                fn = contract.compile_entry(self.entry, self.spec, dtype, n)
+                fn = contract.compile_entry(self.entry, self.spec, dtype, n, workspace=self.workspace)
                 check_launchable(launches_of(fn))
-                self._compiled[key] = fn
+                self._compiled[key] = contract.with_workspace(fn, len(self.spec.tensors), self.workspace)
             return self._compiled[key]
 
     def _launch(self, *args: Any) -> None:
@@ -158,7 +160,7 @@ def reference_function(op: str, knobs: Any = None, register: bool = False) -> Ke
     spec = get_op(op)
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     entry = contract.entry_of(mod) if knobs is None else type(contract.entry_of(mod))(knobs)
-    return KernelFunction(spec, entry, op_name=op if register else None)
+    return KernelFunction(spec, entry, op_name=op if register else None, workspace=contract.workspace_of(mod))
 
 
 copy = reference_function("copy", register=True)

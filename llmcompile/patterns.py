@@ -92,6 +92,12 @@ _FUNCS: dict[Any, str] = {
     torch.argmax: "argmax",
     torch.argmin: "argmin",
     torch.norm: "norm",
+    torch.clamp: "clamp",
+    torch.clamp_min: "clamp",
+    F.mse_loss: "mse_loss",
+    F.l1_loss: "l1_loss",
+    F.smooth_l1_loss: "smooth_l1_loss",
+    F.kl_div: "kl_div",
     torch.cumsum: "cumsum",
     torch.cumprod: "cumprod",
     torch.softmax: "softmax",
@@ -136,6 +142,8 @@ UNARY = frozenset(
 )
 BINARY = frozenset({"mul", "add", "sub", "truediv", "pow"})
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm"})
+# losses with a reduction of their own ('mean' unless told): an elementwise term, then a total
+LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
 SCANS = frozenset({"cumsum", "cumprod"})
 VIEWS = frozenset({"unsqueeze", "view", "reshape", "contiguous"})
 
@@ -264,7 +272,12 @@ class Emitter:
             lo = op.kw.get("min", op.args[1] if len(op.args) > 1 else None)
             hi = op.kw.get("max", op.args[2] if len(op.args) > 2 else None)
             if not self.vector:
-                raise _Unsupported("`clamp` around a reduction")
+                x = self.expr(op.args[0])
+                if lo is not None:
+                    x = f"cute.arch.fmax({x}, Float32({_lit(lo)}))"
+                if hi is not None:
+                    x = f"cute.arch.fmin({x}, Float32({_lit(hi)}))"
+                return x
             return f"M.hardtanh({self.expr(op.args[0])}, {_lit(-math.inf if lo is None else lo)}, {_lit(math.inf if hi is None else hi)})"
         raise _Unsupported(f"`{k}`")
 
@@ -439,6 +452,116 @@ def _match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) 
     }
 
 
+_TOTAL = {
+    # kind: (combine, identity, epilogue given acc)
+    "sum": ("S.add", (0.0,), "acc[0]"),
+    "mean": ("S.add", (0.0,), "acc[0] / count"),
+    "amax": ("S.fmax", (-math.inf,), "acc[0]"),
+    "amin": ("S.fmin", (math.inf,), "acc[0]"),
+    "max": ("S.fmax", (-math.inf,), "acc[0]"),
+    "min": ("S.fmin", (math.inf,), "acc[0]"),
+}
+
+
+def _loss_term(op: Op, em: Emitter) -> tuple[str, str]:
+    """A loss function's elementwise term (in torch's formula) and its reduction."""
+    a, b = (em.expr(x) for x in op.args[:2])
+    red = op.kw.get("reduction", "mean")
+    if op.kw.get("size_average") is not None or op.kw.get("reduce") is not None:
+        raise _Unsupported(f"`{op.kind}` with the deprecated size_average/reduce")
+    if op.kind == "mse_loss":
+        term = f"(({a} - {b}) * ({a} - {b}))"
+    elif op.kind == "l1_loss":
+        term = f"cute.math.abs({a} - {b})"
+    elif op.kind == "smooth_l1_loss":
+        beta = float(op.kw.get("beta", 1.0))
+        d = f"cute.math.abs({a} - {b})"
+        if beta == 0.0:
+            term = d
+        else:
+            term = f"cutlass.select_({d} < {_lit(beta)}, 0.5 * {d} * {d} / {_lit(beta)}, {d} - {_lit(0.5 * beta)})"
+    else:  # kl_div(input, target): target * (log(target) - input), 0 where target is 0 (xlogy)
+        if op.kw.get("log_target", False):
+            term = f"cute.math.exp({b}) * ({b} - {a})"
+        else:
+            term = f"cutlass.select_({b} > 0.0, {b} * (cute.math.log({b}) - {a}), Float32(0.0))"
+    if red not in ("mean", "sum", "batchmean") or (red == "batchmean" and op.kind != "kl_div"):
+        raise _Unsupported(f"`{op.kind}` with reduction={red!r}")
+    return term, {"mean": "acc[0] / count", "sum": "acc[0]", "batchmean": "acc[0] / rows"}[red]
+
+
+def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    ph, calls, (out,) = _nodes(gm)
+    ops = [_op(gm, n) for n in calls]
+    reds = [op for op in ops if op.kind in REDUCTIONS | LOSSES]
+    if len(reds) != 1:
+        return None
+    red = reds[0]
+    if red.kind in REDUCTIONS:
+        dim = red.kw.get(
+            "dim",
+            red.args[2 if red.kind == "norm" else 1] if len(red.args) > (2 if red.kind == "norm" else 1) else None,
+        )
+        if dim is not None or red.kind in ("argmax", "argmin"):
+            return None  # along a dim: another template's
+    tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
+    full = tuple(shapes[red.args[0]])
+    kinds = []
+    for _, g in tens:
+        if tuple(g.shape) == full:
+            kinds.append("full")
+        elif g.dim() == 1 and len(full) >= 1 and g.shape[0] == full[-1]:
+            kinds.append("col")  # broadcast along the last dim
+        else:
+            raise _Unsupported(f"an input of shape {tuple(g.shape)} beside a reduction of {full}")
+    if not kinds or kinds[0] != "full":
+        raise _Unsupported("a whole-tensor reduction whose first input is broadcast")
+    env, tensors, scalars = _names(spec, given, ph)
+    em = Emitter(gm, dict(env), vector=False)
+    if red.kind in LOSSES:
+        pro, epi = _loss_term(red, em)
+        combine, identity, what = "S.add", (0.0,), red.kind
+    elif red.kind == "norm":
+        p_ = red.kw.get("p", red.args[1] if len(red.args) > 1 else "fro")
+        if p_ not in (2, 2.0, "fro", 1, 1.0):
+            raise _Unsupported(f"norm p={p_!r}")
+        x = em.expr(red.args[0])
+        pro = f"({x} * {x})" if p_ in (2, 2.0, "fro") else f"cute.math.abs({x})"
+        epi = "cute.math.sqrt(acc[0])" if p_ in (2, 2.0, "fro") else "acc[0]"
+        combine, identity, what = "S.add", (0.0,), f"norm (p={p_})"
+    else:
+        combine, identity, epi = _TOTAL[red.kind]
+        pro, what = em.expr(red.args[0]), red.kind
+    # what follows the reduction: a function of its result alone (a loss), or the input
+    # rewritten with it (x / ||x||)
+    xnodes = {n for n, _ in tens}
+    side: dict[fx.Node, set[str]] = {n: {"x"} for n in xnodes}
+    for n in gm.graph.nodes:
+        if n is red.node:
+            side[n] = {"r"}
+        elif n.op in ("call_function", "call_method", "call_module"):
+            side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
+    (res,) = _results(out)
+    rewrite = None
+    if side.get(res) == {"r"}:
+        epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
+    elif side.get(res) == {"x", "r"} and len(tens) == 1:
+        rewrite = Emitter(gm, {tens[0][0]: "x", red.node: "s[0]"}, vector=False).expr(res)
+    else:
+        return None
+    return {
+        "prologue": pro,
+        "epilogue": epi,
+        "rewrite": rewrite,
+        "combine": combine,
+        "identity": ", ".join(_lit(v) for v in identity) + ",",
+        "kinds_repr": repr(tuple(kinds)),
+        "tensors": tensors,
+        "scalars": scalars,
+        "reduction": what,
+    }
+
+
 def _match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = _nodes(gm)
     ops = {n: _op(gm, n) for n in calls}
@@ -538,6 +661,11 @@ def match(spec: OpSpec) -> Match | NoMatch:
             ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), "outputs": [t.name for t in spec.outputs]}
             what = ", ".join(m["ops"]) or "copy"
             return _rendered("map", f"elementwise ({what}) over {', '.join(m['kinds'])} inputs", spec, params, ctx)
+        w = _match_total(spec, gm, given, shapes)
+        if w:
+            ctx = {**w, "outputs": [t.name for t in spec.outputs]}
+            what = f"{w['reduction']} of the whole tensor" + (" then a rewrite of x" if w["rewrite"] else "")
+            return _rendered("total", what, spec, params, ctx)
         s = _match_scan(spec, gm, given, shapes)
         if s:
             how = " reversed" * s["reverse"] + " exclusive" * s["exclusive"]
@@ -556,7 +684,8 @@ def match(spec: OpSpec) -> Match | NoMatch:
 
 def _rendered(pattern: str, summary: str, spec: OpSpec, params: list, ctx: dict) -> Match:
     jinja = f"candidates/{pattern}.py.j2"
-    ctx = {**ctx, "params": params}
+    tensor_params = [p for p in params if p[1] == "cute.Tensor"]
+    ctx = {**ctx, "params": params, "tensor_params": tensor_params, "scalar_params": params[len(tensor_params) :]}
     return Match(pattern, summary, prompting.render(jinja, spec=spec, **ctx), jinja, ctx)
 
 

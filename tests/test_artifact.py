@@ -135,3 +135,33 @@ def test_a_loaded_artifact_computes_softmax_on_the_gpu(tmp_path: Path) -> None:
     assert torch.allclose(fn(x).double(), want, atol=1e-2, rtol=0)
     assert hasattr(torch.ops.llmcompile, fn.op_name)  # registered as a torch.library op
     assert torch.allclose(fn(x[:1]).double(), want[:1], atol=1e-2, rtol=0)  # M = 1
+
+
+LEVEL1 = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1"
+
+
+@pytest.mark.skipif(not LEVEL1.is_dir(), reason="KernelBench level 1 not beside the checkout")
+def test_a_kernel_with_a_workspace_gets_it_recorded_and_bound(tmp_path: Path) -> None:
+    """Kernel contract rule 6: the module's WORKSPACE reaches the manifest, and the loaded
+    function takes the problem's tensors alone (the scratch is bound after the outputs)."""
+    from llmcompile import contract, patterns
+    from reference_kernels import total as T
+
+    spec = get_op(str(LEVEL1 / "94_MSELoss.py"))
+    src = patterns.match(spec).source
+    with Judge(gpu=False, compile_workers=1) as j:
+        v = j.evaluate(src, spec, None, JudgeOptions(stages=("static", "compile")))
+        assert v.status == "compiled" and v.artifact, v.message
+        assert v.compile.workspace == T.WORKSPACE
+        man = artifact.read(v.artifact)
+        assert man.workspace == T.WORKSPACE and man.tensors == ["in0", "in1", "out"]
+        _, fns = artifact.load_functions(v.artifact)
+        objects = {name: (Path(v.artifact) / name).read_bytes() for name in man.objects.values()}
+    (fn,) = fns.values()
+    assert isinstance(fn, contract.WithWorkspace) and fn.n_tensors == 3 and fn.elems == T.WORKSPACE
+    with pytest.raises(ValueError, match="WORKSPACE"):
+        contract.check_workspace(contract.MAX_WORKSPACE + 1)
+    man.workspace = -4  # a manifest is data: a bad one is refused, not allocated
+    artifact.write(tmp_path, man, objects)
+    with pytest.raises(artifact.ArtifactError, match="WORKSPACE"):
+        artifact.load_functions(tmp_path)

@@ -23,6 +23,7 @@ EXPECTED = {
     "log_softmax": [24],
     "strided": [36, 47, 48, 49, 51, 52, 53],
     "scan": [89, 90, 91, 92, 93],
+    "total": [37, 94, 96, 98, 100],
 }
 
 
@@ -60,6 +61,14 @@ def test_graph_details_reach_the_kernel() -> None:
     five = patterns.match(_problem(5)).source
     assert "arg1: cutlass.Float32" in five and "(in0 * arg1)" in five  # the scalar stays a runtime value
     assert "('row', 'full')" in patterns.match(_problem(12)).source
+    hinge = patterns.match(_problem(100)).source  # targets broadcast along the last dim
+    assert "('full', 'col')" in hinge and "cute.arch.fmax((1.0 - (in0 * in1)), Float32(0.0))" in hinge
+    kl = patterns.match(_problem(98)).source  # batchmean: over the rows, 0 where the target is 0
+    assert "acc[0] / rows" in kl and "cutlass.select_(in1 > 0.0" in kl
+    assert "acc[0] / count" in patterns.match(_problem(94)).source  # a mean over every element
+    fro = patterns.match(_problem(37))
+    assert "cute.math.sqrt(acc[0])" in fro.source and "return (x / s[0])" in fro.source
+    assert "WORKSPACE = T.WORKSPACE" in fro.source
 
 
 @needs_level1
@@ -81,7 +90,7 @@ def test_builtins_and_unmatched_say_so(tmp_path: Path) -> None:
     assert isinstance(m, patterns.NoMatch) and "sort" in m.reason
 
 
-COMPILED = [5, 12, 19, 88, 36, 48, 51, 89, 91, 92, 93]
+COMPILED = [5, 12, 19, 88, 36, 48, 51, 89, 91, 92, 93, 37, 94, 96, 98, 100]
 
 
 @needs_level1
@@ -91,13 +100,15 @@ def test_template_kernels_compile_for_sm90a(num: int, tmp_path: Path) -> None:
     m = patterns.match(spec)
     path = tmp_path / f"k{num}.py"
     path.write_text(m.source)
-    entry = contract.entry_of(contract.load_module(path))
+    mod = contract.load_module(path)
     (_, n) = spec.fixed_shapes[0]
-    assert contract.compile_entry(entry, spec, spec.dtypes[0], n) is not None
+    ws = contract.workspace_of(mod)
+    assert (ws > 0) == (m.pattern == "total")  # partials across CTAs need scratch
+    assert contract.compile_entry(contract.entry_of(mod), spec, spec.dtypes[0], n, workspace=ws) is not None
 
 
 def test_templates_import_and_allow_knobs() -> None:
-    for name in ("map", "strided", "scan"):
+    for name in ("map", "strided", "scan", "total"):
         mod = importlib.import_module(f"reference_kernels.{name}")
         assert mod.__doc__
     from reference_kernels import map as M
@@ -113,3 +124,9 @@ def test_templates_import_and_allow_knobs() -> None:
     assert S.resolve_tiling(S.ScanKnobs(), 32, 100).num_threads < 256  # a short row uses fewer threads
     with pytest.raises(ValueError):
         M.resolve_tiling(M.MapKnobs(num_threads=100), 32, 4096)
+    from reference_kernels import total as T
+
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 32768).vec == 4
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 4095).vec == 1  # a "col" operand's vector stays contiguous
+    with pytest.raises(ValueError):
+        T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)

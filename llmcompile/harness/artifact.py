@@ -47,6 +47,7 @@ class ArtifactManifest:
     source_sha: str = ""
     cute_dsl: str = ""
     format: int = FORMAT
+    workspace: int = 0  # fp32 scratch elements passed after the outputs (kernel contract, rule 6)
 
 
 def audit(module: Any) -> list[str]:
@@ -146,17 +147,24 @@ def read(directory: str | Path) -> ArtifactManifest:
 
 
 def load_functions(directory: str | Path) -> tuple[ArtifactManifest, dict[int, Any]]:
-    """The artifact's kernels as callables on torch tensors (inputs, outputs, scalars), by N.
-    Each object's hash is checked against the manifest before it is loaded."""
+    """The artifact's kernels as callables on torch tensors (inputs, outputs, scalars), by N,
+    with their workspace (if any) bound. Each object's hash is checked against the manifest
+    before it is loaded."""
     import cutlass.runtime
+
+    from llmcompile import contract
 
     d = Path(directory)
     man = read(d)
+    try:
+        contract.check_workspace(man.workspace)
+    except ValueError as e:
+        raise ArtifactError(f"{d}: {e}") from None
     fns: dict[int, Any] = {}
     for n, name in man.objects.items():
         path = d / name
         if sha256(path.read_bytes()) != man.sha256.get(name):
             raise ArtifactError(f"{path} does not match the hash in its manifest")
         module = cutlass.runtime.load_module(str(path), enable_tvm_ffi=True)
-        fns[int(n)] = getattr(module, man.symbols[n])
+        fns[int(n)] = contract.with_workspace(getattr(module, man.symbols[n]), len(man.tensors), man.workspace)
     return man, fns

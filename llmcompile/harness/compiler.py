@@ -176,12 +176,14 @@ def compile_candidate(
     path.write_text(source)
     modules: dict[int, str] = {}
     kernels: list[KernelResources] = []
+    workspace = 0
     try:
         mod = contract.load_module(path)
         entry = contract.entry_of(mod)
+        workspace = contract.workspace_of(mod)
         for n in ns:
             with captured_fds() as out:
-                fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
+                fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}", workspace=workspace)
             launches = launches_of(fn)
             check_launchable(launches)
             modules[n] = str(fn.ir_module)
@@ -192,5 +194,5 @@ def compile_candidate(
         err = trim_error(e, path, source)
         if failing_n is not None and len(ns) > 1:
             err = f"(compiling for N={failing_n}, dtype {dtype})\n{err}"
-        return CompileResult(False, list(modules), err, kernels, time.perf_counter() - t0), modules
-    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0), modules
+        return CompileResult(False, list(modules), err, kernels, time.perf_counter() - t0, workspace), modules
+    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0, workspace), modules

@@ -142,10 +142,15 @@ class Judge:
         if sealed.failure:
             raise JudgeFailure(f"the judge's sealing worker failed: {sealed.detail}")
         if out.results["seal"]["ok"]:
-            out.payload = {"artifact": str(self._write_artifact(source, spec, dtype, sealed))}
+            try:  # the compile step ran candidate code: its word on the workspace is checked
+                ws = contract.check_workspace(out.results["compile"].get("workspace", 0))
+            except ValueError as e:
+                out.results["seal"] = {"ok": False, "error": str(e)}
+                return out
+            out.payload = {"artifact": str(self._write_artifact(source, spec, dtype, sealed, ws))}
         return out
 
-    def _write_artifact(self, source: str, spec: OpSpec, dtype: str, sealed: JobOutcome) -> Path:
+    def _write_artifact(self, source: str, spec: OpSpec, dtype: str, sealed: JobOutcome, workspace: int) -> Path:
         import base64
 
         objects = {f"n{n}.o": base64.b64decode(b64) for n, b64 in sealed.payload["objects"].items()}
@@ -161,6 +166,7 @@ class Judge:
             launches=sealed.payload["launches"],
             source_sha=source_sha(source),
             cute_dsl=_cute_dsl_version(),
+            workspace=workspace,
         )
         key = hashlib.sha256(json.dumps([man.source_sha, man.op, dtype, ns]).encode()).hexdigest()[:16]
         return artifact.write(self.artifact_root / key, man, objects)

@@ -17,7 +17,12 @@ MAX_BYTES = 64_000
 MAX_LINES = 1_500
 
 # Templates whose kernels a module may instantiate instead of writing its own `@cute.kernel`.
-PATTERN_TEMPLATES = ("reference_kernels.map", "reference_kernels.strided", "reference_kernels.scan")
+PATTERN_TEMPLATES = (
+    "reference_kernels.map",
+    "reference_kernels.strided",
+    "reference_kernels.scan",
+    "reference_kernels.total",
+)
 ALLOWED_MODULES = (
     "__future__",
     "cutlass",

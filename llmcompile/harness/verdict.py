@@ -82,6 +82,7 @@ class CompileResult:
     error: str = ""  # trimmed: the candidate's failing line and the message
     kernels: list[KernelResources] = field(default_factory=list)  # of the largest N
     seconds: float = 0.0
+    workspace: int = 0  # fp32 elements of scratch the kernel asks for (kernel contract, rule 6)
 
 
 @dataclass

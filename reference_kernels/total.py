@@ -1,0 +1,207 @@
+"""The whole-tensor reduction template: every element of N inputs folded into one value (a loss,
+a norm), deterministically, over as many CTAs as the GPU holds.
+
+    acc = fold(combine, prologue(in_0[e], ..., in_k[e]) for every element e)
+    out = epilogue(acc, rows, count)             (a scalar per output)
+    out[e] = rewrite(in_0[e], epilogue(...))     (with `rewrite`: x / ||x||)
+
+Three launches on one stream, through a workspace the caller passes (kernel contract,
+`WORKSPACE`):
+1. `partials`: a fixed grid of `ctas` CTAs walks the tensor grid-strided, each thread folding
+   its vectors in order with `unroll` 128-bit loads in flight, then the CTA folds its threads
+   (warp butterfly, then its warps in order) and writes one partial per CTA;
+2. `final`: one CTA folds the partials in a fixed order and writes the epilogue's values;
+3. `rewrite` (optional): every element rewritten with them, as the map template would.
+The partition depends on the tensor's size alone, so every run gives the same bits (no atomics).
+
+Operands: "full" inputs have the first input's shape; a "col" input holds one value per index
+of the last dim (shape (last,), broadcast along the rest: a hinge loss's targets).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from reference_kernels.reduce import WARP, vector_elems, warp_reduce
+from reference_kernels.reduce import vector_at as _at
+
+KINDS = ("full", "col")
+MAX_CTAS = 2048
+MAX_ARITY = 4
+# fp32 elements of scratch the caller passes: a partial per CTA and slot, then the final values
+WORKSPACE = (MAX_CTAS + 1) * MAX_ARITY
+FINAL_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class TotalKnobs:
+    num_threads: int = 256
+    ctas: int = 1056  # 132 SMs x 8 CTAs of 256 threads: the H100 full at once
+    vec_bits: int = 128
+    unroll: int = 4  # vectors per thread per input in flight
+
+
+@dataclass(frozen=True)
+class TotalTiling:
+    vec: int
+    num_threads: int
+    ctas: int
+    unroll: int
+
+    @property
+    def stride(self) -> int:
+        """Vectors the whole grid moves per unrolled load."""
+        return self.ctas * self.num_threads
+
+
+def resolve_tiling(knobs: TotalKnobs, widest_bits: int, last: int) -> TotalTiling:
+    """Vectors as wide as the knobs allow while a run of the last dim starts aligned to them
+    (so a "col" operand's vector is contiguous)."""
+    if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
+        raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
+    if not 1 <= knobs.ctas <= MAX_CTAS:
+        raise ValueError(f"ctas={knobs.ctas} must be 1..{MAX_CTAS} (the workspace holds that many partials)")
+    if not 1 <= knobs.unroll <= 16:
+        raise ValueError(f"unroll={knobs.unroll} must be 1..16")
+    return TotalTiling(vector_elems(knobs.vec_bits, widest_bits, last), knobs.num_threads, knobs.ctas, knobs.unroll)
+
+
+class TotalReduce:
+    """Fold every element of `ins` into `identity`-shaped tuples with `combine`; `prologue(xs,
+    scalars)` maps one element of each input (fp32) to a tuple, `epilogue(acc, rows, count)`
+    turns the total into the outputs' values (rows: the leading dim, count: the elements)."""
+
+    def __init__(
+        self,
+        prologue: Callable,
+        combine: Callable,
+        identity: tuple,
+        epilogue: Callable,
+        kinds: tuple[str, ...],
+        rewrite: Callable | None = None,
+        knobs: TotalKnobs = TotalKnobs(),
+    ) -> None:
+        if any(k not in KINDS for k in kinds) or kinds[0] != "full":
+            raise ValueError(f"input kinds must be among {KINDS}, the first one full; got {kinds}")
+        if not 1 <= len(identity) <= MAX_ARITY:
+            raise ValueError(f"the reduced tuple holds 1..{MAX_ARITY} values, got {len(identity)}")
+        self.prologue, self.combine, self.identity, self.epilogue = prologue, combine, identity, epilogue
+        self.kinds, self.rewrite, self.knobs = kinds, rewrite, knobs
+
+    @cute.jit
+    def __call__(self, ins: tuple, outs: tuple, scalars: tuple, mW: cute.Tensor, stream):
+        ref = ins[0]
+        inner = const_expr(math.prod(ref.shape[1:]) if cute.rank(ref) > 1 else 1)
+        last = const_expr(ref.shape[cute.rank(ref) - 1] if cute.rank(ref) > 1 else 1)
+        widest = const_expr(max(t.element_type.width for t in ins))
+        self.tiling = resolve_tiling(self.knobs, widest, last)
+        t = self.tiling
+        rows = Int64(ref.shape[0])
+        total = rows * inner
+        self.partials(ins, scalars, mW, total // t.vec, last).launch(
+            grid=[t.ctas, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+        )
+        self.final(outs, mW, rows, total).launch(grid=[1, 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream)
+        if const_expr(self.rewrite is not None):
+            tile = t.num_threads * t.unroll * t.vec
+            grid = Int32((total + tile - 1) // tile)
+            self.rewrite_all(ref, outs[0], mW, total).launch(
+                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+            )
+
+    @cute.kernel
+    def partials(self, ins: tuple, scalars: tuple, mW: cute.Tensor, nvec: Int64, last: cutlass.Constexpr[int]):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        tid = Int64(bidx) * t.num_threads + tidx
+        per_step = t.stride * t.unroll
+        steps = Int32((nvec + per_step - 1) // per_step)
+        acc = tuple(Float32(v) for v in self.identity)
+        for s in cutlass.range(steps, unroll=1):
+            # every load of the step first, so `unroll` vectors per input are in flight
+            loaded = []
+            for u in cutlass.range_constexpr(t.unroll):
+                i = (Int64(s) * t.unroll + u) * t.stride + tid
+                ok = i < nvec
+                e = cute.assume(i * t.vec, divby=t.vec)
+                vals = []
+                for k in cutlass.range_constexpr(len(self.kinds)):
+                    r = cute.make_rmem_tensor(t.vec, ins[k].element_type)
+                    if ok:
+                        at = e if const_expr(self.kinds[k] == "full") else cute.assume(e % last, divby=t.vec)
+                        cute.autovec_copy(_at(ins[k], at, t.vec), r)
+                    vals.append(r)
+                loaded.append((ok, vals))
+            for ok, vals in loaded:
+                for j in cutlass.range_constexpr(t.vec):
+                    new = self.combine(acc, self.prologue(tuple(Float32(v[j]) for v in vals), scalars))
+                    acc = tuple(cutlass.select_(ok, n, a) for n, a in zip(new, acc))
+        acc = self._block_fold(acc, tidx, t.num_threads)
+        if tidx == 0:
+            for k in cutlass.range_constexpr(len(acc)):
+                mW[Int32(bidx) * MAX_ARITY + k] = acc[k]
+
+    @cute.kernel
+    def final(self, outs: tuple, mW: cute.Tensor, rows: Int64, total: Int64):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        acc = tuple(Float32(v) for v in self.identity)
+        for c in cutlass.range_constexpr(math.ceil(t.ctas / FINAL_THREADS)):
+            cta = c * FINAL_THREADS + tidx  # < MAX_CTAS: inside the workspace, read or not
+            new = self.combine(acc, tuple(mW[cta * MAX_ARITY + k] for k in range(len(acc))))
+            acc = tuple(cutlass.select_(cta < t.ctas, n, a) for n, a in zip(new, acc))
+        acc = self._block_fold(acc, tidx, FINAL_THREADS)
+        if tidx == 0:
+            res = self.epilogue(acc, Float32(rows), Float32(total))
+            if const_expr(self.rewrite is None):
+                for i in cutlass.range_constexpr(len(outs)):
+                    _at(outs[i], 0, 1)[0] = outs[i].element_type(res[i])
+            else:
+                for k in cutlass.range_constexpr(len(res)):
+                    mW[MAX_CTAS * MAX_ARITY + k] = Float32(res[k])
+
+    @cute.kernel
+    def rewrite_all(self, mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, total: Int64):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        stats = tuple(mW[MAX_CTAS * MAX_ARITY + k] for k in range(MAX_ARITY))
+        start = Int64(bidx) * (t.num_threads * t.unroll * t.vec)
+        loaded = []
+        for u in cutlass.range_constexpr(t.unroll):
+            e = cute.assume(start + (u * t.num_threads + tidx) * t.vec, divby=t.vec)
+            r = cute.make_rmem_tensor(t.vec, mX.element_type)
+            if e < total:
+                cute.autovec_copy(_at(mX, e, t.vec), r)
+            loaded.append((e, r))
+        for e, r in loaded:
+            o = cute.make_rmem_tensor(t.vec, mO.element_type)
+            for j in cutlass.range_constexpr(t.vec):
+                o[j] = mO.element_type(self.rewrite(Float32(r[j]), stats))
+            if e < total:
+                cute.autovec_copy(o, _at(mO, e, t.vec))
+
+    @cute.jit
+    def _block_fold(self, acc: tuple, tidx: Int32, threads: cutlass.Constexpr[int]) -> tuple:
+        """The CTA's fold, valid in thread 0: a warp butterfly, then the warps in order."""
+        acc = warp_reduce(acc, self.combine, WARP)
+        warps = const_expr(threads // WARP)
+        if const_expr(warps > 1):
+            smem = cutlass.memory.SmemAllocator()
+            s = smem.allocate_tensor(Float32, cute.make_layout((warps, MAX_ARITY)), 16)
+            if tidx % WARP == 0:
+                for k in cutlass.range_constexpr(len(acc)):
+                    s[tidx // WARP, k] = acc[k]
+            cute.arch.barrier()
+            folded = tuple(s[0, k] for k in range(len(acc)))
+            for w in cutlass.range_constexpr(1, warps):
+                folded = self.combine(folded, tuple(s[w, k] for k in range(len(acc))))
+            acc = folded
+        return acc

@@ -246,3 +246,14 @@ def test_judge_worker_holds_no_candidate_python(judge: Judge) -> None:
     facts = judge.sealer.run({"kind": "ping"}).results["ping"]
     assert facts["candidate_modules"] == [] and facts["modules"] > 100
     assert "OPENAI_API_KEY" not in facts["env"]
+
+
+def test_bit_checks_take_a_0_dim_output() -> None:
+    """A loss is a 0-dim tensor: the judge's own byte comparison must not fail on it (it did,
+    and the judge's error was recorded as the candidate's crash)."""
+    import torch
+
+    from llmcompile.harness.gpu_stages import _same_bits
+
+    a = torch.tensor(1.5)
+    assert _same_bits(a, a.clone()) and not _same_bits(a, torch.tensor(2.5))

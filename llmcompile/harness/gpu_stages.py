@@ -64,7 +64,8 @@ def _call(fn: Callable, ins: list[torch.Tensor], outs: list[torch.Tensor], scala
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.numel() else True
+    # (flat first: a 0-dim tensor, a loss, has no byte view of its own)
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)) if a.numel() else True
 
 
 def _cases(spec: OpSpec, seeds: int) -> list[tuple[str, int]]:

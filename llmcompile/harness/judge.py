@@ -253,6 +253,8 @@ class Judge:
                 verdicts[i] = _finish(base, out, opts, self.gpu)
                 continue
             gout = self.gpu_worker.run(self._gpu_job(art, spec, dtype, opts, want_gpu))
+            if gout.stage == "harness":
+                raise JudgeFailure(f"the judge failed on {spec.name} (not the candidate's doing): {gout.detail}")
             gout.results.update(out.results)
             gout.payload = out.payload
             verdicts[i] = _finish(base, gout, opts, True)

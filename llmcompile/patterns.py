@@ -362,6 +362,35 @@ _REDUCE = {
 }
 
 
+def _reduce_dim(op: Op) -> Any:
+    """The dim a reduction call names (norm's comes after p); None: the whole tensor."""
+    at = 2 if op.kind == "norm" else 1
+    return op.kw.get("dim", op.args[at] if len(op.args) > at else None)
+
+
+def _norm_as_sum(op: Op) -> tuple[str, str, Any]:
+    """A norm as a sum: how the prologue wraps an element `{x}`, how the epilogue wraps the
+    sum `{s}`, and the norm's p."""
+    p = op.kw.get("p", op.args[1] if len(op.args) > 1 else "fro")
+    if p in (2, 2.0, "fro"):
+        return "({x} * {x})", "cute.math.sqrt({s})", p
+    if p in (1, 1.0):
+        return "cute.math.abs({x})", "{s}", p
+    raise _Unsupported(f"norm p={p!r}")
+
+
+def _depends(gm: fx.GraphModule, inputs: set[fx.Node], result: fx.Node) -> dict[fx.Node, set[str]]:
+    """What each node depends on: the inputs directly ("x"), the reduction's `result` ("r"),
+    or both; so the output reads as a function of the result alone, or the input rewritten with it."""
+    side: dict[fx.Node, set[str]] = {n: {"x"} for n in inputs}
+    for n in gm.graph.nodes:
+        if n is result:
+            side[n] = {"r"}
+        elif n.op in ("call_function", "call_method", "call_module"):
+            side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
+    return side
+
+
 def _reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int]:
     """The graph's one reduction: its op, the node carrying its result (a getitem of
     max/min's pair), and the reduced dim of its input."""
@@ -369,9 +398,7 @@ def _reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[
     if len(reds) != 1:
         raise _Unsupported(f"{len(reds)} reductions (the templates fuse one)")
     r = reds[0]
-    dim = r.kw.get("dim", r.args[1] if len(r.args) > 1 and r.kind != "norm" else None)
-    if r.kind == "norm":
-        dim = r.kw.get("dim", r.args[2] if len(r.args) > 2 else None)
+    dim = _reduce_dim(r)
     if isinstance(dim, (list, tuple)) and len(dim) == 1:
         dim = dim[0]
     if not isinstance(dim, int):
@@ -408,30 +435,15 @@ def _match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) 
         raise _Unsupported("a reduction along the last dim with this shape (the row template takes it)")
     r_len = shapes[xnode][dim]
     env, _, _ = _names(spec, given, ph)
-    # what each node depends on: the input directly, the reduction's result, or both
-    side: dict[fx.Node, set[str]] = {xnode: {"x"}}
-    for n in gm.graph.nodes:
-        if n is carrier:
-            side[n] = {"r"}
-        elif n.op in ("call_function", "call_method", "call_module") and n is not red.node:
-            side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
+    side = _depends(gm, {xnode}, carrier)
     (res,) = _results(out)
-    pro_src = red.args[0]
-    kind = red.kind
+    kind, wrap, post = red.kind, "{x}", "{s}"
     if kind == "norm":
-        p = red.kw.get("p", red.args[1] if len(red.args) > 1 else "fro")
-        if p not in (2, 2.0, "fro", 1, 1.0):
-            raise _Unsupported(f"norm p={p!r}")
-        kind, wrap, post = "sum", ("{x} * {x}" if p in (2, 2.0, "fro") else "cute.math.abs({x})"), True
-    else:
-        wrap, post = None, False
+        wrap, post, _ = _norm_as_sum(red)
+        kind = "sum"
     combine, identity, pro_fmt, epi = _REDUCE[kind]
-    pro = Emitter(gm, {xnode: "x"}, vector=False).expr(pro_src)
-    if wrap:
-        pro = wrap.format(x=pro)
-    epi = epi.format(inv_r=_lit(1.0 / r_len))
-    if post:
-        epi = f"cute.math.sqrt({epi})"
+    pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
+    epi = post.format(s=epi.format(inv_r=_lit(1.0 / r_len)))
     if side.get(res) == {"r"}:  # a reduction: the output is a function of its result
         epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
     elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
@@ -450,17 +462,6 @@ def _match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) 
         "reduction": red.kind,
         "x": env[xnode],
     }
-
-
-_TOTAL = {
-    # kind: (combine, identity, epilogue given acc)
-    "sum": ("S.add", (0.0,), "acc[0]"),
-    "mean": ("S.add", (0.0,), "acc[0] / count"),
-    "amax": ("S.fmax", (-math.inf,), "acc[0]"),
-    "amin": ("S.fmin", (math.inf,), "acc[0]"),
-    "max": ("S.fmax", (-math.inf,), "acc[0]"),
-    "min": ("S.fmin", (math.inf,), "acc[0]"),
-}
 
 
 def _loss_term(op: Op, em: Emitter) -> tuple[str, str]:
@@ -497,13 +498,8 @@ def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     if len(reds) != 1:
         return None
     red = reds[0]
-    if red.kind in REDUCTIONS:
-        dim = red.kw.get(
-            "dim",
-            red.args[2 if red.kind == "norm" else 1] if len(red.args) > (2 if red.kind == "norm" else 1) else None,
-        )
-        if dim is not None or red.kind in ("argmax", "argmin"):
-            return None  # along a dim: another template's
+    if red.kind in REDUCTIONS and (_reduce_dim(red) is not None or red.kind in ("argmax", "argmin")):
+        return None  # along a dim: another template's
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     full = tuple(shapes[red.args[0]])
     kinds = []
@@ -521,26 +517,16 @@ def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     if red.kind in LOSSES:
         pro, epi = _loss_term(red, em)
         combine, identity, what = "S.add", (0.0,), red.kind
-    elif red.kind == "norm":
-        p_ = red.kw.get("p", red.args[1] if len(red.args) > 1 else "fro")
-        if p_ not in (2, 2.0, "fro", 1, 1.0):
-            raise _Unsupported(f"norm p={p_!r}")
-        x = em.expr(red.args[0])
-        pro = f"({x} * {x})" if p_ in (2, 2.0, "fro") else f"cute.math.abs({x})"
-        epi = "cute.math.sqrt(acc[0])" if p_ in (2, 2.0, "fro") else "acc[0]"
-        combine, identity, what = "S.add", (0.0,), f"norm (p={p_})"
     else:
-        combine, identity, epi = _TOTAL[red.kind]
-        pro, what = em.expr(red.args[0]), red.kind
-    # what follows the reduction: a function of its result alone (a loss), or the input
-    # rewritten with it (x / ||x||)
-    xnodes = {n for n, _ in tens}
-    side: dict[fx.Node, set[str]] = {n: {"x"} for n in xnodes}
-    for n in gm.graph.nodes:
-        if n is red.node:
-            side[n] = {"r"}
-        elif n.op in ("call_function", "call_method", "call_module"):
-            side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
+        kind, wrap, post, what = red.kind, "{x}", "{s}", red.kind
+        if kind == "norm":
+            wrap, post, p = _norm_as_sum(red)
+            kind, what = "sum", f"norm (p={p})"
+        # the strided reductions' combines; a mean divides by the elements of this call's tensor
+        combine, identity, _, epi = _REDUCE[kind]
+        epi = post.format(s="acc[0] / count" if kind == "mean" else epi)
+        pro = wrap.format(x=em.expr(red.args[0]))
+    side = _depends(gm, {n for n, _ in tens}, red.node)
     (res,) = _results(out)
     rewrite = None
     if side.get(res) == {"r"}:

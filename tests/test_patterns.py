@@ -130,3 +130,16 @@ def test_templates_import_and_allow_knobs() -> None:
     assert T.resolve_tiling(T.TotalKnobs(), 32, 4095).vec == 1  # a "col" operand's vector stays contiguous
     with pytest.raises(ValueError):
         T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)
+
+
+def test_an_l1_norm_over_a_middle_dim_is_a_plain_sum(tmp_path: Path) -> None:
+    """p=1 sums |x| and takes no root (the strided matcher once took the 2-norm's sqrt for it)."""
+    f = tmp_path / "l1mid.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.norm(x, p=1, dim=1)\n\ndef get_inputs():\n    return [torch.rand(8, 64, 32)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    m = patterns.match(get_op(str(f)))
+    assert isinstance(m, patterns.Match) and m.pattern == "strided"
+    assert "cute.math.abs(x)" in m.source and "sqrt" not in m.source

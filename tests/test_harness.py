@@ -260,12 +260,11 @@ def test_bit_checks_take_a_0_dim_output() -> None:
 
 
 def test_a_judge_bug_on_the_gpu_is_not_the_candidates_crash() -> None:
-    from llmcompile.harness.gpu_stages import CandidateFault
-    from llmcompile.harness.worker import _candidate_fault
+    from llmcompile.harness.gpu_stages import CandidateFault, device_fault
 
-    assert _candidate_fault(CandidateFault("AcceleratorError: illegal memory access"))
-    assert _candidate_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert device_fault(CandidateFault("AcceleratorError: illegal memory access"))
+    assert device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
     # a kernel allocates nothing: running out of memory means the judge's plan fell short
-    assert not _candidate_fault(RuntimeError("OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB"))
+    assert not device_fault(RuntimeError("OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB"))
     # what the judge's own check raised on a loss's 0-dim output (reported as the judge's now)
-    assert not _candidate_fault(RuntimeError("self.dim() cannot be 0 to view Float as Byte"))
+    assert not device_fault(RuntimeError("self.dim() cannot be 0 to view Float as Byte"))

@@ -52,14 +52,23 @@ def guarded(shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda") ->
     return Guarded(buf[g : g + numel].view(shape), buf, g, guard)
 
 
+def device_fault(e: BaseException) -> bool:
+    """Whether an exception is a fault a kernel can raise on the device (an illegal address, a
+    trap: whatever the CUDA runtime reports). Running out of memory is not one: a kernel
+    allocates nothing, so that is the judge's memory plan falling short."""
+    text = f"{type(e).__name__} {e}"
+    if "OutOfMemory" in text or "out of memory" in text:
+        return False
+    return isinstance(e, CandidateFault) or any(w in text for w in ("CUDA", "cuda", "illegal"))
+
+
 def _call(fn: Callable, ins: list[torch.Tensor], outs: list[torch.Tensor], scalars: list) -> None:
     try:
         fn(*ins, *outs, *scalars)
         torch.cuda.synchronize()
     except Exception as e:
-        text = str(e)
-        if "CUDA" in text or "cuda" in text or "illegal" in text:
-            raise CandidateFault(f"{type(e).__name__}: {text[:400]}") from None
+        if device_fault(e):
+            raise CandidateFault(f"{type(e).__name__}: {str(e)[:400]}") from None
         raise
 
 

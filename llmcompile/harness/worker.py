@@ -416,26 +416,13 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
             p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"])
             send(event="result", stage="profile", data=asdict(p))
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
-        if _candidate_fault(e):
+        if gpu_stages.device_fault(e):
             send(event="done", fatal=True, stage=stage, detail=f"{type(e).__name__}: {str(e)[:600]}")
         else:  # the judge's own bug (a check that cannot take this output): never the candidate's
             send(event="done", fatal=True, stage="harness", detail="harness error:\n" + traceback.format_exc()[-2000:])
         return True
     send(event="done")
     return False
-
-
-def _candidate_fault(e: BaseException) -> bool:
-    """Whether an exception out of the GPU stages can be the candidate's doing: a fault its
-    kernel raised on the device (an illegal address, a trap: whatever the CUDA runtime reports).
-    Running out of memory is the judge's (a kernel allocates nothing: the memory plan fell
-    short), as is anything else raised in the judge's own Python."""
-    from llmcompile.harness.gpu_stages import CandidateFault
-
-    text = f"{type(e).__name__} {e}"
-    if "OutOfMemory" in text or "out of memory" in text:
-        return False
-    return isinstance(e, CandidateFault) or any(w in text for w in ("CUDA", "cuda", "illegal"))
 
 
 if __name__ == "__main__":

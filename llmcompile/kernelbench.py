@@ -201,9 +201,20 @@ def load_problem(path: str | Path) -> OpSpec:
     def forward_args(xs: tuple, vals: dict) -> tuple:
         return tuple(xs[key] if kind == "t" else vals[key] for kind, key in order)
 
+    # The model on each (device, dtype) it is run in, each a copy: `.to()` converts a module in
+    # place, and a float64 reference must not turn the parameters make_inputs copies (or a
+    # BatchNorm's running buffers) to float64 for every later call.
+    models: dict[tuple[str, torch.dtype | None], nn.Module] = {}
+
+    def model_on(device: torch.device, dtype: torch.dtype | None) -> nn.Module:
+        key = (str(device), dtype)
+        if key not in models:
+            models[key] = copy.deepcopy(model).to(device, dtype)
+        return models[key]
+
     def call(*xs: torch.Tensor, **vals: float | int) -> list[torch.Tensor]:
         with torch.no_grad():
-            mdl = model.to(xs[0].device, torch.float64 if xs[0].dtype == torch.float64 else None)
+            mdl = model_on(xs[0].device, torch.float64 if xs[0].dtype == torch.float64 else None)
             out = torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), forward_args(xs, {**scalars, **vals}))
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -211,7 +222,7 @@ def load_problem(path: str | Path) -> OpSpec:
         """The problem in torch: its tensors in spec order, then its scalars' values."""
         xs, vals = args[: n_in + len(names)], dict(zip(scalars, args[n_in + len(names) :]))
         with torch.no_grad():
-            mdl = model.to(xs[0].device)
+            mdl = model_on(xs[0].device, None)
             return torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), forward_args(xs, {**scalars, **vals}))
 
     def make_inputs(m: int, n_: int, dtype_: str, gen: torch.Generator, case: str, device: str) -> list[torch.Tensor]:
@@ -268,10 +279,11 @@ def load_dir(directory: str | Path) -> tuple[list[OpSpec], dict[str, str]]:
 
 
 def _instantiate(mod, path: Path) -> tuple[nn.Module, list]:
-    """The problem's model as its file builds it (seeded, in eval mode) and its forward
+    """The problem's model as its file builds it (seeded, and left in training mode, as
+    KernelBench runs it: a BatchNorm normalizes with its batch's statistics) and its forward
     arguments at full size on the meta device: shapes and dtypes only, no time, no memory."""
     torch.manual_seed(0)
-    model = mod.Model(*mod.get_init_inputs()).eval()
+    model = mod.Model(*mod.get_init_inputs())
     with torch.device("meta"):
         given = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
     return model, given

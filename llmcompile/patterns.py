@@ -432,7 +432,7 @@ def _match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) 
     if dim == 0:
         raise _Unsupported("a reduction over the batch dim")
     if dim == rank - 1:
-        raise _Unsupported("a reduction along the last dim with this shape (the row template takes it)")
+        return None  # the norm template's (a rewrite with a row statistic), else nobody's
     r_len = shapes[xnode][dim]
     env, _, _ = _names(spec, given, ph)
     side = _depends(gm, {xnode}, carrier)
@@ -548,6 +548,157 @@ def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     }
 
 
+_NORM_MODULES = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+    nn.GroupNorm,
+    nn.LayerNorm,
+)
+
+
+def _norm_module(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """A BatchNorm / InstanceNorm / GroupNorm / LayerNorm module applied to the one input:
+    its groups and its affine parameters' indexing (see reference_kernels/norm.py)."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 1:
+        return None
+    mod = gm.get_submodule(str(calls[0].target))
+    if not isinstance(mod, _NORM_MODULES):
+        return None
+    shape = tuple(shapes[ph[0]])
+    rank = len(shape)
+    name = type(mod).__name__
+    if isinstance(mod, nn.LayerNorm):
+        k = len(mod.normalized_shape)
+        if tuple(shape[rank - k :]) != tuple(mod.normalized_shape) or k >= rank:
+            raise _Unsupported(f"`{name}` over {tuple(mod.normalized_shape)} of an input {shape}")
+        mode, gpi, seg = "groups", math.prod(shape[1 : rank - k]), math.prod(shape[rank - k :])
+        mul, div = 0, 1  # a weight per normalized element
+        what = f"LayerNorm over the last {k} dims ({seg} elements a group)"
+    else:
+        if rank < 2 or shape[1] != getattr(mod, "num_features", getattr(mod, "num_channels", None)):
+            raise _Unsupported(f"`{name}` of an input {shape}")
+        c, spatial = shape[1], math.prod(shape[2:])
+        if isinstance(mod, nn.GroupNorm):
+            g = mod.num_groups
+            mode, gpi, seg, mul, div = "groups", g, c // g * spatial, c // g, spatial
+            what = f"GroupNorm, {g} groups of {c // g} channels x {spatial}"
+        elif isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            if not mod.training and mod.track_running_stats:
+                raise _Unsupported(f"`{name}` in eval mode (running statistics)")
+            mode, gpi, seg, mul, div = "segments", c, spatial, 1, spatial
+            what = f"BatchNorm with batch statistics, a channel over the batch x {spatial}"
+        else:
+            if not mod.training and mod.track_running_stats:
+                raise _Unsupported(f"`{name}` in eval mode (running statistics)")
+            mode, gpi, seg, mul, div = "groups", c, spatial, 1, spatial
+            what = f"InstanceNorm over {spatial} elements a channel"
+    params = [t.name for t in spec.tensors if not t.output][1:]
+    affine = [n for n, p in mod.named_parameters() if p is not None]
+    if len(params) != len(affine) or affine not in ([], ["weight"], ["weight", "bias"]):
+        raise _Unsupported(f"`{name}` with parameters {affine}")
+    apply = "(x - s[0]) * s[1]" + " * p[0]" * (len(affine) >= 1) + " + p[1]" * (len(affine) == 2)
+    return {
+        "what": what,
+        "moments": True,
+        "eps": _lit(float(mod.eps)),
+        "combine": "S.add",
+        "identity": "0.0, 0.0,",
+        "apply": apply,
+        "mode": mode,
+        "groups_per_item": gpi,
+        "seg_len": seg,
+        "param_mul": mul,
+        "param_div": div,
+        "norm_params": params,
+        "x": spec.tensors[0].name,
+    }
+
+
+_POOL_MODULES = {
+    nn.MaxPool1d: ("max", 1),
+    nn.MaxPool2d: ("max", 2),
+    nn.MaxPool3d: ("max", 3),
+    nn.AvgPool1d: ("avg", 1),
+    nn.AvgPool2d: ("avg", 2),
+    nn.AvgPool3d: ("avg", 3),
+}
+
+
+def _match_pool(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """A max or average pooling module applied to the one input."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 1:
+        return None
+    mod = gm.get_submodule(str(calls[0].target))
+    if type(mod) not in _POOL_MODULES:
+        return None
+    kind, dims = _POOL_MODULES[type(mod)]
+    name = type(mod).__name__
+    shape = tuple(shapes[ph[0]])
+    if len(shape) != dims + 2:
+        raise _Unsupported(f"`{name}` of an input {shape} (the template takes (N, C, *spatial))")
+    if getattr(mod, "ceil_mode", False) or getattr(mod, "return_indices", False):
+        raise _Unsupported(f"`{name}` with ceil_mode or return_indices")
+    window = {k: getattr(mod, k) for k in ("kernel_size", "stride", "padding")}
+    window = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in window.items()}
+    what = f"{kind} pooling over {dims}-D windows {window['kernel_size']}, stride {window['stride']}"
+    return {
+        "what": what,
+        "kind": kind,
+        "kernel": window["kernel_size"],
+        "stride": window["stride"],
+        "padding": window["padding"],
+        "dilation": getattr(mod, "dilation", 1),
+        "count_include_pad": bool(getattr(mod, "count_include_pad", True)),
+        "divisor_override": getattr(mod, "divisor_override", None),
+        "x": spec.tensors[0].name,
+    }
+
+
+def _norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
+    ph, calls, (out,) = _nodes(gm)
+    tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
+    if len(tens) != 1 or len(given) != 1 or not any(_op(gm, n).kind in REDUCTIONS for n in calls):
+        return None
+    xnode = tens[0][0]
+    red, carrier, dim = _reduction(gm, calls, shapes)
+    shape = tuple(shapes[xnode])
+    if dim != len(shape) - 1 or red.kind in ("argmax", "argmin") or len(shape) < 2:
+        return None
+    side = _depends(gm, {xnode}, carrier)
+    (res,) = _results(out)
+    if side.get(res) != {"x", "r"}:
+        raise _Unsupported("a reduction along the last dim without a rewrite of x")
+    kind, wrap, post = red.kind, "{x}", "{s}"
+    if kind == "norm":
+        wrap, post, _ = _norm_as_sum(red)
+        kind = "sum"
+    combine, identity, _, epi = _REDUCE[kind]
+    seg = shape[-1]
+    return {
+        "what": f"x rewritten with its rows' {red.kind} ({seg} elements a row)",
+        "moments": False,
+        "prologue": wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])),
+        "finalize": post.format(s=epi.format(inv_r=_lit(1.0 / seg))),
+        "combine": combine,
+        "identity": ", ".join(_lit(v) for v in identity) + ",",
+        "apply": Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res),
+        "mode": "groups",
+        "groups_per_item": math.prod(shape[1:-1]),
+        "seg_len": seg,
+        "param_mul": 0,
+        "param_div": 1,
+        "norm_params": [],
+        "x": spec.tensors[0].name,
+    }
+
+
 def _match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = _nodes(gm)
     ops = {n: _op(gm, n) for n in calls}
@@ -638,6 +789,12 @@ def match(spec: OpSpec) -> Match | NoMatch:
     try:
         gm, given, shapes = _trace(spec)
         params = _launch_params(spec)
+        g = _norm_module(spec, gm, given, shapes)
+        if g:
+            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
+        p = _match_pool(spec, gm, given, shapes)
+        if p:
+            return _rendered("pool", p["what"], spec, params, {**p, "outputs": [t.name for t in spec.outputs]})
         rowop = _match_rowop(spec, gm, given, shapes)
         if rowop:
             src = prompting.reference_source(rowop)
@@ -652,6 +809,9 @@ def match(spec: OpSpec) -> Match | NoMatch:
             ctx = {**w, "outputs": [t.name for t in spec.outputs]}
             what = f"{w['reduction']} of the whole tensor" + (" then a rewrite of x" if w["rewrite"] else "")
             return _rendered("total", what, spec, params, ctx)
+        g = _norm_of_rows(spec, gm, given, shapes)
+        if g:
+            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
         s = _match_scan(spec, gm, given, shapes)
         if s:
             how = " reversed" * s["reverse"] + " exclusive" * s["exclusive"]

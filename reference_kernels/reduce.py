@@ -679,6 +679,27 @@ def warp_reduce(vals: tuple, combine: Callable, width: cutlass.Constexpr[int]) -
     return vals
 
 
+@cute.jit
+def block_fold(acc: tuple, combine: Callable, tidx: Int32, threads: cutlass.Constexpr[int]) -> tuple:
+    """The CTA's fold of every thread's `acc`, the same bits in every thread: a warp butterfly,
+    then the warps' results in warp order (fixed, so deterministic). Takes shared memory of
+    its own: once per kernel."""
+    acc = warp_reduce(acc, combine, WARP)
+    warps = const_expr(threads // WARP)
+    if const_expr(warps > 1):
+        smem = cutlass.memory.SmemAllocator()
+        s = smem.allocate_tensor(Float32, cute.make_layout((warps, len(acc))), 16)
+        if tidx % WARP == 0:
+            for k in cutlass.range_constexpr(len(acc)):
+                s[tidx // WARP, k] = acc[k]
+        cute.arch.barrier()
+        folded = tuple(s[0, k] for k in range(len(acc)))
+        for w in cutlass.range_constexpr(1, warps):
+            folded = combine(folded, tuple(s[w, k] for k in range(len(acc))))
+        acc = folded
+    return acc
+
+
 @dsl_user_op
 def _remote_store(vals: tuple, smem_ptr: cute.Pointer, mbar_ptr: cute.Pointer, peer: Int32, *, loc=None, ip=None):
     """st.async 1, 2 or 4 fp32 (one vector) into `peer`'s copy of `smem_ptr`, crediting their

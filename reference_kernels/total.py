@@ -28,7 +28,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from reference_kernels.reduce import WARP, vector_elems, warp_reduce
+from reference_kernels.reduce import WARP, block_fold, vector_elems
 from reference_kernels.reduce import vector_at as _at
 
 KINDS = ("full", "col")
@@ -143,7 +143,7 @@ class TotalReduce:
                 for j in cutlass.range_constexpr(t.vec):
                     new = self.combine(acc, self.prologue(tuple(Float32(v[j]) for v in vals), scalars))
                     acc = tuple(cutlass.select_(ok, n, a) for n, a in zip(new, acc))
-        acc = self._block_fold(acc, tidx, t.num_threads)
+        acc = block_fold(acc, self.combine, tidx, t.num_threads)
         if tidx == 0:
             for k in cutlass.range_constexpr(len(acc)):
                 mW[Int32(bidx) * MAX_ARITY + k] = acc[k]
@@ -157,7 +157,7 @@ class TotalReduce:
             cta = c * FINAL_THREADS + tidx  # < MAX_CTAS: inside the workspace, read or not
             new = self.combine(acc, tuple(mW[cta * MAX_ARITY + k] for k in range(len(acc))))
             acc = tuple(cutlass.select_(cta < t.ctas, n, a) for n, a in zip(new, acc))
-        acc = self._block_fold(acc, tidx, FINAL_THREADS)
+        acc = block_fold(acc, self.combine, tidx, FINAL_THREADS)
         if tidx == 0:
             res = self.epilogue(acc, Float32(rows), Float32(total))
             if const_expr(self.rewrite is None):
@@ -187,21 +187,3 @@ class TotalReduce:
                 o[j] = mO.element_type(self.rewrite(Float32(r[j]), stats))
             if e < total:
                 cute.autovec_copy(o, _at(mO, e, t.vec))
-
-    @cute.jit
-    def _block_fold(self, acc: tuple, tidx: Int32, threads: cutlass.Constexpr[int]) -> tuple:
-        """The CTA's fold, valid in thread 0: a warp butterfly, then the warps in order."""
-        acc = warp_reduce(acc, self.combine, WARP)
-        warps = const_expr(threads // WARP)
-        if const_expr(warps > 1):
-            smem = cutlass.memory.SmemAllocator()
-            s = smem.allocate_tensor(Float32, cute.make_layout((warps, MAX_ARITY)), 16)
-            if tidx % WARP == 0:
-                for k in cutlass.range_constexpr(len(acc)):
-                    s[tidx // WARP, k] = acc[k]
-            cute.arch.barrier()
-            folded = tuple(s[0, k] for k in range(len(acc)))
-            for w in cutlass.range_constexpr(1, warps):
-                folded = self.combine(folded, tuple(s[w, k] for k in range(len(acc))))
-            acc = folded
-        return acc

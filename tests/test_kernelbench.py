@@ -105,3 +105,27 @@ def test_list_shows_every_level1_problem(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["list", str(LEVEL1)]) == 0
     out = capsys.readouterr().out
     assert "NOT LOADED" not in out and "5_Matrix_scalar_multiplication" in out and "arg1=3.14" in out
+
+
+def test_a_float64_reference_leaves_the_parameters_and_the_mode_alone(tmp_path: Path) -> None:
+    """The float64 reference once converted the shared model in place, so every later input's
+    weight came out float64 (a kernel then refused it as the candidate's error); and KernelBench
+    runs the model in training mode, where BatchNorm normalizes with the batch's statistics."""
+    f = tmp_path / "bn.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self, c):\n"
+        "        super().__init__()\n        self.bn = nn.BatchNorm2d(c)\n    def forward(self, x):\n"
+        "        return self.bn(x)\n\ndef get_inputs():\n    return [torch.rand(6, 4, 8, 8) * 3 + 5]\n\n"
+        "def get_init_inputs():\n    return [4]\n"
+    )
+    spec = get_op(str(f))
+    gen = torch.Generator().manual_seed(0)
+    ins = spec.make_inputs(6, 8, "float32", gen, "random", "cpu")
+    ref = spec.run_reference([t.double() for t in ins])[0]
+    again = spec.make_inputs(6, 8, "float32", gen, "random", "cpu")
+    assert [t.dtype for t in again] == [torch.float32] * 3
+    x, w, b = (t.double() for t in ins)
+    mean, var = x.mean((0, 2, 3), keepdim=True), x.var((0, 2, 3), unbiased=False, keepdim=True)
+    want = (x - mean) / torch.sqrt(var + 1e-5) * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
+    assert torch.allclose(ref, want, atol=1e-9)  # batch statistics, not the running ones
+    assert not spec.independent_rows

@@ -22,6 +22,8 @@ PATTERN_TEMPLATES = (
     "reference_kernels.strided",
     "reference_kernels.scan",
     "reference_kernels.total",
+    "reference_kernels.norm",
+    "reference_kernels.pool",
 )
 ALLOWED_MODULES = (
     "__future__",

@@ -1,0 +1,365 @@
+"""The grouped-normalization template: statistics of groups too large for one CTA's registers
+(a LayerNorm over (C, H, W), a GroupNorm's channels, a BatchNorm's batch and spatial dims,
+a row of 64K elements), then every element rewritten with its group's statistics.
+
+The input is viewed as (A, G, L): a *segment* is L contiguous elements, group g is the A
+segments (a, g, :). Two modes name which of A and G the batch M sizes:
+- "groups": A = 1, G = M * groups_per_item (LayerNorm, InstanceNorm, GroupNorm, row norms);
+- "segments": A = M, G = groups_per_item (BatchNorm: a channel over the batch).
+
+    stats[g] = finalize(fold(combine, prologue(x, shift) for x in group g), count, shift)
+    out[e] = apply(x[e], stats[g], params at e)
+
+`shift` is the group's first element: a mean and variance folded as sums of (x - shift) and
+(x - shift)^2 lose nothing to cancellation when the mean is far from 0, and the fold stays a
+plain sum (so partial sums of CTAs combine in any grouping). A parameter (a weight, a bias)
+of element (g, l) is read at (g % groups_per_item) * param_mul + l // param_div: a
+LayerNorm's per-element weight (0, 1), a channel's weight in GroupNorm (C/G, H*W) or in
+BatchNorm (1, L).
+
+Three paths, by the group's size, all deterministic:
+- groups of at most `fused_max` elements: one kernel, a CTA a group folds it, then rewrites it
+  (the second read mostly hits L2);
+- groups of one segment up to `row_max` elements whose parameters are constant over the group
+  (an InstanceNorm, a row norm of 64K elements): the row template of `reduce.py`, the group in
+  the registers of a CTA or a cluster, so it is read once and written once;
+- longer groups: three launches on one stream through the caller's workspace (kernel
+  contract, `WORKSPACE`):
+1. `partials`: k CTAs a group, each folding a chunk in order, write one partial each;
+2. `finalize`: a CTA a group folds its k partials in a fixed order into the statistics;
+3. `rewrite`: the same k CTAs a group rewrite their chunks.
+The partition depends on the shape alone: the same bits every run (no atomics). It reads the
+input twice, so its speed of light is 2/3 of a copy's where the groups miss L2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from reference_kernels import reduce as R
+from reference_kernels.reduce import WARP, block_fold, vector_elems
+from reference_kernels.reduce import vector_at as _at
+
+MODES = ("groups", "segments")
+MAX_ARITY = 2  # values a partial (and the statistics) hold
+SLOTS = 1 << 19  # partials the workspace holds: groups x chunks a group
+WORKSPACE = SLOTS * MAX_ARITY
+FINAL_THREADS = 256
+
+
+@dataclass(frozen=True)
+class NormKnobs:
+    num_threads: int = 256
+    vec_bits: int = 128
+    unroll: int = 4  # vectors per thread in flight
+    chunk: int = 32768  # elements of a group one CTA folds and rewrites
+    fused_max: int = 16384  # groups this small: one kernel, a CTA a group
+    row_max: int = 262144  # groups up to this: in registers on the row template (0: never)
+
+
+@dataclass(frozen=True)
+class NormTiling:
+    vec: int
+    num_threads: int
+    unroll: int
+    chunk: int
+    fused: bool
+
+    @property
+    def step(self) -> int:
+        """Elements a CTA moves per unrolled batch of loads."""
+        return self.num_threads * self.vec * self.unroll
+
+
+def resolve_tiling(knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str) -> NormTiling:
+    if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
+        raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
+    if not 1 <= knobs.unroll <= 16:
+        raise ValueError(f"unroll={knobs.unroll} must be 1..16")
+    vec = vector_elems(knobs.vec_bits, widest_bits, seg_len)
+    if knobs.chunk < knobs.num_threads * vec:
+        raise ValueError(f"chunk={knobs.chunk} must hold a vector for each of {knobs.num_threads} threads")
+    fused = mode == "groups" and seg_len <= knobs.fused_max
+    return NormTiling(vec, knobs.num_threads, knobs.unroll, knobs.chunk // vec * vec, fused)
+
+
+class GroupedNorm:
+    """Normalize mX over groups (see the module's docstring); `params` are the tensors `apply`
+    reads at each element (a weight, a bias), in its order."""
+
+    def __init__(
+        self,
+        prologue: Callable,
+        combine: Callable,
+        identity: tuple,
+        finalize: Callable,
+        apply: Callable,
+        mode: str,
+        groups_per_item: int,
+        seg_len: int,
+        param_mul: int = 0,
+        param_div: int = 1,
+        knobs: NormKnobs = NormKnobs(),
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not 1 <= len(identity) <= MAX_ARITY:
+            raise ValueError(f"the folded tuple holds 1..{MAX_ARITY} values, got {len(identity)}")
+        if groups_per_item < 1 or seg_len < 1 or param_div < 1 or param_mul < 0:
+            raise ValueError("groups_per_item, seg_len and param_div must be >= 1, param_mul >= 0")
+        if mode == "segments" and groups_per_item > SLOTS:
+            raise ValueError(f"at most {SLOTS} groups a batch item in segments mode")
+        self.prologue, self.combine, self.identity = prologue, combine, identity
+        self.finalize, self.apply, self.mode = finalize, apply, mode
+        self.gpi, self.seg_len, self.param_mul, self.param_div = groups_per_item, seg_len, param_mul, param_div
+        self.knobs = knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
+        widest = const_expr(max(t.element_type.width for t in (mX, mO)))
+        self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode)
+        t = self.tiling
+        items = Int64(mX.shape[0])
+        if const_expr(self.mode == "groups"):
+            groups = items * self.gpi
+            count = Int64(self.seg_len)
+        else:
+            groups = Int64(self.gpi)
+            count = items * self.seg_len
+        as_rows = const_expr(
+            self.mode == "groups"
+            and not t.fused
+            and self.seg_len <= self.knobs.row_max
+            and (self.param_mul == 0 or self.param_div % self.seg_len == 0)
+            and (len(params) == 0 or self.param_div % self.seg_len == 0)
+        )
+        if const_expr(as_rows):
+            # the tensor as (groups, L) rows
+            rows_layout = cute.make_layout((groups, self.seg_len), stride=(self.seg_len, 1))
+            mX2 = cute.make_tensor(mX.iterator, rows_layout)
+            mO2 = cute.make_tensor(mO.iterator, rows_layout)
+            self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest)
+            copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
+            R.launch_rows(self.rows(mX2, params, mO2, copy), self.row_tiling, Int32(groups), stream)
+        elif const_expr(t.fused):
+            self.fused(mX, params, mO, groups).launch(
+                grid=[Int32(groups), 1, 1], block=[t.num_threads, 1, 1], stream=stream
+            )
+        else:
+            # k chunks a group, as many as the workspace holds partials for
+            k = cutlass.max(cutlass.min((count + t.chunk - 1) // t.chunk, SLOTS // groups), Int64(1))
+            per = ((count + k - 1) // k + t.vec - 1) // t.vec * t.vec
+            grid = Int32(groups * k)
+            self.partials(mX, mW, groups, count, k, per).launch(
+                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+            )
+            self.final(mX, mW, groups, count, k).launch(
+                grid=[Int32(groups), 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream
+            )
+            self.rewrite(mX, params, mO, mW, groups, count, k, per).launch(
+                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+            )
+
+    # ------------------------------------------------------------------ kernels
+
+    @cute.kernel
+    def fused(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, groups: Int64):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        g = Int64(bidx)
+        n = Int64(self.seg_len)
+        shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
+        acc = self._fold(mX, g, Int64(0), n, shift, groups, tidx)
+        acc = block_fold(acc, self.combine, tidx, self.tiling.num_threads)
+        stats = self.finalize(acc, Float32(n), shift)
+        self._rewrite(mX, params, mO, g, Int64(0), n, stats, groups, tidx)
+
+    @cute.kernel
+    def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, copy: cute.TiledCopy):
+        t = self.row_tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sX = R.allocate_staging(smem, t, mX.element_type)
+        scratch = R.allocate_scratch(smem, t, len(self.identity))
+        R.init_cluster_barriers((scratch,), t, tidx)
+        R.for_each_row(t, copy, mX, sX, tidx, 0.0, functools.partial(self._row, mX, params, mO, scratch))
+
+    @cute.jit
+    def _row(self, mX, params: tuple, mO, scratch: R.ReductionScratch, ctx: R.RowContext, tXrX):
+        t = self.row_tiling
+        g = ctx.row
+        shift = Float32(0.0)
+        if ctx.row_ok:
+            shift = Float32(mX[g, 0])
+        acc = tuple(Float32(v) for v in self.identity)
+        for i in cutlass.range_constexpr(cute.size(tXrX)):
+            new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift))
+            if const_expr(t.even_n):
+                acc = new
+            else:  # padding columns are not part of the row
+                acc = tuple(cutlass.select_(ctx.tXcX[i][1] < t.n, x, y) for x, y in zip(new, acc))
+        acc = R.row_reduce(acc, self.combine, t, scratch.at(ctx))
+        stats = self.finalize(acc, Float32(self.seg_len), shift)
+        # parameters constant over the group: one of each, read once
+        ps = []
+        for p in params:
+            v = Float32(0.0)
+            if ctx.row_ok:
+                v = Float32(_at(p, (g % self.gpi) * self.param_mul, 1)[0])
+            ps.append(v)
+        tXrO = cute.make_rmem_tensor_like(tXrX, Float32)
+        for i in cutlass.range_constexpr(cute.size(tXrX)):
+            tXrO[i] = self.apply(Float32(tXrX[i]), stats, tuple(ps))
+        R.store_row(ctx, tXrO.load(), mO)
+
+    @cute.kernel
+    def partials(self, mX: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64, per: Int64):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        g, j = Int64(bidx) // k, Int64(bidx) % k
+        start = j * per
+        shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
+        acc = self._fold(mX, g, start, cutlass.min(start + per, count), shift, groups, tidx)
+        acc = block_fold(acc, self.combine, tidx, self.tiling.num_threads)
+        if tidx == 0:
+            for i in cutlass.range_constexpr(len(acc)):
+                mW[Int64(bidx) * MAX_ARITY + i] = acc[i]
+
+    @cute.kernel
+    def final(self, mX: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        g = Int64(bidx)
+        arity = const_expr(len(self.identity))
+        acc = tuple(Float32(v) for v in self.identity)
+        # thread t folds partials t, t + T, ... in order; then the CTA folds its threads in order
+        for i in cutlass.range(Int32((k + FINAL_THREADS - 1) // FINAL_THREADS), unroll=1):
+            j = Int64(i) * FINAL_THREADS + tidx
+            slot = g * k + cutlass.min(j, k - 1)
+            new = self.combine(acc, tuple(mW[slot * MAX_ARITY + a] for a in range(arity)))
+            acc = tuple(cutlass.select_(j < k, x, y) for x, y in zip(new, acc))
+        acc = block_fold(acc, self.combine, tidx, FINAL_THREADS)
+        shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
+        stats = self.finalize(acc, Float32(count), shift)
+        # over the group's first partial: every thread has read the partials (the fold's barrier)
+        if tidx == 0:
+            for i in cutlass.range_constexpr(len(stats)):
+                mW[g * k * MAX_ARITY + i] = Float32(stats[i])
+
+    @cute.kernel
+    def rewrite(
+        self,
+        mX: cute.Tensor,
+        params: tuple,
+        mO: cute.Tensor,
+        mW: cute.Tensor,
+        groups: Int64,
+        count: Int64,
+        k: Int64,
+        per: Int64,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        g, j = Int64(bidx) // k, Int64(bidx) % k
+        start = j * per
+        stats = tuple(mW[g * k * MAX_ARITY + i] for i in range(MAX_ARITY))
+        self._rewrite(mX, params, mO, g, start, cutlass.min(start + per, count), stats, groups, tidx)
+
+    # ------------------------------------------------------------------ pieces
+
+    @cute.jit
+    def _offset(self, g: Int64, f: Int64, groups: Int64) -> Int64:
+        """Where element f of group g (in its (a, l) order) lies in the tensor."""
+        if const_expr(self.mode == "groups"):
+            return g * self.seg_len + f
+        else:
+            a = f // self.seg_len
+            return (a * groups + g) * self.seg_len + (f - a * self.seg_len)
+
+    @cute.jit
+    def _loads(self, mX: cute.Tensor, g: Int64, start: Int64, stop: Int64, s: Int32, groups: Int64, tidx: Int32):
+        """Batch s of the thread's vectors in [start, stop): all issued before any is used."""
+        t = self.tiling
+        loaded = []
+        for u in cutlass.range_constexpr(t.unroll):
+            f = start + (Int64(s) * t.unroll + u) * (t.num_threads * t.vec) + tidx * t.vec
+            ok = f < stop
+            r = cute.make_rmem_tensor(t.vec, mX.element_type)
+            if ok:
+                cute.autovec_copy(_at(mX, self._offset(g, f, groups), t.vec), r)
+            loaded.append((f, ok, r))
+        return loaded
+
+    @cute.jit
+    def _fold(self, mX: cute.Tensor, g: Int64, start: Int64, stop: Int64, shift: Float32, groups: Int64, tidx):
+        t = self.tiling
+        acc = tuple(Float32(v) for v in self.identity)
+        for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
+            for _, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
+                for e in cutlass.range_constexpr(t.vec):
+                    new = self.combine(acc, self.prologue(Float32(r[e]), shift))
+                    acc = tuple(cutlass.select_(ok, x, y) for x, y in zip(new, acc))
+        return acc
+
+    @cute.jit
+    def _rewrite(
+        self,
+        mX: cute.Tensor,
+        params: tuple,
+        mO: cute.Tensor,
+        g: Int64,
+        start: Int64,
+        stop: Int64,
+        stats: tuple,
+        groups: Int64,
+        tidx,
+    ):
+        t = self.tiling
+        vector_params = const_expr(self.param_div == 1 and self.param_mul % t.vec == 0)
+        for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
+            for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
+                # the element's place in its segment, where a parameter is looked up
+                pos = f if const_expr(self.mode == "groups") else f % self.seg_len
+                base = (g % self.gpi) * self.param_mul
+                pv = []
+                for p in params:
+                    v = cute.make_rmem_tensor(t.vec, p.element_type)
+                    if ok:
+                        if const_expr(vector_params):
+                            cute.autovec_copy(_at(p, base + pos, t.vec), v)
+                        else:
+                            for e in cutlass.range_constexpr(t.vec):
+                                v[e] = _at(p, base + (pos + e) // self.param_div, 1)[0]
+                    pv.append(v)
+                o = cute.make_rmem_tensor(t.vec, mO.element_type)
+                for e in cutlass.range_constexpr(t.vec):
+                    ps = tuple(Float32(v[e]) for v in pv)
+                    o[e] = mO.element_type(self.apply(Float32(r[e]), stats, ps))
+                if ok:
+                    cute.autovec_copy(o, _at(mO, self._offset(g, f, groups), t.vec))
+
+
+# --------------------------------------------------------------------------- mean and variance
+
+
+def shifted_moments(x: Float32, shift: Float32) -> tuple:
+    """(x - shift, (x - shift)^2): summed, the group's mean and variance without cancellation."""
+    d = x - shift
+    return (d, d * d)
+
+
+def mean_rstd(eps: float) -> Callable:
+    """finalize for a mean and variance norm: (mean, 1 / sqrt(biased variance + eps))."""
+
+    def finalize(acc: tuple, count: Float32, shift: Float32) -> tuple:
+        d = acc[0] / count
+        var = cute.arch.fmax(acc[1] / count - d * d, Float32(0.0))
+        return (shift + d, cute.math.rsqrt(var + Float32(eps)))
+
+    return finalize

@@ -1,0 +1,183 @@
+"""The windowed-pooling template: max and average pooling over 1, 2 or 3 spatial dims, with
+torch's kernel, stride, padding and dilation (ceil_mode off).
+
+The input is (M, C, *spatial), contiguous; so is the output. A thread owns one output column
+`ow` of `rows` consecutive output rows (along the second-to-last spatial dim): consecutive
+lanes own consecutive columns, so every load of a warp is one coalesced run of an input row,
+and the overlap of neighbouring windows along the row is served by L1. Along the rows, the
+thread loads each input row its `rows` windows share once and folds it into every window
+that covers it (a 4 x 4 window at stride 1: 7 rows loaded for 4 outputs, not 16).
+
+Max pooling pads with -inf and propagates NaN as torch does; average pooling divides by the
+window's size (count_include_pad, torch's default), or by its elements inside the input, or
+by `divisor_override`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from reference_kernels.reduce import WARP
+from reference_kernels.reduce import vector_at as _at
+
+KINDS = ("max", "avg")
+
+
+@dataclass(frozen=True)
+class PoolKnobs:
+    num_threads: int = 256
+    rows: int | None = None  # output rows a thread computes; None: 4 where windows overlap along rows, else 1
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """Spatial sizes and window parameters, 3-D (a 1-D or 2-D pool has 1s in front)."""
+
+    size: tuple[int, int, int]  # input D, H, W
+    out: tuple[int, int, int]
+    kernel: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    rows: int
+    num_threads: int
+
+    @property
+    def row_blocks(self) -> int:
+        return math.ceil(self.out[1] / self.rows)
+
+    def row_offsets(self) -> list[int]:
+        """Input rows (relative to the first output row's window start) the thread's windows touch."""
+        return sorted(
+            {v * self.stride[1] + k * self.dilation[1] for v in range(self.rows) for k in range(self.kernel[1])}
+        )
+
+
+def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _triple(v: int | tuple, dims: int, name: str) -> tuple[int, int, int]:
+    t = (v,) * dims if isinstance(v, int) else tuple(v)
+    if len(t) != dims or not all(isinstance(x, int) for x in t):
+        raise ValueError(f"{name}={v!r} must be an int or {dims} ints")
+    return (1,) * (3 - dims) + t if name != "padding" else (0,) * (3 - dims) + t
+
+
+def resolve_shape(knobs: PoolKnobs, spatial: tuple[int, ...], kernel, stride, padding, dilation) -> PoolShape:
+    dims = len(spatial)
+    if not 1 <= dims <= 3:
+        raise ValueError(f"pooling over {dims} dims: 1, 2 or 3")
+    if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
+        raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
+    k, s = _triple(kernel, dims, "kernel"), _triple(stride, dims, "stride")
+    p, d = _triple(padding, dims, "padding"), _triple(dilation, dims, "dilation")
+    size = (1,) * (3 - dims) + tuple(spatial)
+    if any(x < 1 for x in (*k, *s, *d)) or any(2 * pp > kk for pp, kk in zip(p, k)):
+        raise ValueError("kernel, stride and dilation must be >= 1, padding at most half the kernel")
+    out = tuple(out_size(*a) for a in zip(size, k, s, p, d))
+    if any(o < 1 for o in out):
+        raise ValueError(f"the window ({k}) does not fit the input {size}")
+    overlap = dims >= 2 and s[1] < k[1] * d[1]
+    rows = knobs.rows or (4 if overlap else 1)
+    if not 1 <= rows <= 16:
+        raise ValueError(f"rows={rows} must be 1..16")
+    return PoolShape(size, out, k, s, p, d, min(rows, out[1]), knobs.num_threads)
+
+
+class Pool:
+    """`kind` pooling of mX (M, C, *spatial) into mO (M, C, *out) over the spatial dims."""
+
+    def __init__(
+        self,
+        kind: str,
+        kernel,
+        stride=None,
+        padding=0,
+        dilation=1,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+        knobs: PoolKnobs = PoolKnobs(),
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        self.kind, self.kernel, self.stride = kind, kernel, stride if stride is not None else kernel
+        self.padding, self.dilation = padding, dilation
+        self.count_include_pad, self.divisor_override, self.knobs = count_include_pad, divisor_override, knobs
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mO: cute.Tensor, stream):
+        spatial = const_expr(tuple(mX.shape[2:]))
+        self.shape = resolve_shape(self.knobs, spatial, self.kernel, self.stride, self.padding, self.dilation)
+        sh = self.shape
+        planes = Int64(mX.shape[0]) * mX.shape[1]  # (n, c) pairs
+        units = planes * sh.out[0] * sh.row_blocks * sh.out[2]
+        grid = Int32((units + sh.num_threads - 1) // sh.num_threads)
+        self.kernel_(mX, mO, units).launch(grid=[grid, 1, 1], block=[sh.num_threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel_(self, mX: cute.Tensor, mO: cute.Tensor, units: Int64):
+        sh = self.shape
+        (D, H, W), (Do, Ho, Wo) = sh.size, sh.out
+        (kd_n, kh_n, kw_n), (sd, sh_, sw) = sh.kernel, sh.stride
+        (pd, ph, pw), (dd, dh, dw) = sh.padding, sh.dilation
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        u = Int64(bidx) * sh.num_threads + tidx
+        ow = u % Wo
+        r = u // Wo
+        oh0 = (r % sh.row_blocks) * sh.rows
+        r = r // sh.row_blocks
+        od = r % Do
+        plane = r // Do
+        live = u < units
+        is_max = const_expr(self.kind == "max")
+        fill = Float32(-math.inf) if const_expr(is_max) else Float32(0.0)
+        acc = [fill for _ in range(sh.rows)]
+        cnt = [Int32(0) for _ in range(sh.rows)]  # elements inside the input (count_include_pad off)
+        offsets = const_expr(sh.row_offsets())
+        iw0 = ow * sw - pw
+        ih0 = oh0 * sh_ - ph
+        for kd in cutlass.range_constexpr(kd_n):
+            idd = od * sd - pd + kd * dd
+            d_ok = live & (idd >= 0) & (idd < D)
+            for o in cutlass.range_constexpr(len(offsets)):
+                ih = ih0 + offsets[o]
+                row_ok = d_ok & (ih >= 0) & (ih < H)
+                base = ((plane * D + idd) * H + ih) * W
+                vals = []
+                for kw in cutlass.range_constexpr(kw_n):
+                    iw = iw0 + kw * dw
+                    ok = row_ok & (iw >= 0) & (iw < W)
+                    v = fill
+                    if ok:
+                        v = Float32(_at(mX, base + iw, 1)[0])
+                    vals.append((ok, v))
+                # fold the row into every window of the thread that covers it
+                for v_i in cutlass.range_constexpr(sh.rows):
+                    kh = const_expr((offsets[o] - v_i * sh_) // dh)
+                    if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
+                        for ok, v in vals:
+                            if const_expr(is_max):
+                                take = (v > acc[v_i]) | (v != v)  # NaN wins, as in torch
+                                acc[v_i] = cutlass.select_(take, v, acc[v_i])
+                            else:
+                                acc[v_i] = acc[v_i] + v
+                                cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))
+        for v_i in cutlass.range_constexpr(sh.rows):
+            oh = oh0 + v_i
+            res = acc[v_i]
+            if const_expr(not is_max):
+                if const_expr(self.divisor_override is not None):
+                    res = res / Float32(self.divisor_override)
+                elif const_expr(self.count_include_pad):
+                    res = res * Float32(1.0 / (kd_n * kh_n * kw_n))
+                else:
+                    res = res / Float32(cnt[v_i])
+            if live & (oh < Ho):
+                _at(mO, ((plane * Do + od) * Ho + oh) * Wo + ow, 1)[0] = mO.element_type(res)

@@ -266,7 +266,9 @@ class GroupedNorm:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        g, j = Int64(bidx) // k, Int64(bidx) % k
+        # chunk-major: the groups' CTAs of one chunk run together, so a per-element parameter
+        # (a LayerNorm's weight over (C, H, W)) comes from HBM once and from L2 for the rest
+        g, j = Int64(bidx) % groups, Int64(bidx) // groups
         start = j * per
         stats = tuple(mW[g * k * MAX_ARITY + i] for i in range(MAX_ARITY))
         self._rewrite(mX, params, mO, g, start, cutlass.min(start + per, count), stats, groups, tidx)

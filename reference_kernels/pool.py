@@ -1,12 +1,14 @@
 """The windowed-pooling template: max and average pooling over 1, 2 or 3 spatial dims, with
 torch's kernel, stride, padding and dilation (ceil_mode off).
 
-The input is (M, C, *spatial), contiguous; so is the output. A thread owns one output column
-`ow` of `rows` consecutive output rows (along the second-to-last spatial dim): consecutive
-lanes own consecutive columns, so every load of a warp is one coalesced run of an input row,
-and the overlap of neighbouring windows along the row is served by L1. Along the rows, the
-thread loads each input row its `rows` windows share once and folds it into every window
-that covers it (a 4 x 4 window at stride 1: 7 rows loaded for 4 outputs, not 16).
+The input is (M, C, *spatial), contiguous; so is the output. A CTA owns `rows` consecutive
+output rows (along the second-to-last spatial dim) of one plane and depth, and a tile of
+`cols` x num_threads columns; a thread owns columns tidx, tidx + num_threads, ... of it.
+Consecutive lanes own consecutive columns, so every load of a warp is one coalesced run of
+an input row, and the overlap of neighbouring windows along the row is served by L1; the
+CTA's row and plane come from one division, not one a thread. Along the rows, the thread
+loads each input row its `rows` windows share once and folds it into every window that
+covers it (a 4 x 4 window at stride 1: 7 rows loaded for 4 outputs, not 16).
 
 Max pooling pads with -inf and propagates NaN as torch does; average pooling divides by the
 window's size (count_include_pad, torch's default), or by its elements inside the input, or
@@ -32,6 +34,7 @@ KINDS = ("max", "avg")
 class PoolKnobs:
     num_threads: int = 256
     rows: int | None = None  # output rows a thread computes; None: 4 where windows overlap along rows, else 1
+    cols: int = 4  # output columns a thread computes, num_threads apart
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,15 @@ class PoolShape:
     dilation: tuple[int, int, int]
     rows: int
     num_threads: int
+    cols: int
 
     @property
     def row_blocks(self) -> int:
         return math.ceil(self.out[1] / self.rows)
+
+    @property
+    def col_tiles(self) -> int:
+        return math.ceil(self.out[2] / (self.num_threads * self.cols))
 
     def row_offsets(self) -> list[int]:
         """Input rows (relative to the first output row's window start) the thread's windows touch."""
@@ -85,9 +93,12 @@ def resolve_shape(knobs: PoolKnobs, spatial: tuple[int, ...], kernel, stride, pa
         raise ValueError(f"the window ({k}) does not fit the input {size}")
     overlap = dims >= 2 and s[1] < k[1] * d[1]
     rows = knobs.rows or (4 if overlap else 1)
-    if not 1 <= rows <= 16:
-        raise ValueError(f"rows={rows} must be 1..16")
-    return PoolShape(size, out, k, s, p, d, min(rows, out[1]), knobs.num_threads)
+    if not 1 <= rows <= 16 or not 1 <= knobs.cols <= 16:
+        raise ValueError(f"rows={rows} and cols={knobs.cols} must be 1..16")
+    # narrow outputs: fewer columns a thread, then fewer threads, so that a CTA is not mostly idle
+    cols = max(1, min(knobs.cols, math.ceil(out[2] / knobs.num_threads)))
+    threads = min(knobs.num_threads, math.ceil(out[2] / WARP) * WARP)
+    return PoolShape(size, out, k, s, p, d, min(rows, out[1]), threads, cols)
 
 
 class Pool:
@@ -116,68 +127,71 @@ class Pool:
         self.shape = resolve_shape(self.knobs, spatial, self.kernel, self.stride, self.padding, self.dilation)
         sh = self.shape
         planes = Int64(mX.shape[0]) * mX.shape[1]  # (n, c) pairs
-        units = planes * sh.out[0] * sh.row_blocks * sh.out[2]
-        grid = Int32((units + sh.num_threads - 1) // sh.num_threads)
-        self.kernel_(mX, mO, units).launch(grid=[grid, 1, 1], block=[sh.num_threads, 1, 1], stream=stream)
+        ctas = planes * sh.out[0] * sh.row_blocks * sh.col_tiles
+        self.kernel_(mX, mO, planes).launch(grid=[Int32(ctas), 1, 1], block=[sh.num_threads, 1, 1], stream=stream)
 
     @cute.kernel
-    def kernel_(self, mX: cute.Tensor, mO: cute.Tensor, units: Int64):
+    def kernel_(self, mX: cute.Tensor, mO: cute.Tensor, planes: Int64):
         sh = self.shape
         (D, H, W), (Do, Ho, Wo) = sh.size, sh.out
         (kd_n, kh_n, kw_n), (sd, sh_, sw) = sh.kernel, sh.stride
         (pd, ph, pw), (dd, dh, dw) = sh.padding, sh.dilation
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        u = Int64(bidx) * sh.num_threads + tidx
-        ow = u % Wo
-        r = u // Wo
+        # the CTA's tile: (plane, od, row block, column tile), the column tile fastest
+        r = Int64(bidx)
+        ct = r % sh.col_tiles
+        r = r // sh.col_tiles
         oh0 = (r % sh.row_blocks) * sh.rows
         r = r // sh.row_blocks
         od = r % Do
         plane = r // Do
-        live = u < units
+        live = plane < planes
         is_max = const_expr(self.kind == "max")
         fill = Float32(-math.inf) if const_expr(is_max) else Float32(0.0)
-        acc = [fill for _ in range(sh.rows)]
-        cnt = [Int32(0) for _ in range(sh.rows)]  # elements inside the input (count_include_pad off)
         offsets = const_expr(sh.row_offsets())
-        iw0 = ow * sw - pw
         ih0 = oh0 * sh_ - ph
-        for kd in cutlass.range_constexpr(kd_n):
-            idd = od * sd - pd + kd * dd
-            d_ok = live & (idd >= 0) & (idd < D)
-            for o in cutlass.range_constexpr(len(offsets)):
-                ih = ih0 + offsets[o]
-                row_ok = d_ok & (ih >= 0) & (ih < H)
-                base = ((plane * D + idd) * H + ih) * W
-                vals = []
-                for kw in cutlass.range_constexpr(kw_n):
-                    iw = iw0 + kw * dw
-                    ok = row_ok & (iw >= 0) & (iw < W)
-                    v = fill
-                    if ok:
-                        v = Float32(_at(mX, base + iw, 1)[0])
-                    vals.append((ok, v))
-                # fold the row into every window of the thread that covers it
-                for v_i in cutlass.range_constexpr(sh.rows):
-                    kh = const_expr((offsets[o] - v_i * sh_) // dh)
-                    if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
-                        for ok, v in vals:
-                            if const_expr(is_max):
-                                take = (v > acc[v_i]) | (v != v)  # NaN wins, as in torch
-                                acc[v_i] = cutlass.select_(take, v, acc[v_i])
-                            else:
-                                acc[v_i] = acc[v_i] + v
-                                cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))
-        for v_i in cutlass.range_constexpr(sh.rows):
-            oh = oh0 + v_i
-            res = acc[v_i]
-            if const_expr(not is_max):
-                if const_expr(self.divisor_override is not None):
-                    res = res / Float32(self.divisor_override)
-                elif const_expr(self.count_include_pad):
-                    res = res * Float32(1.0 / (kd_n * kh_n * kw_n))
-                else:
-                    res = res / Float32(cnt[v_i])
-            if live & (oh < Ho):
-                _at(mO, ((plane * Do + od) * Ho + oh) * Wo + ow, 1)[0] = mO.element_type(res)
+        for c in cutlass.range_constexpr(sh.cols):
+            ow = ct * (sh.num_threads * sh.cols) + c * sh.num_threads + tidx
+            col_ok = live & (ow < Wo)
+            iw0 = ow * sw - pw
+            acc = [fill for _ in range(sh.rows)]
+            cnt = [Int32(0) for _ in range(sh.rows)]  # elements inside the input (count_include_pad off)
+            for kd in cutlass.range_constexpr(kd_n):
+                idd = od * sd - pd + kd * dd
+                d_ok = col_ok & (idd >= 0) & (idd < D)
+                for o in cutlass.range_constexpr(len(offsets)):
+                    ih = ih0 + offsets[o]
+                    row_ok = d_ok & (ih >= 0) & (ih < H)
+                    base = ((plane * D + idd) * H + ih) * W + iw0
+                    vals = []
+                    for kw in cutlass.range_constexpr(kw_n):
+                        iw = iw0 + kw * dw
+                        ok = row_ok & (iw >= 0) & (iw < W)
+                        v = fill
+                        if ok:
+                            v = Float32(_at(mX, base + kw * dw, 1)[0])
+                        vals.append((ok, v))
+                    # fold the row into every window of the thread that covers it
+                    for v_i in cutlass.range_constexpr(sh.rows):
+                        kh = const_expr((offsets[o] - v_i * sh_) // dh)
+                        if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
+                            for ok, v in vals:
+                                if const_expr(is_max):
+                                    take = (v > acc[v_i]) | (v != v)  # NaN wins, as in torch
+                                    acc[v_i] = cutlass.select_(take, v, acc[v_i])
+                                else:
+                                    acc[v_i] = acc[v_i] + v
+                                    cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))
+            for v_i in cutlass.range_constexpr(sh.rows):
+                oh = oh0 + v_i
+                res = acc[v_i]
+                if const_expr(not is_max):
+                    if const_expr(self.divisor_override is not None):
+                        res = res / Float32(self.divisor_override)
+                    elif const_expr(self.count_include_pad):
+                        res = res * Float32(1.0 / (kd_n * kh_n * kw_n))
+                    else:
+                        res = res / Float32(cnt[v_i])
+                if col_ok & (oh < Ho):
+                    _at(mO, ((plane * Do + od) * Ho + oh) * Wo + ow, 1)[0] = mO.element_type(res)

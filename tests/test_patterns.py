@@ -71,6 +71,20 @@ def test_graph_details_reach_the_kernel() -> None:
     fro = patterns.match(_problem(37))
     assert "cute.math.sqrt(acc[0])" in fro.source and "return (x / s[0])" in fro.source
     assert "WORKSPACE = T.WORKSPACE" in fro.source
+    bn = patterns.match(_problem(33)).source  # a channel over the batch: segments of H*W
+    assert '"segments",\n    64,\n    262144,\n    1,\n    262144,' in bn and "N.mean_rstd(1e-05)" in bn
+    gn = patterns.match(_problem(35)).source  # 8 channels a group; a weight per channel
+    assert '"groups",\n    8,\n    2097152,\n    8,\n    262144,' in gn and "* p[0] + p[1]" in gn
+    ln = patterns.match(_problem(40)).source  # a weight per normalized element
+    assert '"groups",\n    1,\n    4194304,\n    0,\n    1,' in ln
+    assert "(x - s[0]) * s[1]\n" in patterns.match(_problem(34)).source  # no affine
+    l1 = patterns.match(_problem(38)).source
+    assert "cute.math.abs(x)" in l1 and "acc[0] * 1.5259021896696422e-05" in l1 and "(x / s[0])" in l1
+    assert "cute.math.sqrt(acc[0])" in patterns.match(_problem(39)).source
+    mp1 = patterns.match(_problem(41)).source
+    assert '"max"' in mp1 and "padding=4" in mp1 and "dilation=3" in mp1
+    ap2 = patterns.match(_problem(45)).source  # stride defaults to the kernel
+    assert '"avg"' in ap2 and "kernel=11" in ap2 and "stride=11" in ap2 and "count_include_pad=True" in ap2
 
 
 @needs_level1
@@ -132,6 +146,55 @@ def test_templates_import_and_allow_knobs() -> None:
     assert T.resolve_tiling(T.TotalKnobs(), 32, 4095).vec == 1  # a "col" operand's vector stays contiguous
     with pytest.raises(ValueError):
         T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)
+
+
+def test_norm_and_pool_shapes_follow_torch() -> None:
+    import torch
+
+    from reference_kernels import norm as N
+    from reference_kernels import pool as P
+
+    assert N.resolve_tiling(N.NormKnobs(), 32, 65535, "groups").vec == 1  # an odd row: scalar loads
+    assert N.resolve_tiling(N.NormKnobs(), 32, 4096, "groups").fused
+    assert not N.resolve_tiling(N.NormKnobs(), 32, 4096, "segments").fused
+    with pytest.raises(ValueError):
+        N.GroupedNorm(N.shifted_moments, None, (0.0, 0.0, 0.0), None, None, "groups", 1, 8)  # arity 3
+    # the output sizes torch gives, dilation and padding included
+    for size, k, s, p, d in [
+        ((37,), 8, 1, 4, 3),
+        ((33, 40), 4, 1, 1, 1),
+        ((9, 17, 20), 3, 2, 1, 3),
+        ((64, 64), 11, 11, 0, 1),
+    ]:
+        x = torch.zeros(1, 1, *size)
+        pool = {1: torch.nn.MaxPool1d, 2: torch.nn.MaxPool2d, 3: torch.nn.MaxPool3d}[len(size)]
+        want = pool(k, s, p, d)(x).shape[2:]
+        got = P.resolve_shape(P.PoolKnobs(), size, k, s, p, d).out
+        assert got[3 - len(size) :] == tuple(want)
+    sh = P.resolve_shape(P.PoolKnobs(), (64, 64), 4, 1, 1, 1)
+    assert sh.rows == 4 and sh.row_offsets() == list(range(7))  # 7 input rows serve 4 output rows
+    assert P.resolve_shape(P.PoolKnobs(), (64, 64), 11, 11, 0, 1).rows == 1  # no overlap: nothing to share
+    assert P.resolve_shape(P.PoolKnobs(), (8, 8, 62), 3, 2, 1, 3).num_threads == 32  # a narrow row, a narrow CTA
+    with pytest.raises(ValueError):
+        P.resolve_shape(P.PoolKnobs(), (8,), 3, 1, 2, 1)  # padding over half the window
+
+
+def test_pooling_and_norms_that_the_templates_do_not_take_say_why(tmp_path: Path) -> None:
+    def problem(name: str, init: str, forward: str, shape: str) -> Path:
+        f = tmp_path / f"{name}.py"
+        f.write_text(
+            "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+            f"        super().__init__()\n        {init}\n    def forward(self, x):\n        return {forward}\n\n"
+            f"def get_inputs():\n    return [torch.rand{shape}]\n\ndef get_init_inputs():\n    return []\n"
+        )
+        return f
+
+    ceil = problem("ceil", "self.p = nn.MaxPool2d(3, 2, ceil_mode=True)", "self.p(x)", "(4, 3, 16, 16)")
+    assert "ceil_mode" in patterns.match(get_op(str(ceil))).reason
+    frozen = problem("frozen", "self.bn = nn.BatchNorm2d(3).eval()", "self.bn(x)", "(4, 3, 8, 8)")
+    assert "eval mode" in patterns.match(get_op(str(frozen))).reason
+    rowsum = problem("rowsum", "pass", "torch.sum(x, dim=-1)", "(4, 3, 8)")
+    assert "without a rewrite" in patterns.match(get_op(str(rowsum))).reason
 
 
 def test_an_l1_norm_over_a_middle_dim_is_a_plain_sum(tmp_path: Path) -> None:

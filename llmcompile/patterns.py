@@ -660,6 +660,38 @@ def _match_pool(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     }
 
 
+_MATMULS = (torch.matmul, torch.mm, torch.mv, operator.matmul)
+
+
+def _match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """A matrix times a vector, (M, K) @ (K, 1) or (K,): each row folded with the vector."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_function" or calls[0].target not in _MATMULS or len(ph) != 2:
+        return None
+    if list(calls[0].args[:2]) != ph or _results(out) != [calls[0]]:
+        return None
+    a, b = (tuple(shapes[n]) for n in ph)
+    if len(a) != 2 or b not in ((a[1], 1), (a[1],)):
+        raise _Unsupported(f"`matmul` of {a} by {b} (the template takes a matrix times a vector)")
+    return {
+        "what": f"a matrix-vector product, rows of {a[1]} folded with the vector",
+        "moments": False,
+        "weighted": True,
+        "prologue": "x * p[0]",
+        "finalize": "acc[0]",
+        "combine": "S.add",
+        "identity": "0.0,",
+        "apply": None,
+        "mode": "groups",
+        "groups_per_item": 1,
+        "seg_len": a[1],
+        "param_mul": 0,
+        "param_div": 1,
+        "norm_params": [spec.tensors[1].name],
+        "x": spec.tensors[0].name,
+    }
+
+
 def _norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
     ph, calls, (out,) = _nodes(gm)
@@ -790,6 +822,9 @@ def match(spec: OpSpec) -> Match | NoMatch:
         gm, given, shapes = _trace(spec)
         params = _launch_params(spec)
         g = _norm_module(spec, gm, given, shapes)
+        if g:
+            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
+        g = _match_gemv(spec, gm, given, shapes)
         if g:
             return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
         p = _match_pool(spec, gm, given, shapes)

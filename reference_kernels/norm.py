@@ -9,6 +9,10 @@ segments (a, g, :). Two modes name which of A and G the batch M sizes:
 
     stats[g] = finalize(fold(combine, prologue(x, shift) for x in group g), count, shift)
     out[e] = apply(x[e], stats[g], params at e)
+    out[g] = stats[g][0]                         (without `apply`: a reduction per group)
+
+With `weighted`, the prologue also takes the parameters' values at the element,
+prologue(x, shift, params): a matrix-vector product is rows folded with x * v[l] and no apply.
 
 `shift` is the group's first element: a mean and variance folded as sums of (x - shift) and
 (x - shift)^2 lose nothing to cancellation when the mean is far from 0, and the fold stays a
@@ -99,13 +103,14 @@ class GroupedNorm:
         combine: Callable,
         identity: tuple,
         finalize: Callable,
-        apply: Callable,
+        apply: Callable | None,
         mode: str,
         groups_per_item: int,
         seg_len: int,
         param_mul: int = 0,
         param_div: int = 1,
         knobs: NormKnobs = NormKnobs(),
+        weighted: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -118,7 +123,7 @@ class GroupedNorm:
         self.prologue, self.combine, self.identity = prologue, combine, identity
         self.finalize, self.apply, self.mode = finalize, apply, mode
         self.gpi, self.seg_len, self.param_mul, self.param_div = groups_per_item, seg_len, param_mul, param_div
-        self.knobs = knobs
+        self.knobs, self.weighted = knobs, weighted
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
@@ -133,7 +138,9 @@ class GroupedNorm:
             groups = Int64(self.gpi)
             count = items * self.seg_len
         as_rows = const_expr(
-            self.mode == "groups"
+            self.apply is not None
+            and not self.weighted
+            and self.mode == "groups"
             and not t.fused
             and self.seg_len <= self.knobs.row_max
             and (self.param_mul == 0 or self.param_div % self.seg_len == 0)
@@ -156,15 +163,16 @@ class GroupedNorm:
             k = cutlass.max(cutlass.min((count + t.chunk - 1) // t.chunk, SLOTS // groups), Int64(1))
             per = ((count + k - 1) // k + t.vec - 1) // t.vec * t.vec
             grid = Int32(groups * k)
-            self.partials(mX, mW, groups, count, k, per).launch(
+            self.partials(mX, params, mW, groups, count, k, per).launch(
                 grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
             )
-            self.final(mX, mW, groups, count, k).launch(
+            self.final(mX, mO, mW, groups, count, k).launch(
                 grid=[Int32(groups), 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream
             )
-            self.rewrite(mX, params, mO, mW, groups, count, k, per).launch(
-                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
-            )
+            if const_expr(self.apply is not None):
+                self.rewrite(mX, params, mO, mW, groups, count, k, per).launch(
+                    grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+                )
 
     # ------------------------------------------------------------------ kernels
 
@@ -175,10 +183,14 @@ class GroupedNorm:
         g = Int64(bidx)
         n = Int64(self.seg_len)
         shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
-        acc = self._fold(mX, g, Int64(0), n, shift, groups, tidx)
+        acc = self._fold(mX, params, g, Int64(0), n, shift, groups, tidx)
         acc = block_fold(acc, self.combine, tidx, self.tiling.num_threads)
         stats = self.finalize(acc, Float32(n), shift)
-        self._rewrite(mX, params, mO, g, Int64(0), n, stats, groups, tidx)
+        if const_expr(self.apply is None):
+            if tidx == 0:
+                _at(mO, g, 1)[0] = mO.element_type(stats[0])
+        else:
+            self._rewrite(mX, params, mO, g, Int64(0), n, stats, groups, tidx)
 
     @cute.kernel
     def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, copy: cute.TiledCopy):
@@ -219,20 +231,22 @@ class GroupedNorm:
         R.store_row(ctx, tXrO.load(), mO)
 
     @cute.kernel
-    def partials(self, mX: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64, per: Int64):
+    def partials(
+        self, mX: cute.Tensor, params: tuple, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64, per: Int64
+    ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         g, j = Int64(bidx) // k, Int64(bidx) % k
         start = j * per
         shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
-        acc = self._fold(mX, g, start, cutlass.min(start + per, count), shift, groups, tidx)
+        acc = self._fold(mX, params, g, start, cutlass.min(start + per, count), shift, groups, tidx)
         acc = block_fold(acc, self.combine, tidx, self.tiling.num_threads)
         if tidx == 0:
             for i in cutlass.range_constexpr(len(acc)):
                 mW[Int64(bidx) * MAX_ARITY + i] = acc[i]
 
     @cute.kernel
-    def final(self, mX: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64):
+    def final(self, mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         g = Int64(bidx)
@@ -247,10 +261,13 @@ class GroupedNorm:
         acc = block_fold(acc, self.combine, tidx, FINAL_THREADS)
         shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
         stats = self.finalize(acc, Float32(count), shift)
-        # over the group's first partial: every thread has read the partials (the fold's barrier)
         if tidx == 0:
-            for i in cutlass.range_constexpr(len(stats)):
-                mW[g * k * MAX_ARITY + i] = Float32(stats[i])
+            if const_expr(self.apply is None):
+                _at(mO, g, 1)[0] = mO.element_type(stats[0])
+            else:
+                # over the group's first partial: every thread has read the partials (the fold's barrier)
+                for i in cutlass.range_constexpr(len(stats)):
+                    mW[g * k * MAX_ARITY + i] = Float32(stats[i])
 
     @cute.kernel
     def rewrite(
@@ -299,15 +316,42 @@ class GroupedNorm:
         return loaded
 
     @cute.jit
-    def _fold(self, mX: cute.Tensor, g: Int64, start: Int64, stop: Int64, shift: Float32, groups: Int64, tidx):
+    def _fold(
+        self, mX: cute.Tensor, params: tuple, g: Int64, start: Int64, stop: Int64, shift: Float32, groups: Int64, tidx
+    ):
         t = self.tiling
         acc = tuple(Float32(v) for v in self.identity)
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
-            for _, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
+            for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
+                pv = self._params_at(params, g, f, ok) if const_expr(self.weighted) else []
                 for e in cutlass.range_constexpr(t.vec):
-                    new = self.combine(acc, self.prologue(Float32(r[e]), shift))
+                    if const_expr(self.weighted):
+                        term = self.prologue(Float32(r[e]), shift, tuple(Float32(v[e]) for v in pv))
+                    else:
+                        term = self.prologue(Float32(r[e]), shift)
+                    new = self.combine(acc, term)
                     acc = tuple(cutlass.select_(ok, x, y) for x, y in zip(new, acc))
         return acc
+
+    @cute.jit
+    def _params_at(self, params: tuple, g: Int64, f: Int64, ok) -> list:
+        """Each parameter's values at the vector of element f of group g (registers)."""
+        t = self.tiling
+        vector_params = const_expr(self.param_div == 1 and self.param_mul % t.vec == 0)
+        # the element's place in its segment, where a parameter is looked up
+        pos = f if const_expr(self.mode == "groups") else f % self.seg_len
+        base = (g % self.gpi) * self.param_mul
+        pv = []
+        for p in params:
+            v = cute.make_rmem_tensor(t.vec, p.element_type)
+            if ok:
+                if const_expr(vector_params):
+                    cute.autovec_copy(_at(p, base + pos, t.vec), v)
+                else:
+                    for e in cutlass.range_constexpr(t.vec):
+                        v[e] = _at(p, base + (pos + e) // self.param_div, 1)[0]
+            pv.append(v)
+        return pv
 
     @cute.jit
     def _rewrite(
@@ -323,22 +367,9 @@ class GroupedNorm:
         tidx,
     ):
         t = self.tiling
-        vector_params = const_expr(self.param_div == 1 and self.param_mul % t.vec == 0)
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
             for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
-                # the element's place in its segment, where a parameter is looked up
-                pos = f if const_expr(self.mode == "groups") else f % self.seg_len
-                base = (g % self.gpi) * self.param_mul
-                pv = []
-                for p in params:
-                    v = cute.make_rmem_tensor(t.vec, p.element_type)
-                    if ok:
-                        if const_expr(vector_params):
-                            cute.autovec_copy(_at(p, base + pos, t.vec), v)
-                        else:
-                            for e in cutlass.range_constexpr(t.vec):
-                                v[e] = _at(p, base + (pos + e) // self.param_div, 1)[0]
-                    pv.append(v)
+                pv = self._params_at(params, g, f, ok)
                 o = cute.make_rmem_tensor(t.vec, mO.element_type)
                 for e in cutlass.range_constexpr(t.vec):
                     ps = tuple(Float32(v[e]) for v in pv)

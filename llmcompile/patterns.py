@@ -692,6 +692,32 @@ def _match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     }
 
 
+def _match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """`F.cross_entropy(logits (M, C), targets (M,))` reduced to a mean or a sum: the rows'
+    losses from the cross-entropy reference kernel, then a whole-tensor fold of them."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].target is not F.cross_entropy or _results(out) != [calls[0]] or len(ph) != 2:
+        return None
+    node = calls[0]
+    if list(node.args[:2]) != ph:
+        return None
+    x, t = (tuple(shapes[n]) for n in ph)
+    kw = dict(node.kwargs)
+    extra = {k: v for k, v in kw.items() if k not in ("reduction", "ignore_index")}
+    if len(node.args) > 2 or any(v not in (None, 0.0) for v in extra.values()):
+        raise _Unsupported(f"`cross_entropy` with {sorted(extra) or 'positional options'}")
+    red = kw.get("reduction", "mean")
+    if len(x) != 2 or t != (x[0],) or given[1].dtype != torch.int64 or red not in ("mean", "sum"):
+        raise _Unsupported(f"`cross_entropy` of {x} and {t} with reduction={red!r}")
+    return {
+        "what": f"cross-entropy over {x[1]} classes, the {red} over rows",
+        "ignore_index": int(kw.get("ignore_index", -100)),
+        "epilogue": "acc[0] / acc[1]" if red == "mean" else "acc[0]",
+        "x": spec.tensors[0].name,
+        "target": spec.tensors[1].name,
+    }
+
+
 def _norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
     ph, calls, (out,) = _nodes(gm)
@@ -824,6 +850,10 @@ def match(spec: OpSpec) -> Match | NoMatch:
         g = _norm_module(spec, gm, given, shapes)
         if g:
             return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
+        ce = _match_cross_entropy(spec, gm, given, shapes)
+        if ce:
+            outs = [t.name for t in spec.outputs]
+            return _rendered("total", ce["what"], spec, params, {**ce, "outputs": outs}, "cross_entropy_total")
         g = _match_gemv(spec, gm, given, shapes)
         if g:
             return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
@@ -863,8 +893,8 @@ def match(spec: OpSpec) -> Match | NoMatch:
     return NoMatch(f"no template matches this graph ({', '.join(ops) or 'no calls'})")
 
 
-def _rendered(pattern: str, summary: str, spec: OpSpec, params: list, ctx: dict) -> Match:
-    jinja = f"candidates/{pattern}.py.j2"
+def _rendered(pattern: str, summary: str, spec: OpSpec, params: list, ctx: dict, jinja_name: str = "") -> Match:
+    jinja = f"candidates/{jinja_name or pattern}.py.j2"
     tensor_params = [p for p in params if p[1] == "cute.Tensor"]
     ctx = {**ctx, "params": params, "tensor_params": tensor_params, "scalar_params": params[len(tensor_params) :]}
     return Match(pattern, summary, prompting.render(jinja, spec=spec, **ctx), jinja, ctx)

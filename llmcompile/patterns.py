@@ -8,6 +8,13 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
   epilogue on its result and, for a norm, an elementwise rewrite of the input with it;
 - scan: one cumsum / cumprod along the last dim (reversed by flips, made exclusive by a
   shifted concatenation, with an elementwise prologue such as a mask);
+- total: a whole tensor folded to a value (losses, a Frobenius norm and its rewrite), and the
+  reduced losses whose rows come first (cross-entropy: the reference kernel's rows' losses;
+  a triplet margin loss: the norm template's), folded by it;
+- norm: statistics of groups then a rewrite (BatchNorm with batch statistics, InstanceNorm,
+  GroupNorm, LayerNorm over trailing dims, x rewritten with a statistic of its last dim), or a
+  value a group (a matrix-vector product: rows folded against the vector);
+- pool: max and average pooling modules over 1-3 spatial dims;
 - softmax / log_softmax along the last dim of a 2-D input: the reference kernels themselves.
 
 A match renders a kernel module (prompts/candidates/*.py.j2) that the judge treats like any
@@ -31,7 +38,7 @@ from llmcompile.ops import OpSpec
 
 @dataclass(frozen=True)
 class Match:
-    pattern: str  # map | strided | scan (the reference_kernels template it instantiates) | softmax | log_softmax
+    pattern: str  # the reference_kernels template it instantiates (map, strided, scan, total, norm, pool) | softmax | log_softmax
     summary: str  # what was matched, in a line
     source: str  # the kernel module
     jinja: str = ""  # the template that wrote it (prompts/candidates/), "" for a reference kernel
@@ -718,6 +725,30 @@ def _match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: 
     }
 
 
+def _match_triplet(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """`nn.TripletMarginLoss` (p = 2) of three (M, D) inputs: each row's loss from its two
+    distances, then their mean or sum."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 3:
+        return None
+    mod = gm.get_submodule(str(calls[0].target))
+    if not isinstance(mod, nn.TripletMarginLoss) or list(calls[0].args[:3]) != ph:
+        return None
+    shape = tuple(shapes[ph[0]])
+    if len(shape) != 2 or any(tuple(shapes[n]) != shape for n in ph) or spec.scalars:
+        raise _Unsupported(f"`TripletMarginLoss` of inputs {[tuple(shapes[n]) for n in ph]}")
+    if float(mod.p) != 2.0 or mod.swap or mod.reduction not in ("mean", "sum"):
+        raise _Unsupported(f"`TripletMarginLoss` with p={mod.p}, swap={mod.swap}, reduction={mod.reduction!r}")
+    return {
+        "what": f"triplet margin loss over rows of {shape[1]}, the {mod.reduction} over rows",
+        "margin": _lit(float(mod.margin)),
+        "eps": _lit(float(mod.eps)),
+        "dim": shape[1],
+        "epilogue": "acc[0] / count" if mod.reduction == "mean" else "acc[0]",
+        "ins": [t.name for t in spec.tensors[:3]],
+    }
+
+
 def _norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
     ph, calls, (out,) = _nodes(gm)
@@ -850,6 +881,10 @@ def match(spec: OpSpec) -> Match | NoMatch:
         g = _norm_module(spec, gm, given, shapes)
         if g:
             return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
+        tr = _match_triplet(spec, gm, given, shapes)
+        if tr:
+            outs = [t.name for t in spec.outputs]
+            return _rendered("total", tr["what"], spec, params, {**tr, "outputs": outs}, "triplet_total")
         ce = _match_cross_entropy(spec, gm, given, shapes)
         if ce:
             outs = [t.name for t in spec.outputs]

@@ -111,6 +111,7 @@ class GroupedNorm:
         param_div: int = 1,
         knobs: NormKnobs = NormKnobs(),
         weighted: bool = False,
+        param_kinds: tuple[str, ...] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -123,7 +124,10 @@ class GroupedNorm:
         self.prologue, self.combine, self.identity = prologue, combine, identity
         self.finalize, self.apply, self.mode = finalize, apply, mode
         self.gpi, self.seg_len, self.param_mul, self.param_div = groups_per_item, seg_len, param_mul, param_div
-        self.knobs, self.weighted = knobs, weighted
+        if any(k not in ("indexed", "full") for k in param_kinds):
+            raise ValueError(f"parameter kinds are 'indexed' or 'full', got {param_kinds}")
+        # "full": a tensor of x's shape, read where x is (a triplet loss's positive and negative)
+        self.knobs, self.weighted, self.param_kinds = knobs, weighted, param_kinds
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
@@ -139,6 +143,7 @@ class GroupedNorm:
             count = items * self.seg_len
         as_rows = const_expr(
             self.apply is not None
+            and "full" not in self.param_kinds
             and not self.weighted
             and self.mode == "groups"
             and not t.fused
@@ -323,7 +328,7 @@ class GroupedNorm:
         acc = tuple(Float32(v) for v in self.identity)
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
             for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
-                pv = self._params_at(params, g, f, ok) if const_expr(self.weighted) else []
+                pv = self._params_at(params, g, f, ok, groups) if const_expr(self.weighted) else []
                 for e in cutlass.range_constexpr(t.vec):
                     if const_expr(self.weighted):
                         term = self.prologue(Float32(r[e]), shift, tuple(Float32(v[e]) for v in pv))
@@ -334,7 +339,7 @@ class GroupedNorm:
         return acc
 
     @cute.jit
-    def _params_at(self, params: tuple, g: Int64, f: Int64, ok) -> list:
+    def _params_at(self, params: tuple, g: Int64, f: Int64, ok, groups: Int64) -> list:
         """Each parameter's values at the vector of element f of group g (registers)."""
         t = self.tiling
         vector_params = const_expr(self.param_div == 1 and self.param_mul % t.vec == 0)
@@ -342,10 +347,13 @@ class GroupedNorm:
         pos = f if const_expr(self.mode == "groups") else f % self.seg_len
         base = (g % self.gpi) * self.param_mul
         pv = []
-        for p in params:
+        for i, p in enumerate(params):
             v = cute.make_rmem_tensor(t.vec, p.element_type)
+            full = const_expr(i < len(self.param_kinds) and self.param_kinds[i] == "full")
             if ok:
-                if const_expr(vector_params):
+                if const_expr(full):
+                    cute.autovec_copy(_at(p, self._offset(g, f, groups), t.vec), v)
+                elif const_expr(vector_params):
                     cute.autovec_copy(_at(p, base + pos, t.vec), v)
                 else:
                     for e in cutlass.range_constexpr(t.vec):
@@ -369,7 +377,7 @@ class GroupedNorm:
         t = self.tiling
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
             for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
-                pv = self._params_at(params, g, f, ok)
+                pv = self._params_at(params, g, f, ok, groups)
                 o = cute.make_rmem_tensor(t.vec, mO.element_type)
                 for e in cutlass.range_constexpr(t.vec):
                     ps = tuple(Float32(v[e]) for v in pv)

@@ -23,7 +23,7 @@ EXPECTED = {
     "log_softmax": [24],
     "strided": [36, 47, 48, 49, 51, 52, 53],
     "scan": [89, 90, 91, 92, 93],
-    "total": [37, 94, 95, 96, 98, 100],
+    "total": [37, 94, 95, 96, 98, 99, 100],
     "norm": [4, 33, 34, 35, 38, 39, 40],
     "pool": [41, 42, 43, 44, 45, 46],
 }
@@ -83,6 +83,8 @@ def test_graph_details_reach_the_kernel() -> None:
     assert "cute.math.sqrt(acc[0])" in patterns.match(_problem(39)).source
     ce = patterns.match(_problem(95)).source  # the rows' losses into the workspace, then their mean
     assert "CE.launch(x, target, losses" in ce and "acc[0] / acc[1]" in ce and "IGNORE_INDEX = -100" in ce
+    tl = patterns.match(_problem(99)).source  # rows of (anchor, positive, negative), then the mean
+    assert 'param_kinds=("full", "full")' in tl and "MARGIN, EPS = 1.0, 1e-06" in tl and "acc[0] / count" in tl
     mv = patterns.match(_problem(4)).source  # rows folded with the vector, a value a row
     assert "weighted=True" in mv and "(x * p[0],)" in mv and "apply = None" in mv and "(in0, (in1,), out" in mv
     mp1 = patterns.match(_problem(41)).source
@@ -110,7 +112,7 @@ def test_builtins_and_unmatched_say_so(tmp_path: Path) -> None:
     assert isinstance(m, patterns.NoMatch) and "sort" in m.reason
 
 
-COMPILED = [5, 12, 19, 88, 36, 48, 51, 89, 91, 92, 93, 37, 94, 96, 98, 100, 4, 33, 34, 35, 38, 40, 41, 43, 45, 95]
+COMPILED = [5, 12, 19, 88, 36, 48, 51, 89, 91, 92, 93, 37, 94, 96, 98, 100, 4, 33, 34, 35, 38, 40, 41, 43, 45, 95, 99]
 
 
 @needs_level1

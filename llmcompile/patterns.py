@@ -555,6 +555,17 @@ def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     }
 
 
+def _only_module(gm: fx.GraphModule, inputs: int) -> tuple[list[fx.Node], nn.Module] | None:
+    """The graph's placeholders and its one module, when the graph is that module called on its
+    `inputs` inputs and returning its result."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != inputs:
+        return None
+    if list(calls[0].args[:inputs]) != ph:
+        return None
+    return ph, gm.get_submodule(str(calls[0].target))
+
+
 _NORM_MODULES = (
     nn.BatchNorm1d,
     nn.BatchNorm2d,
@@ -570,12 +581,10 @@ _NORM_MODULES = (
 def _norm_module(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """A BatchNorm / InstanceNorm / GroupNorm / LayerNorm module applied to the one input:
     its groups and its affine parameters' indexing (see reference_kernels/norm.py)."""
-    ph, calls, (out,) = _nodes(gm)
-    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 1:
+    only = _only_module(gm, 1)
+    if only is None or not isinstance(only[1], _NORM_MODULES):
         return None
-    mod = gm.get_submodule(str(calls[0].target))
-    if not isinstance(mod, _NORM_MODULES):
-        return None
+    ph, mod = only
     shape = tuple(shapes[ph[0]])
     rank = len(shape)
     name = type(mod).__name__
@@ -589,19 +598,18 @@ def _norm_module(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     else:
         if rank < 2 or shape[1] != getattr(mod, "num_features", getattr(mod, "num_channels", None)):
             raise _Unsupported(f"`{name}` of an input {shape}")
+        # BatchNorm and InstanceNorm: the kernel is passed no running statistics to use
+        if isinstance(mod, nn.modules.batchnorm._NormBase) and not mod.training and mod.track_running_stats:
+            raise _Unsupported(f"`{name}` in eval mode (running statistics)")
         c, spatial = shape[1], math.prod(shape[2:])
         if isinstance(mod, nn.GroupNorm):
             g = mod.num_groups
             mode, gpi, seg, mul, div = "groups", g, c // g * spatial, c // g, spatial
             what = f"GroupNorm, {g} groups of {c // g} channels x {spatial}"
         elif isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            if not mod.training and mod.track_running_stats:
-                raise _Unsupported(f"`{name}` in eval mode (running statistics)")
             mode, gpi, seg, mul, div = "segments", c, spatial, 1, spatial
             what = f"BatchNorm with batch statistics, a channel over the batch x {spatial}"
         else:
-            if not mod.training and mod.track_running_stats:
-                raise _Unsupported(f"`{name}` in eval mode (running statistics)")
             mode, gpi, seg, mul, div = "groups", c, spatial, 1, spatial
             what = f"InstanceNorm over {spatial} elements a channel"
     params = [t.name for t in spec.tensors if not t.output][1:]
@@ -638,12 +646,10 @@ _POOL_MODULES = {
 
 def _match_pool(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """A max or average pooling module applied to the one input."""
-    ph, calls, (out,) = _nodes(gm)
-    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 1:
+    only = _only_module(gm, 1)
+    if only is None or type(only[1]) not in _POOL_MODULES:
         return None
-    mod = gm.get_submodule(str(calls[0].target))
-    if type(mod) not in _POOL_MODULES:
-        return None
+    ph, mod = only
     kind, dims = _POOL_MODULES[type(mod)]
     name = type(mod).__name__
     shape = tuple(shapes[ph[0]])
@@ -728,12 +734,10 @@ def _match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: 
 def _match_triplet(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """`nn.TripletMarginLoss` (p = 2) of three (M, D) inputs: each row's loss from its two
     distances, then their mean or sum."""
-    ph, calls, (out,) = _nodes(gm)
-    if len(calls) != 1 or calls[0].op != "call_module" or _results(out) != [calls[0]] or len(ph) != 3:
+    only = _only_module(gm, 3)
+    if only is None or not isinstance(only[1], nn.TripletMarginLoss):
         return None
-    mod = gm.get_submodule(str(calls[0].target))
-    if not isinstance(mod, nn.TripletMarginLoss) or list(calls[0].args[:3]) != ph:
-        return None
+    ph, mod = only
     shape = tuple(shapes[ph[0]])
     if len(shape) != 2 or any(tuple(shapes[n]) != shape for n in ph) or spec.scalars:
         raise _Unsupported(f"`TripletMarginLoss` of inputs {[tuple(shapes[n]) for n in ph]}")
@@ -871,6 +875,17 @@ def _match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
     return op.kind
 
 
+# Graphs that are one call of a known module or function, tried first: (matcher, the template
+# it instantiates, the jinja that writes it when not the template's own)
+_WHOLE_GRAPH = (
+    (_norm_module, "norm", ""),
+    (_match_triplet, "total", "triplet_total"),
+    (_match_cross_entropy, "total", "cross_entropy_total"),
+    (_match_gemv, "norm", ""),
+    (_match_pool, "pool", ""),
+)
+
+
 def match(spec: OpSpec) -> Match | NoMatch:
     """The template this problem's torch program matches, with its kernel; or why none does."""
     if not spec.source_path:
@@ -878,40 +893,28 @@ def match(spec: OpSpec) -> Match | NoMatch:
     try:
         gm, given, shapes = _trace(spec)
         params = _launch_params(spec)
-        g = _norm_module(spec, gm, given, shapes)
-        if g:
-            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
-        tr = _match_triplet(spec, gm, given, shapes)
-        if tr:
-            outs = [t.name for t in spec.outputs]
-            return _rendered("total", tr["what"], spec, params, {**tr, "outputs": outs}, "triplet_total")
-        ce = _match_cross_entropy(spec, gm, given, shapes)
-        if ce:
-            outs = [t.name for t in spec.outputs]
-            return _rendered("total", ce["what"], spec, params, {**ce, "outputs": outs}, "cross_entropy_total")
-        g = _match_gemv(spec, gm, given, shapes)
-        if g:
-            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
-        p = _match_pool(spec, gm, given, shapes)
-        if p:
-            return _rendered("pool", p["what"], spec, params, {**p, "outputs": [t.name for t in spec.outputs]})
+        outs = {"outputs": [t.name for t in spec.outputs]}
+        for matcher, pattern, jinja in _WHOLE_GRAPH:
+            c = matcher(spec, gm, given, shapes)
+            if c:
+                return _rendered(pattern, c["what"], spec, params, {**c, **outs}, jinja)
         rowop = _match_rowop(spec, gm, given, shapes)
         if rowop:
             src = prompting.reference_source(rowop)
             return Match(rowop, f"{rowop} along the last dim: the reference kernel", src)
         m = _match_map(spec, gm, given, shapes)
         if m:
-            ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), "outputs": [t.name for t in spec.outputs]}
+            ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), **outs}
             what = ", ".join(m["ops"]) or "copy"
             return _rendered("map", f"elementwise ({what}) over {', '.join(m['kinds'])} inputs", spec, params, ctx)
         w = _match_total(spec, gm, given, shapes)
         if w:
-            ctx = {**w, "outputs": [t.name for t in spec.outputs]}
+            ctx = {**w, **outs}
             what = f"{w['reduction']} of the whole tensor" + (" then a rewrite of x" if w["rewrite"] else "")
             return _rendered("total", what, spec, params, ctx)
         g = _norm_of_rows(spec, gm, given, shapes)
         if g:
-            return _rendered("norm", g["what"], spec, params, {**g, "outputs": [t.name for t in spec.outputs]})
+            return _rendered("norm", g["what"], spec, params, {**g, **outs})
         s = _match_scan(spec, gm, given, shapes)
         if s:
             how = " reversed" * s["reverse"] + " exclusive" * s["exclusive"]

@@ -70,11 +70,12 @@ def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _triple(v: int | tuple, dims: int, name: str) -> tuple[int, int, int]:
+def _triple(v: int | tuple, dims: int, name: str, fill: int) -> tuple[int, int, int]:
+    """A window parameter over 3 dims: `fill` in front of a 1-D or 2-D pool's."""
     t = (v,) * dims if isinstance(v, int) else tuple(v)
     if len(t) != dims or not all(isinstance(x, int) for x in t):
         raise ValueError(f"{name}={v!r} must be an int or {dims} ints")
-    return (1,) * (3 - dims) + t if name != "padding" else (0,) * (3 - dims) + t
+    return (fill,) * (3 - dims) + t
 
 
 def resolve_shape(knobs: PoolKnobs, spatial: tuple[int, ...], kernel, stride, padding, dilation) -> PoolShape:
@@ -83,8 +84,8 @@ def resolve_shape(knobs: PoolKnobs, spatial: tuple[int, ...], kernel, stride, pa
         raise ValueError(f"pooling over {dims} dims: 1, 2 or 3")
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
-    k, s = _triple(kernel, dims, "kernel"), _triple(stride, dims, "stride")
-    p, d = _triple(padding, dims, "padding"), _triple(dilation, dims, "dilation")
+    k, s = _triple(kernel, dims, "kernel", 1), _triple(stride, dims, "stride", 1)
+    p, d = _triple(padding, dims, "padding", 0), _triple(dilation, dims, "dilation", 1)
     size = (1,) * (3 - dims) + tuple(spatial)
     if any(x < 1 for x in (*k, *s, *d)) or any(2 * pp > kk for pp, kk in zip(p, k)):
         raise ValueError("kernel, stride and dilation must be >= 1, padding at most half the kernel")

@@ -37,6 +37,17 @@ MAX_ARITY = 4
 # fp32 elements of scratch the caller passes: a partial per CTA and slot, then the final values
 WORKSPACE = (MAX_CTAS + 1) * MAX_ARITY
 FINAL_THREADS = 1024
+# A reduced loss whose rows come first (cross-entropy, a triplet loss): one value a row in the
+# scratch after the partials, then the total of those; at most MAX_ROWS rows.
+ROWS_WORKSPACE = 1 << 20
+MAX_ROWS = ROWS_WORKSPACE - WORKSPACE
+
+
+def row_values_and_partials(mW: cute.Tensor, rows) -> tuple[cute.Tensor, cute.Tensor]:
+    """Views of a ROWS_WORKSPACE scratch: `rows` fp32 values a row stage writes, and the
+    partials the total folds them through."""
+    values = cute.make_tensor(mW.iterator + WORKSPACE, cute.make_layout((rows,)))
+    return values, cute.make_tensor(mW.iterator, cute.make_layout((WORKSPACE,)))
 
 
 @dataclass(frozen=True)

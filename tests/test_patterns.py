@@ -34,6 +34,18 @@ def _problem(num: int):
     return get_op(str(path))
 
 
+def _problem_file(tmp_path: Path, name: str, forward: str, shape: str, init: str = "pass") -> Path:
+    """A KernelBench-format file: `init` in Model.__init__, forward(x) returning `forward`, an
+    input of torch.rand`shape`."""
+    f = tmp_path / f"{name}.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        f"        super().__init__()\n        {init}\n    def forward(self, x):\n        return {forward}\n\n"
+        f"def get_inputs():\n    return [torch.rand{shape}]\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
 @needs_level1
 def test_every_file_matches_or_says_why() -> None:
     expected = {n: pattern for pattern, nums in EXPECTED.items() for n in nums}
@@ -102,12 +114,7 @@ def test_knob_variants_render() -> None:
 
 def test_builtins_and_unmatched_say_so(tmp_path: Path) -> None:
     assert isinstance(patterns.match(get_op("softmax")), patterns.NoMatch)
-    f = tmp_path / "sortish.py"
-    f.write_text(
-        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-        "        return torch.sort(x, dim=1)[0]\n\ndef get_inputs():\n    return [torch.rand(8, 64)]\n\n"
-        "def get_init_inputs():\n    return []\n"
-    )
+    f = _problem_file(tmp_path, "sortish", "torch.sort(x, dim=1)[0]", "(8, 64)")
     m = patterns.match(get_op(str(f)))
     assert isinstance(m, patterns.NoMatch) and "sort" in m.reason
 
@@ -186,31 +193,17 @@ def test_norm_and_pool_shapes_follow_torch() -> None:
 
 
 def test_pooling_and_norms_that_the_templates_do_not_take_say_why(tmp_path: Path) -> None:
-    def problem(name: str, init: str, forward: str, shape: str) -> Path:
-        f = tmp_path / f"{name}.py"
-        f.write_text(
-            "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-            f"        super().__init__()\n        {init}\n    def forward(self, x):\n        return {forward}\n\n"
-            f"def get_inputs():\n    return [torch.rand{shape}]\n\ndef get_init_inputs():\n    return []\n"
-        )
-        return f
-
-    ceil = problem("ceil", "self.p = nn.MaxPool2d(3, 2, ceil_mode=True)", "self.p(x)", "(4, 3, 16, 16)")
+    ceil = _problem_file(tmp_path, "ceil", "self.p(x)", "(4, 3, 16, 16)", "self.p = nn.MaxPool2d(3, 2, ceil_mode=True)")
     assert "ceil_mode" in patterns.match(get_op(str(ceil))).reason
-    frozen = problem("frozen", "self.bn = nn.BatchNorm2d(3).eval()", "self.bn(x)", "(4, 3, 8, 8)")
+    frozen = _problem_file(tmp_path, "frozen", "self.bn(x)", "(4, 3, 8, 8)", "self.bn = nn.BatchNorm2d(3).eval()")
     assert "eval mode" in patterns.match(get_op(str(frozen))).reason
-    rowsum = problem("rowsum", "pass", "torch.sum(x, dim=-1)", "(4, 3, 8)")
+    rowsum = _problem_file(tmp_path, "rowsum", "torch.sum(x, dim=-1)", "(4, 3, 8)")
     assert "without a rewrite" in patterns.match(get_op(str(rowsum))).reason
 
 
 def test_an_l1_norm_over_a_middle_dim_is_a_plain_sum(tmp_path: Path) -> None:
     """p=1 sums |x| and takes no root (the strided matcher once took the 2-norm's sqrt for it)."""
-    f = tmp_path / "l1mid.py"
-    f.write_text(
-        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-        "        return torch.norm(x, p=1, dim=1)\n\ndef get_inputs():\n    return [torch.rand(8, 64, 32)]\n\n"
-        "def get_init_inputs():\n    return []\n"
-    )
+    f = _problem_file(tmp_path, "l1mid", "torch.norm(x, p=1, dim=1)", "(8, 64, 32)")
     m = patterns.match(get_op(str(f)))
     assert isinstance(m, patterns.Match) and m.pattern == "strided"
     assert "cute.math.abs(x)" in m.source and "sqrt" not in m.source

@@ -83,8 +83,8 @@ class _PerN:
 # most on the H100: loads in flight per thread, then CTA shape).
 TEMPLATE_KNOBS: dict[str, tuple[str, ...]] = {
     "map": ("unroll=8", "unroll=2", "num_threads=128", "num_threads=512, unroll=2", "vec_bits=64"),
-    "strided": ("unroll=16", "unroll=4", "threads_r=1", "threads_r=8", "num_threads=128", "num_threads=512"),
-    "scan": ("per_thread=8", "per_thread=32", "num_threads=128", "num_threads=512", "prefetch=False"),
+    "strided": ("unroll=2", "unroll=8", "threads_r=1", "threads_r=8", "num_threads=512", "num_threads=128"),
+    "scan": ("per_thread=8", "per_thread=2", "num_threads=128", "num_threads=512", "prefetch=False"),
 }
 
 

@@ -147,9 +147,12 @@ def test_templates_import_and_allow_knobs() -> None:
     assert M.resolve_tiling(M.MapKnobs(), 32, 4095).vec == 1
     assert M.resolve_tiling(M.MapKnobs(), 32, 393216).vec == 4
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 262144, rewrite=True).vec == 1  # 64 values held
-    assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4095, rewrite=False).threads_r == 4
+    scalar = R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4095, rewrite=False)  # an odd inner dim
+    assert (scalar.vec, scalar.num_threads, scalar.threads_r) == (1, R.SCALAR_THREADS, 8)
+    assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 4095, rewrite=True).num_threads == 256
+    assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4096, rewrite=False).threads_r == 4
     t = S.resolve_tiling(S.ScanKnobs(), 32, 32768)
-    assert (t.vec, t.chunk, t.chunks) == (4, 4096, 8)
+    assert (t.vec, t.chunk, t.chunks) == (4, 1024, 32)
     assert S.resolve_tiling(S.ScanKnobs(), 32, 100).num_threads < 256  # a short row uses fewer threads
     with pytest.raises(ValueError):
         M.resolve_tiling(M.MapKnobs(num_threads=100), 32, 4096)

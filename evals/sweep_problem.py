@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         fn(*small, *outs, *vals)
         ok = all(torch.allclose(o.double(), w.double(), rtol=1e-3, atol=1e-3) for o, w in zip(outs, want))
         outs = spec.alloc_outputs(m, n, dtype, "cuda")
-        t = timing.time_calls([lambda o=outs: fn(*full, *o, *vals)])
+        t = timing.time_calls([lambda o=outs, f=fn: f(*full, *o, *vals)])
         bw = timing.tbs(nbytes, t.median_ms)
         print(f"  {knobs or 'default':50s} {bw:.3f} TB/s {100 * bw / sol:5.1f}% {'ok' if ok else 'WRONG'}")
         del outs

@@ -42,6 +42,7 @@ class BenchResult:
     rows: list[BenchRow] = field(default_factory=list)
     copies: dict[str, float] = field(default_factory=dict)  # each copy measured; SOL is the best
     read_tbs: float = 0.0  # read-only stream: the ceiling for ops that write almost nothing
+    graph: bool = True  # False: every implementation timed from eager calls, host time included
 
     def to_json(self) -> dict:
         return {
@@ -49,6 +50,7 @@ class BenchResult:
             "sol_tbs": self.sol_tbs,
             "copies_tbs": self.copies,
             "read_tbs": self.read_tbs,
+            "graph": self.graph,
             "versions": self.versions,
             "rows": [asdict(r) for r in self.rows],
         }
@@ -92,6 +94,7 @@ def bench_one(
     seed: int = 0,
     ceiling_tbs: float | None = None,
     check: Callable[[list[list[torch.Tensor]]], str | None] | None = None,
+    graph: bool = True,
 ) -> list[BenchRow]:
     """Time ours and each baseline on the same rotated input sets. A rate above 1.05x the
     ceiling (the best of copy and read-only bandwidth, when measured) is flagged IMPOSSIBLE.
@@ -114,13 +117,13 @@ def bench_one(
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, calls))
             continue
         try:
-            t = timing.time_calls(calls)
+            t = timing.time_calls(calls, graph=graph)
         except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, f"{type(e).__name__}: {e}"[:200]))
             torch.cuda.synchronize()
             continue
         bw = timing.tbs(nbytes, t.median_ms)
-        notes = [] if t.graph else ["no graph"]
+        notes = [] if t.graph or not graph else ["no graph"]
         if bw > 1.05 * (ceiling_tbs or sol_tbs):
             notes.append("IMPOSSIBLE: above 1.05x the device bandwidth")
         if t.events_disagree:
@@ -143,11 +146,12 @@ def run(
     progress: Callable[[str], None] = print,
     copy_kernel: Callable[[torch.Tensor, torch.Tensor], object] | None = None,
     read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
+    graph: bool = True,
 ) -> BenchResult:
     copies = timing.copy_bandwidths({"cute copy": copy_kernel} if copy_kernel else None)
     sol = max(copies.values())
     read = timing.read_bandwidth(read_probes)
-    result = BenchResult(torch.cuda.get_device_name(0), sol, versions(), copies=copies, read_tbs=read)
+    result = BenchResult(torch.cuda.get_device_name(0), sol, versions(), copies=copies, read_tbs=read, graph=graph)
     progress(
         "device copy bandwidth (SOL): "
         + ", ".join(f"{k} {v:.3f}" for k, v in copies.items())
@@ -157,7 +161,9 @@ def run(
         spec = get_op(op)
         for dtype in dtypes:
             for m, n in shapes:
-                rows = bench_one(spec, functions[op], m, n, dtype, sol, baselines, ceiling_tbs=max(sol, read))
+                rows = bench_one(
+                    spec, functions[op], m, n, dtype, sol, baselines, ceiling_tbs=max(sol, read), graph=graph
+                )
                 result.rows.extend(rows)
                 progress(
                     f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
@@ -170,7 +176,8 @@ def markdown(result: BenchResult) -> str:
     impls = list(dict.fromkeys(r.impl for r in result.rows))
     lines = [
         f"GPU: {result.gpu}; device copy (SOL, best of {', '.join(f'{k} {v:.3f}' for k, v in result.copies.items())}): "
-        f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2",
+        f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2"
+        + ("" if result.graph else "; every call eager, without CUDA graphs (host time included)"),
         "",
         "| op | dtype | M | N | " + " | ".join(f"{i} TB/s" for i in impls) + " | ours % SOL | ours / QuACK |",
         "|---|---|---|---|" + "---|" * len(impls) + "---|---|",

@@ -82,6 +82,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         dict(BY_NAME),
         copy_kernel=copy_probe,
         read_probes=READ_PROBES,
+        graph=not args.no_graph,
     )
     paths = bench.write(result, Path(args.out), args.stem)
     print(bench.markdown(result))
@@ -328,6 +329,30 @@ def _baselines(text: str) -> list[str]:
     return [] if text in ("", "none") else text.split(",")
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from llmcompile import export
+    from llmcompile.harness.artifact import ArtifactError
+
+    out = Path(args.out)
+    try:
+        if Path(args.source).exists():
+            if args.n or args.dtype:
+                raise UsageError("--dtype and --n choose what to compile for an OP; a run's kernel has its own")
+            man = export.export_run(Path(args.source), out)
+        else:
+            man = export.export_op(args.source, args.dtype or "bfloat16", args.n or [], out)
+    except ArtifactError as e:
+        print(f"llmcompile: cannot export: {e}", file=sys.stderr)
+        return 1
+    ns = ", ".join(sorted(man.symbols, key=int))
+    print(f"exported {man.op} ({man.dtype}, N = {ns}) to {out}: {man.library} and manifest.json")
+    print(f"  from torch, without CuTe DSL: from llmcompile.loader import load; fn = load({str(out)!r})")
+    print(
+        f'  from C++ (TVM-FFI): Module::LoadFromFile("{out / man.library}"), functions {", ".join(man.symbols.values())}'
+    )
+    return 0
+
+
 def _llm_args(s: argparse.ArgumentParser, choices: str) -> None:
     s.add_argument("--llm", default="auto", help=choices)
     s.add_argument("--model", help="model name for --llm openai (or LLMCOMPILE_MODEL)")
@@ -404,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--baselines", default="eager,compile,quack,liger", help="comma list of eager,compile,quack,liger or 'none'"
     )
+    s.add_argument(
+        "--no-graph", action="store_true", help="time eager calls (host time included), not CUDA graph replays"
+    )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")
     s.set_defaults(fn=cmd_bench)
@@ -430,10 +458,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="run candidate code without the OS sandbox where none can start (recorded in the run)",
     )
     s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser(
+        "export",
+        help="write a kernel as a shared library + manifest that loads without CuTe DSL",
+        description="SOURCE: a built-in op (its reference kernel, compiled for --dtype at each --n) or a run "
+        "directory (its best kernel). Exit code: 0 written, 1 cannot be exported, 2 bad usage.",
+    )
+    s.add_argument("source", help="a built-in op or a run directory (RUN_DIR, RUN_DIR/best or an artifact)")
+    s.add_argument("--out", required=True, help="the artifact directory to write")
+    s.add_argument("--dtype", help="with an op: the dtype (default bfloat16)")
+    s.add_argument("--n", type=int, nargs="+", help="with an op: the row lengths N to compile for")
+    s.set_defaults(fn=cmd_export)
     return p
 
 
-COMMANDS = ("list", "doctor", "bench", "check", "run", "eval")
+COMMANDS = ("list", "doctor", "bench", "check", "run", "eval", "export")
 
 
 def main(argv: list[str] | None = None) -> int:

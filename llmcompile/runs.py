@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmcompile import library
+from llmcompile.harness.artifact import ArtifactError
 from llmcompile.harness.verdict import Verdict
 
 BEST_INIT = '''"""Best kernel of an llmcompile run: `from llmcompile import load; fn = load(this directory)`,
@@ -132,6 +134,10 @@ class RunStore:
         if artifact is not None:  # byte for byte what the judge verified and timed
             shutil.rmtree(best / "artifact", ignore_errors=True)
             shutil.copytree(artifact, best / "artifact")
+            try:  # and those objects linked into a library that loads without CuTe DSL
+                library.link(best / "artifact")
+            except (ArtifactError, OSError) as e:
+                meta = {**meta, "library": f"not linked: {e}"}
         (best / "kernel.py").write_text(source)
         (best / "meta.json").write_text(json.dumps(meta, indent=1))
         ident = "".join(c if c.isalnum() else "_" for c in op_name)

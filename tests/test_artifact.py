@@ -112,7 +112,7 @@ def test_judge_writes_the_artifact_and_best_loads_it(tmp_path: Path) -> None:
         store = RunStore(tmp_path / "run")
         best = store.write_best("softmax", (REF / "softmax.py").read_text(), {"op_ref": "softmax"}, v.artifact)
     fn = load(best)  # the judge's temp artifacts are gone: best/ has its own copy
-    assert {n for _, n in fn._compiled} == {1024, 5001} and fn.entry is None
+    assert {n for _, n in fn._compiled} == {1024, 5001} and fn.compiler is None
     with pytest.raises(Exception, match="this artifact has kernels for"):
         fn.compiled("bfloat16", 2048)
 

@@ -8,7 +8,8 @@ no indirect calls, no load-time constructors), renames its entry to ours, and ex
 file. A compromised compile step can therefore change its own kernel, not what runs on the host.
 
 An artifact directory holds `manifest.json` and one `n<N>.o` per N; the GPU worker, `best/` and
-`llmcompile.loader` all load exactly these bytes (`load_functions`).
+`llmcompile.loader` all load exactly these bytes (`load_functions`). `llmcompile.library.link`
+adds a shared library of the same objects that loads without CuTe DSL.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class ArtifactManifest:
     cute_dsl: str = ""
     format: int = FORMAT
     workspace: int = 0  # fp32 scratch elements passed after the outputs (kernel contract, rule 6)
+    library: str = ""  # the objects linked into one shared library (llmcompile.library), if done
+    call: dict[str, Any] = field(default_factory=dict)  # callpath.CallSpec: how to call it, without the op
 
 
 def audit(module: Any) -> list[str]:
@@ -146,6 +149,14 @@ def read(directory: str | Path) -> ArtifactManifest:
     return ArtifactManifest(**data)
 
 
+def checked_bytes(directory: Path, man: ArtifactManifest, name: str) -> bytes:
+    """A file of the artifact, refused unless it matches the hash its manifest records."""
+    data = (directory / name).read_bytes()
+    if sha256(data) != man.sha256.get(name):
+        raise ArtifactError(f"{directory / name} does not match the hash in its manifest")
+    return data
+
+
 def load_functions(directory: str | Path) -> tuple[ArtifactManifest, dict[int, Any]]:
     """The artifact's kernels as callables on torch tensors (inputs, outputs, scalars), by N,
     with their workspace (if any) bound. Each object's hash is checked against the manifest
@@ -162,9 +173,7 @@ def load_functions(directory: str | Path) -> tuple[ArtifactManifest, dict[int, A
         raise ArtifactError(f"{d}: {e}") from None
     fns: dict[int, Any] = {}
     for n, name in man.objects.items():
-        path = d / name
-        if sha256(path.read_bytes()) != man.sha256.get(name):
-            raise ArtifactError(f"{path} does not match the hash in its manifest")
-        module = cutlass.runtime.load_module(str(path), enable_tvm_ffi=True)
+        checked_bytes(d, man, name)
+        module = cutlass.runtime.load_module(str(d / name), enable_tvm_ffi=True)
         fns[int(n)] = contract.with_workspace(getattr(module, man.symbols[n]), len(man.tensors), man.workspace)
     return man, fns

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcompile import contract
+from llmcompile.callpath import CallSpec
 from llmcompile.harness import artifact, memplan, static
 from llmcompile.harness.sandbox import sandbox
 from llmcompile.harness.verdict import (
@@ -165,8 +166,9 @@ class Judge:
             scalars=list(spec.scalars),
             launches=sealed.payload["launches"],
             source_sha=source_sha(source),
-            cute_dsl=_cute_dsl_version(),
+            cute_dsl=cute_dsl_version(),
             workspace=workspace,
+            call=CallSpec.of(spec).to_json(),
         )
         key = hashlib.sha256(json.dumps([man.source_sha, man.op, dtype, ns]).encode()).hexdigest()[:16]
         return artifact.write(self.artifact_root / key, man, objects)
@@ -264,7 +266,7 @@ class Judge:
         return [v for v in verdicts if v is not None]
 
 
-def _cute_dsl_version() -> str:
+def cute_dsl_version() -> str:
     import importlib.metadata as md
 
     try:

@@ -1,0 +1,315 @@
+"""The torch-facing call of a compiled kernel: `KernelFunction`, what `llmcompile.kernels.softmax`
+and a loaded artifact are.
+
+At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
+little Python as it can: everything that depends only on (dtype, N) is decided once, in a
+`_Plan`, and a call checks only what can differ from call to call (the tensors' shapes, dtypes,
+devices, contiguity and alignment: a few attribute reads each), allocates the outputs and calls
+the TVM-FFI function on the torch tensors (the current stream is taken in C). Any other call
+takes the checked path: full validation, and copies where an input is not contiguous or aligned.
+Under torch.compile a call is traced into the torch.library op, which has a fake implementation.
+
+This module imports torch only: a loaded artifact runs without CuTe DSL.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from llmcompile.ops import DTYPES, OpError, OpSpec, TensorDesc, dtype_name
+
+_LIB = torch.library.Library("llmcompile", "FRAGMENT")
+_ALIGN = 16
+_MAX_ELEMS = 1 << 31  # the kernels index with 32 bits
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """What calling a kernel needs to know of its op: its tensors (inputs, then outputs), its
+    scalars with their defaults, and the dtypes it takes. Built from an OpSpec, or from an
+    artifact's manifest where no OpSpec exists (a loader without the problem's file)."""
+
+    name: str
+    tensors: tuple[TensorDesc, ...]
+    scalars: dict[str, float | int]
+    dtypes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: OpSpec) -> CallSpec:
+        return cls(spec.name, spec.tensors, dict(spec.scalars), tuple(spec.dtypes))
+
+    @property
+    def inputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if not t.output)
+
+    @property
+    def outputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if t.output)
+
+    @property
+    def flat_rows(self) -> bool:
+        return self.tensors[0].dims == ("M", "N")
+
+    def check_problem(self, m: int, n: int, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
+        if m < 1 or n < 1:
+            raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
+        if m * n >= _MAX_ELEMS:
+            raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
+
+    def alloc_outputs(self, m: int, n: int, dtype: str, device: Any) -> list[torch.Tensor]:
+        return [torch.empty(t.shape(m, n), dtype=t.torch_dtype(dtype), device=device) for t in self.outputs]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tensors": [[t.name, list(t.dims), t.dtype, t.output] for t in self.tensors],
+            "scalars": self.scalars,
+            "dtypes": list(self.dtypes),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CallSpec:
+        tensors = tuple(TensorDesc(name, tuple(dims), dt, bool(out)) for name, dims, dt, out in d["tensors"])
+        return cls(d["name"], tensors, dict(d["scalars"]), tuple(d["dtypes"]))
+
+
+def _schema(spec: CallSpec) -> str:
+    parts = [f"Tensor {t.name}" for t in spec.inputs]
+    parts += [f"Tensor(a{i}!) {t.name}" for i, t in enumerate(spec.outputs)]
+    parts += [f"{'int' if isinstance(v, int) else 'float'} {k}" for k, v in spec.scalars.items()]
+    return f"({', '.join(parts)}) -> ()"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A flat-rows op at one (dtype, N): what a fast call needs, decided once."""
+
+    fn: Any
+    n: int
+    rest: tuple[tuple[str, torch.dtype], ...]  # inputs after x: ("MN" | "M" | "N", dtype)
+    outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M"
+    values: tuple[float | int, ...]  # the scalars' defaults, in order
+
+
+def _shaped(outs: list[torch.Tensor], lead: torch.Size) -> torch.Tensor | list[torch.Tensor]:
+    """Flat-rows outputs given back the caller's leading dims."""
+    shaped = [o.reshape(*lead, *o.shape[1:]) if o.dim() == 2 else o.reshape(lead) for o in outs]
+    return shaped[0] if len(shaped) == 1 else shaped
+
+
+def _kind(t: TensorDesc) -> str | None:
+    return {("M", "N"): "MN", ("M",): "M", ("N",): "N"}.get(t.dims)
+
+
+class KernelFunction:
+    """A compiled kernel (one per (dtype, N)) made callable on torch tensors, for one op.
+
+    `compile(dtype, n)` makes a missing kernel (None: only `precompiled` ones exist, as in a
+    loaded artifact). With `op_name` it is also the torch.library op `torch.ops.llmcompile.<op_name>`,
+    which torch.compile calls as one opaque kernel."""
+
+    def __init__(
+        self,
+        spec: CallSpec | OpSpec,
+        compile: Callable[[str, int], Any] | None = None,
+        op_name: str | None = None,
+        precompiled: dict[tuple[str, int], Any] | None = None,
+    ) -> None:
+        self.spec = spec if isinstance(spec, CallSpec) else CallSpec.of(spec)
+        self.compiler = compile
+        self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
+        self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
+        self._lock = threading.Lock()
+        self.op_name = op_name
+        if op_name is not None:
+            _LIB.define(f"{op_name}{_schema(self.spec)}")
+            _LIB.impl(op_name, self._launch, "CUDA")
+            # the op writes its outputs in place and returns nothing: that is its fake too
+            torch.library.register_fake(f"llmcompile::{op_name}", lib=_LIB)(lambda *a, **k: None)
+
+    def compiled(self, dtype: str, n: int) -> Any:
+        key = (dtype, n)
+        with self._lock:
+            if key not in self._compiled:
+                if self.compiler is None:
+                    have = ", ".join(f"{d} N={k}" for d, k in sorted(self._compiled))
+                    raise OpError(f"{self.spec.name}: this artifact has kernels for {have}, not {dtype} N={n}")
+                self._compiled[key] = self.compiler(dtype, n)
+            return self._compiled[key]
+
+    # ------------------------------------------------------------------ the fast call
+
+    def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
+        if torch.compiler.is_compiling():
+            return self._traced_call(inputs, scalars)
+        x = inputs[0]
+        plan = self._plans.get((x.dtype, x.shape[-1])) if x.dim() else None
+        if plan is None or scalars:
+            return self._checked_call(inputs, scalars)
+        n = plan.n
+        m = x.numel() // n
+        if not (0 < m and m * n < _MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
+            return self._checked_call(inputs, scalars)
+        if len(inputs) != len(plan.rest) + 1:
+            return self._checked_call(inputs, scalars)
+        dev = x.device
+        rows = x.dim() == 2  # the common case: no view to make, none to undo
+        ins = [x if rows else x.view(m, n)]
+        for v, (kind, dt) in zip(inputs[1:], plan.rest):
+            if v.dtype != dt or v.device != dev or not v.is_contiguous() or v.data_ptr() % _ALIGN:
+                return self._checked_call(inputs, scalars)
+            if kind == "MN":
+                if v.numel() != m * n or v.shape[-1] != n:
+                    return self._checked_call(inputs, scalars)
+                v = v if v.dim() == 2 else v.view(m, n)
+            elif kind == "M":
+                if v.numel() != m:
+                    return self._checked_call(inputs, scalars)
+                v = v if v.dim() == 1 else v.view(m)
+            elif v.dim() != 1 or v.shape[0] != n:
+                return self._checked_call(inputs, scalars)
+            ins.append(v)
+        # torch.empty_like(x) costs 2.9 us of host time on the H100 machine, torch.empty(shape,
+        # dtype=, device=) 4.8: an output of x's shape and dtype is made like x
+        outs = [
+            torch.empty_like(x) if kind == "like" else x.new_empty((m, n) if kind == "MN" else (m,), dtype=dt)
+            for kind, dt in plan.outs
+        ]
+        if rows:
+            plan.fn(*ins, *outs, *plan.values)
+            return outs[0] if len(outs) == 1 else outs
+        flat = [o.view(m, n) if kind in ("like", "MN") else o for o, (kind, _) in zip(outs, plan.outs)]
+        plan.fn(*ins, *flat, *plan.values)
+        lead = x.shape[:-1]
+        shaped = [o if kind == "like" else o.view(*lead, *o.shape[1:]) for o, (kind, _) in zip(outs, plan.outs)]
+        return shaped[0] if len(shaped) == 1 else shaped
+
+    def _plan(self, dtype: str, n: int) -> None:
+        """Decide once what fast calls at (dtype, N) need; ops whose tensors are not all rows,
+        row vectors or per-row values (fixed-shape problems) always take the checked path."""
+        spec = self.spec
+        kinds = [_kind(t) for t in spec.tensors]
+        if not spec.flat_rows or None in kinds or any(k == "N" for k, t in zip(kinds, spec.tensors) if t.output):
+            return
+        pairs = [(k, t.torch_dtype(dtype)) for k, t in zip(kinds, spec.tensors)]
+        n_in = len(spec.inputs)
+        like_x = (pairs[0][0], pairs[0][1])
+        pairs = pairs[:n_in] + [("like", dt) if (k, dt) == like_x else (k, dt) for k, dt in pairs[n_in:]]
+        fn = self.compiled(dtype, n)
+        self._plans[(DTYPES[dtype], n)] = _Plan(
+            fn, n, tuple(pairs[1:n_in]), tuple(pairs[n_in:]), tuple(spec.scalars.values())
+        )
+
+    # ------------------------------------------------------------------ the checked call
+
+    def _launch(self, *args: torch.Tensor) -> None:
+        """The torch.library op's CUDA implementation (what a compiled graph calls)."""
+        n_in, n_all = len(self.spec.inputs), len(self.spec.tensors)
+        # a graph may hand over a view at an unaligned offset: inputs are copied, outputs are ours
+        ins = [v.clone() if v.data_ptr() % _ALIGN else v for v in args[:n_in]]
+        self._run(ins, list(args[n_in:n_all]), list(args[n_all:]))
+
+    def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor], vals: list) -> None:
+        self.compiled(dtype_name(ins[0].dtype), ins[0].shape[-1])(*ins, *outs, *vals)
+
+    def _traced_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
+        """Under torch.compile: no data pointers and no Python-side compile, only torch ops and
+        the torch.library op (opaque to the compiler, with its fake), so fullgraph=True holds."""
+        spec = self.spec
+        if self.op_name is None:
+            raise OpError(f"{spec.name} is not a torch.library op here: torch.compile cannot call it")
+        x = inputs[0]
+        dtype = dtype_name(x.dtype)
+        n = x.shape[-1]
+        m = x.numel() // n if spec.flat_rows else x.shape[0]
+        ins = []
+        for t, v in zip(spec.inputs, inputs):
+            v = v.contiguous()
+            if spec.flat_rows and t.dims in (("M", "N"), ("M",)):
+                v = v.reshape(t.shape(m, n))
+            ins.append(v)
+        outs = spec.alloc_outputs(m, n, dtype, x.device)
+        vals = [type(v)(scalars.get(k, v)) for k, v in spec.scalars.items()]
+        getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
+        if not spec.flat_rows:
+            return outs[0] if len(outs) == 1 else outs
+        return _shaped(outs, x.shape[:-1])
+
+    def prepare(self, *inputs: torch.Tensor) -> tuple[list[torch.Tensor], int, int, str]:
+        """Validate inputs against the spec; flatten leading dims into M; make them
+        contiguous and 16-byte aligned (copies only where they are not)."""
+        spec = self.spec
+        if len(inputs) != len(spec.inputs):
+            names = ", ".join(t.name for t in spec.inputs)
+            raise OpError(f"{spec.name} takes {len(spec.inputs)} tensors ({names}), got {len(inputs)}")
+        x = inputs[0]
+        if not spec.flat_rows:
+            return self._prepare_fixed(inputs)
+        if x.dim() < 1 or x.shape[-1] == 0:
+            raise OpError(f"{spec.name}: x must have a non-empty last dimension, got shape {tuple(x.shape)}")
+        if not x.is_cuda:
+            raise OpError(f"{spec.name}: tensors must be on a CUDA device, x is on {x.device}")
+        dtype = dtype_name(x.dtype)
+        n = x.shape[-1]
+        m = x.numel() // n
+        spec.check_problem(max(m, 1), n, dtype)
+        out = []
+        for t, v in zip(spec.inputs, inputs):
+            want, expect = t.torch_dtype(dtype), t.shape(m, n)
+            if t.dims in (("M", "N"), ("M",)) and v.numel() == math.prod(expect):
+                v = v.reshape(expect)
+            if tuple(v.shape) != expect or v.dtype != want:
+                raise OpError(
+                    f"{spec.name}: {t.name} must be {want} of shape {expect} "
+                    f"(from x of shape {tuple(x.shape)}), got {v.dtype} {tuple(v.shape)}"
+                )
+            if v.device != x.device:
+                raise OpError(f"{spec.name}: {t.name} is on {v.device}, x on {x.device}")
+            if not v.is_contiguous() or v.data_ptr() % _ALIGN:
+                v = v.contiguous() if not v.is_contiguous() else v.clone()
+            out.append(v)
+        return out, m, n, dtype
+
+    def _prepare_fixed(self, inputs: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], int, int, str]:
+        """Custom ops: every tensor has its problem's shape, with the leading M free."""
+        spec, x = self.spec, inputs[0]
+        if not x.is_cuda:
+            raise OpError(f"{spec.name}: tensors must be on a CUDA device, x is on {x.device}")
+        m, n, dtype = x.shape[0], x.shape[-1], spec.dtypes[0]
+        out = []
+        for t, v in zip(spec.inputs, inputs):
+            expect, want = t.shape(m, n), t.torch_dtype(dtype)
+            if tuple(v.shape) != expect or v.dtype != want:
+                raise OpError(f"{spec.name}: {t.name} must be {want} of shape {expect}, got {v.dtype} {tuple(v.shape)}")
+            if not v.is_contiguous():
+                v = v.contiguous()
+            elif v.data_ptr() % _ALIGN:
+                v = v.clone()
+            out.append(v)
+        return out, m, n, dtype
+
+    def _checked_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
+        unknown = set(scalars) - set(self.spec.scalars)
+        if unknown:
+            raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        lead = inputs[0].shape[:-1]
+        ins, m, n, dtype = self.prepare(*inputs)
+        outs = self.spec.alloc_outputs(m, n, dtype, ins[0].device)
+        if not self.spec.flat_rows:
+            if m > 0:
+                self._run(ins, outs, [])
+            return outs[0] if len(outs) == 1 else outs
+        vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
+        if m > 0:
+            self._run(ins, outs, vals)
+            if (DTYPES[dtype], n) not in self._plans:
+                self._plan(dtype, n)
+        return _shaped(outs, lead)

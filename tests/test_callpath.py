@@ -1,0 +1,93 @@
+"""CPU (CI): what the lean call path decides once per (dtype, N), and what it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from llmcompile.callpath import CallSpec, KernelFunction, _schema
+from llmcompile.ops import OpError, TensorDesc, get_op
+
+
+def test_a_call_spec_round_trips_through_a_manifest() -> None:
+    for op in ("softmax", "rmsnorm", "layernorm", "cross_entropy"):
+        call = CallSpec.of(get_op(op))
+        assert CallSpec.from_json(json.loads(json.dumps(call.to_json()))) == call
+    assert _schema(CallSpec.of(get_op("cross_entropy"))) == (
+        "(Tensor x, Tensor target, Tensor(a0!) loss, int ignore_index) -> ()"
+    )
+
+
+def test_the_plan_holds_what_a_fast_call_checks() -> None:
+    asked: list[tuple[str, int]] = []
+    fn = KernelFunction(get_op("cross_entropy"), lambda dtype, n: asked.append((dtype, n)) or "kernel")
+    fn._plan("bfloat16", 4096)
+    plan = fn._plans[(torch.bfloat16, 4096)]
+    assert asked == [("bfloat16", 4096)] and plan.fn == "kernel"
+    assert plan.rest == (("M", torch.int64),) and plan.outs == (("M", torch.float32),) and plan.values == (-100,)
+    fn._plan("bfloat16", 4096)
+    assert asked == [("bfloat16", 4096)]  # compiled once
+    norm = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
+    norm._plan("float16", 1024)
+    plan = norm._plans[(torch.float16, 1024)]
+    assert plan.rest == (("N", torch.float16),) and plan.outs == (("like", torch.float16),)  # made like x
+
+
+def test_fixed_shape_problems_always_take_the_checked_path() -> None:
+    out = TensorDesc("out", ("M", "3", "N"), None, True)
+    spec = CallSpec("p", (TensorDesc("x", ("M", "3", "N")), out), {}, ("float32",))
+    fn = KernelFunction(spec, lambda dtype, n: "kernel")
+    fn._plan("float32", 8)
+    assert not fn._plans
+
+
+def test_the_checked_path_says_what_is_wrong() -> None:
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
+    with pytest.raises(OpError, match="CUDA device"):
+        fn(torch.randn(4, 8), torch.randn(8))
+    with pytest.raises(OpError, match="takes 2 tensors"):
+        fn(torch.randn(4, 8))
+    with pytest.raises(OpError, match="no argument"):
+        fn(torch.randn(4, 8), torch.randn(8), epsilon=1.0)
+    loaded = KernelFunction(get_op("softmax"), None, precompiled={("bfloat16", 1024): "kernel"})
+    with pytest.raises(OpError, match="has kernels for bfloat16 N=1024, not float32 N=4096"):
+        loaded.compiled("float32", 4096)
+
+
+@pytest.mark.gpu
+def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() -> None:
+    from llmcompile import kernels
+
+    fn = kernels.rmsnorm
+    x = torch.randn(4, 7, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(1024, device="cuda", dtype=torch.bfloat16) + 0.5
+    first = fn(x, w)  # the checked path, which plans
+    assert (torch.bfloat16, 1024) in fn._plans
+    fast = fn(x, w)
+    assert fast.shape == x.shape and torch.equal(first, fast)
+    strided = x.transpose(0, 1).contiguous().transpose(0, 1)  # same values, not contiguous
+    assert torch.equal(fn(strided, w), first)
+    assert torch.equal(fn(x, w, eps=1e-6), first)  # a scalar given: the checked path
+    with pytest.raises(OpError, match="weight"):
+        fn(x, w[:512])
+    with pytest.raises(OpError, match="weight"):
+        fn(x, w.float())
+    ce = kernels.cross_entropy
+    logits = torch.randn(6, 4096, device="cuda", dtype=torch.bfloat16)
+    target = torch.randint(0, 4096, (6,), device="cuda")
+    ce(logits, target)
+    assert torch.equal(ce(logits, target), ce(logits, target.clone()))
+    with pytest.raises(OpError, match="target"):
+        ce(logits, target[:5])  # a short target must not be read past its end
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph_calls_the_op() -> None:
+    from llmcompile import kernels
+
+    x = torch.randn(3, 5, 2048, device="cuda", dtype=torch.bfloat16)
+    want = kernels.softmax(x) * 2
+    got = torch.compile(lambda t: kernels.softmax(t) * 2, fullgraph=True)(x)
+    assert torch.equal(got, want)

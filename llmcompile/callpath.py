@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from llmcompile.ops import DTYPES, OpError, OpSpec, TensorDesc, dtype_name
+from llmcompile.ops import DTYPES, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
 
 _LIB = torch.library.Library("llmcompile", "FRAGMENT")
 _ALIGN = 16
-_MAX_ELEMS = 1 << 31  # the kernels index with 32 bits
+_MAX_ELEMS = 1 << 31  # the kernels index with 32 bits (as HasTensors.check_problem says)
 
 
 @dataclass(frozen=True)
-class CallSpec:
+class CallSpec(HasTensors):
     """What calling a kernel needs to know of its op: its tensors (inputs, then outputs), its
     scalars with their defaults, and the dtypes it takes. Built from an OpSpec, or from an
     artifact's manifest where no OpSpec exists (a loader without the problem's file)."""
@@ -43,29 +43,6 @@ class CallSpec:
     @classmethod
     def of(cls, spec: OpSpec) -> CallSpec:
         return cls(spec.name, spec.tensors, dict(spec.scalars), tuple(spec.dtypes))
-
-    @property
-    def inputs(self) -> tuple[TensorDesc, ...]:
-        return tuple(t for t in self.tensors if not t.output)
-
-    @property
-    def outputs(self) -> tuple[TensorDesc, ...]:
-        return tuple(t for t in self.tensors if t.output)
-
-    @property
-    def flat_rows(self) -> bool:
-        return self.tensors[0].dims == ("M", "N")
-
-    def check_problem(self, m: int, n: int, dtype: str) -> None:
-        if dtype not in self.dtypes:
-            raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
-        if m < 1 or n < 1:
-            raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
-        if m * n >= _MAX_ELEMS:
-            raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
-
-    def alloc_outputs(self, m: int, n: int, dtype: str, device: Any) -> list[torch.Tensor]:
-        return [torch.empty(t.shape(m, n), dtype=t.torch_dtype(dtype), device=device) for t in self.outputs]
 
     def to_json(self) -> dict[str, Any]:
         return {

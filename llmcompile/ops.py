@@ -84,8 +84,41 @@ def bench_shapes(elems: int = BENCH_ELEMS) -> list[tuple[int, int]]:
 InputMaker = Callable[[int, int, str, torch.Generator, str, str], list[torch.Tensor]]
 
 
+class HasTensors:
+    """What an op's tensors say about calling it: shared by `OpSpec` and `callpath.CallSpec`
+    (the call of a loaded artifact, which has no OpSpec)."""
+
+    name: str
+    tensors: tuple[TensorDesc, ...]
+    dtypes: tuple[str, ...]
+
+    @property
+    def flat_rows(self) -> bool:
+        """True when the op's first tensor is (M, N) rows and leading dims flatten into M."""
+        return self.tensors[0].dims == ("M", "N")
+
+    @property
+    def inputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if not t.output)
+
+    @property
+    def outputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(t for t in self.tensors if t.output)
+
+    def alloc_outputs(self, m: int, n: int, dtype: str, device: str) -> list[torch.Tensor]:
+        return [torch.empty(t.shape(m, n), dtype=t.torch_dtype(dtype), device=device) for t in self.outputs]
+
+    def check_problem(self, m: int, n: int, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
+        if m < 1 or n < 1:
+            raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
+        if m * n >= 1 << 31:
+            raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
+
+
 @dataclass(frozen=True)
-class OpSpec:
+class OpSpec(HasTensors):
     name: str
     summary: str
     tensors: tuple[TensorDesc, ...]
@@ -108,28 +141,12 @@ class OpSpec:
     independent_rows: bool = True
 
     @property
-    def flat_rows(self) -> bool:
-        """True when the op's first tensor is (M, N) rows and leading dims flatten into M."""
-        return self.tensors[0].dims == ("M", "N")
-
-    @property
     def ref(self) -> str:
         """How a worker process finds this spec again: a built-in name or a file path."""
         return self.source_path or self.name
 
     def shapes(self) -> list[tuple[int, int]]:
         return list(self.fixed_shapes) if self.fixed_shapes else bench_shapes()
-
-    @property
-    def inputs(self) -> tuple[TensorDesc, ...]:
-        return tuple(t for t in self.tensors if not t.output)
-
-    @property
-    def outputs(self) -> tuple[TensorDesc, ...]:
-        return tuple(t for t in self.tensors if t.output)
-
-    def alloc_outputs(self, m: int, n: int, dtype: str, device: str) -> list[torch.Tensor]:
-        return [torch.empty(t.shape(m, n), dtype=t.torch_dtype(dtype), device=device) for t in self.outputs]
 
     def run_reference(self, inputs: list[torch.Tensor], **scalars: float | int) -> list[torch.Tensor]:
         up = [x.double() if x.is_floating_point() else x for x in inputs]
@@ -144,14 +161,6 @@ class OpSpec:
 
     def tol(self, dtype: str) -> Tolerance:
         return self.tolerance[dtype]
-
-    def check_problem(self, m: int, n: int, dtype: str) -> None:
-        if dtype not in self.dtypes:
-            raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
-        if m < 1 or n < 1:
-            raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
-        if m * n >= 1 << 31:
-            raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
 
 
 # --------------------------------------------------------------------------- input makers

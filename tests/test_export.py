@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,27 @@ def test_an_exported_kernel_loads_in_a_process_without_cute_dsl(exported: Path) 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[('bfloat16', 4096)] softmax ['out']" in done.stdout
     assert "cutlass imported: False" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the C++ loader")
+def test_a_cpp_program_opens_the_library_through_tvm_ffi(exported: Path, tmp_path: Path) -> None:
+    import tvm_ffi.libinfo as ffi
+
+    lib = Path(ffi.find_libtvm_ffi()).parent
+    exe = tmp_path / "load_artifact"
+    includes = [f"-I{ffi.find_include_path()}", f"-I{ffi.find_dlpack_include_path()}"]
+    build = [
+        "g++", "-std=c++17", *includes, str(ROOT / "tests" / "load_artifact.cc"),
+        f"-L{lib}", "-ltvm_ffi", f"-Wl,-rpath,{lib}", "-o", str(exe),
+    ]  # fmt: skip
+    done = subprocess.run(build, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(
+        [str(exe), str(exported / library.LIBRARY), "llmcompile_n4096", "llmcompile_n1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["llmcompile_n4096 found", "llmcompile_n1 missing"]
 
 
 def test_a_run_directory_exports_its_best_kernel(exported: Path, tmp_path: Path) -> None:

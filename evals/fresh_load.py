@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 
-class _NoCuteDSL(importlib.abc.MetaPathFinder):
+class NoCuteDSL(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 - the import protocol's
         if name.split(".")[0] in ("cutlass", "nvidia_cutlass_dsl"):
             raise ImportError(f"{name}: this process runs without CuTe DSL")
@@ -24,7 +24,7 @@ class _NoCuteDSL(importlib.abc.MetaPathFinder):
 
 
 def main(directory: str) -> int:
-    sys.meta_path.insert(0, _NoCuteDSL())
+    sys.meta_path.insert(0, NoCuteDSL())
     import torch
     import torch.nn.functional as F
 

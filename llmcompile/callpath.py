@@ -22,11 +22,10 @@ from typing import Any
 
 import torch
 
-from llmcompile.ops import DTYPES, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
+from llmcompile.ops import DTYPES, MAX_ELEMS, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
 
 _LIB = torch.library.Library("llmcompile", "FRAGMENT")
 _ALIGN = 16
-_MAX_ELEMS = 1 << 31  # the kernels index with 32 bits (as HasTensors.check_problem says)
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ class KernelFunction:
             return self._checked_call(inputs, scalars)
         n = plan.n
         m = x.numel() // n
-        if not (0 < m and m * n < _MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
+        if not (0 < m and m * n < MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
             return self._checked_call(inputs, scalars)
         if len(inputs) != len(plan.rest) + 1:
             return self._checked_call(inputs, scalars)

@@ -32,7 +32,6 @@ def _run_artifact(path: Path) -> Path | None:
 def export_op(op: str, dtype: str, ns: list[int], out: Path) -> ArtifactManifest:
     """The built-in `op`'s reference kernel, compiled for `dtype` at each N, sealed and linked."""
     from llmcompile.harness.compiler import check_launchable, launches_of
-    from llmcompile.harness.judge import cute_dsl_version, source_sha
 
     spec, dtype = get_op(op), dtype_name(dtype)
     if spec.reference_module is None:
@@ -47,23 +46,20 @@ def export_op(op: str, dtype: str, ns: list[int], out: Path) -> ArtifactManifest
     for n in ns:
         fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace)
         check_launchable(launches_of(fn))
-        objects[f"n{n}.o"], launches[str(n)] = artifact.seal(str(fn.ir_module), n)
-    man = ArtifactManifest(
-        op=spec.name,
-        dtype=dtype,
-        objects={str(n): f"n{n}.o" for n in ns},
-        symbols={str(n): artifact.SYMBOL.format(n=n) for n in ns},
-        sha256={name: artifact.sha256(data) for name, data in objects.items()},
-        tensors=[t.name for t in spec.tensors],
-        scalars=list(spec.scalars),
-        launches=launches,
-        source_sha=source_sha(Path(mod.__file__).read_text()),
-        cute_dsl=cute_dsl_version(),
-        workspace=workspace,
-        call=CallSpec.of(spec).to_json(),
+        objects[str(n)], launches[str(n)] = artifact.seal(str(fn.ir_module), n)
+    man, files = artifact.manifest_for(
+        spec.name,
+        dtype,
+        objects,
+        launches,
+        [t.name for t in spec.tensors],
+        list(spec.scalars),
+        Path(mod.__file__).read_text(),
+        workspace,
+        CallSpec.of(spec).to_json(),
     )
     _fresh(out)
-    artifact.write(out, man, objects)
+    artifact.write(out, man, files)
     return library.link(out)
 
 

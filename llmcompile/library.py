@@ -52,21 +52,21 @@ def _tvm_ffi_library() -> Path:
     return Path(tvm_ffi.libinfo.find_libtvm_ffi())
 
 
-def undefined_symbols(path: Path) -> list[str]:
-    """The dynamic symbols `path` needs from elsewhere (nm)."""
+def _dynamic_symbols(path: Path, which: str) -> list[str]:
     nm = shutil.which("nm")
     if nm is None:
         raise ArtifactError("checking a kernel library needs `nm` (binutils)")
-    out = subprocess.run([nm, "-D", "--undefined-only", str(path)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([nm, "-D", which, str(path)], capture_output=True, text=True, check=True).stdout
     return [line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()]
 
 
+def undefined_symbols(path: Path) -> list[str]:
+    """The dynamic symbols `path` needs from elsewhere (nm), without their version tags."""
+    return _dynamic_symbols(path, "--undefined-only")
+
+
 def exported_symbols(path: Path) -> list[str]:
-    nm = shutil.which("nm")
-    if nm is None:
-        raise ArtifactError("checking a kernel library needs `nm` (binutils)")
-    out = subprocess.run([nm, "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
-    return [line.split()[-1] for line in out.splitlines() if line.strip()]
+    return _dynamic_symbols(path, "--defined-only")
 
 
 def link(directory: str | Path) -> ArtifactManifest:

@@ -84,6 +84,9 @@ def bench_shapes(elems: int = BENCH_ELEMS) -> list[tuple[int, int]]:
 InputMaker = Callable[[int, int, str, torch.Generator, str, str], list[torch.Tensor]]
 
 
+MAX_ELEMS = 1 << 31  # the kernels index with 32 bits
+
+
 class HasTensors:
     """What an op's tensors say about calling it: shared by `OpSpec` and `callpath.CallSpec`
     (the call of a loaded artifact, which has no OpSpec)."""
@@ -113,7 +116,7 @@ class HasTensors:
             raise OpError(f"{self.name} does not take {dtype}; it takes {', '.join(self.dtypes)}")
         if m < 1 or n < 1:
             raise OpError(f"{self.name}: M and N must be >= 1, got M={m} N={n}")
-        if m * n >= 1 << 31:
+        if m * n >= MAX_ELEMS:
             raise OpError(f"{self.name}: M*N={m * n} is >= 2^31 elements, past the kernels' 32-bit indexing")
 
 

@@ -19,12 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A fresh interpreter in which CuTe DSL cannot be imported loads the artifact (no GPU: no call).
 NO_CUTE_LOAD = """
-import importlib.abc, sys
-class NoCute(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("cutlass", "nvidia_cutlass_dsl"):
-            raise ImportError(name + " is blocked")
-sys.meta_path.insert(0, NoCute())
+import sys
+from evals.fresh_load import NoCuteDSL
+sys.meta_path.insert(0, NoCuteDSL())
 from llmcompile.loader import load
 fn = load(sys.argv[1])
 print(sorted(fn._compiled), fn.spec.name, [t.name for t in fn.spec.outputs])

@@ -130,6 +130,46 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def cute_dsl_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("nvidia-cutlass-dsl")
+    except md.PackageNotFoundError:
+        return ""
+
+
+def manifest_for(
+    op: str,
+    dtype: str,
+    objects: dict[str, bytes],
+    launches: dict[str, dict[str, list[int]]],
+    tensors: list[str],
+    scalars: list[str],
+    source: str,
+    workspace: int,
+    call: dict[str, Any],
+) -> tuple[ArtifactManifest, dict[str, bytes]]:
+    """The manifest of sealed objects given by N (as str), and the files it names: how the judge
+    and `llmcompile export` both write an artifact."""
+    files = {f"n{n}.o": data for n, data in objects.items()}
+    man = ArtifactManifest(
+        op=op,
+        dtype=dtype,
+        objects={n: f"n{n}.o" for n in objects},
+        symbols={n: SYMBOL.format(n=n) for n in objects},
+        sha256={name: sha256(data) for name, data in files.items()},
+        tensors=tensors,
+        scalars=scalars,
+        launches=launches,
+        source_sha=sha256(source.encode()),
+        cute_dsl=cute_dsl_version(),
+        workspace=workspace,
+        call=call,
+    )
+    return man, files
+
+
 def write(directory: Path, manifest: ArtifactManifest, objects: dict[str, bytes]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for name, data in objects.items():

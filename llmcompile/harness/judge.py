@@ -154,24 +154,20 @@ class Judge:
     def _write_artifact(self, source: str, spec: OpSpec, dtype: str, sealed: JobOutcome, workspace: int) -> Path:
         import base64
 
-        objects = {f"n{n}.o": base64.b64decode(b64) for n, b64 in sealed.payload["objects"].items()}
-        ns = list(sealed.payload["objects"])
-        man = artifact.ArtifactManifest(
-            op=spec.ref,
-            dtype=dtype,
-            objects={n: f"n{n}.o" for n in ns},
-            symbols={n: artifact.SYMBOL.format(n=n) for n in ns},
-            sha256={name: artifact.sha256(data) for name, data in objects.items()},
-            tensors=[t.name for t in spec.tensors],
-            scalars=list(spec.scalars),
-            launches=sealed.payload["launches"],
-            source_sha=source_sha(source),
-            cute_dsl=cute_dsl_version(),
-            workspace=workspace,
-            call=CallSpec.of(spec).to_json(),
+        objects = {n: base64.b64decode(b64) for n, b64 in sealed.payload["objects"].items()}
+        man, files = artifact.manifest_for(
+            spec.ref,
+            dtype,
+            objects,
+            sealed.payload["launches"],
+            [t.name for t in spec.tensors],
+            list(spec.scalars),
+            source,
+            workspace,
+            CallSpec.of(spec).to_json(),
         )
-        key = hashlib.sha256(json.dumps([man.source_sha, man.op, dtype, ns]).encode()).hexdigest()[:16]
-        return artifact.write(self.artifact_root / key, man, objects)
+        key = hashlib.sha256(json.dumps([man.source_sha, man.op, dtype, list(objects)]).encode()).hexdigest()[:16]
+        return artifact.write(self.artifact_root / key, man, files)
 
     def _gpu_job(self, art: str, spec: OpSpec, dtype: str, opts: JudgeOptions, stages: list[str]) -> dict[str, Any]:
         import base64
@@ -264,15 +260,6 @@ class Judge:
             assert v is not None
             v.wall_s = time.perf_counter() - t0  # the batch's wall time: its candidates share workers
         return [v for v in verdicts if v is not None]
-
-
-def cute_dsl_version() -> str:
-    import importlib.metadata as md
-
-    try:
-        return md.version("nvidia-cutlass-dsl")
-    except md.PackageNotFoundError:
-        return ""
 
 
 def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdict:

@@ -6,8 +6,8 @@ the kernel itself takes a few microseconds, so the host's time per call is what 
 For softmax, rmsnorm, layernorm and cross_entropy (bf16): `llmcompile.kernels.<op>` (the lean
 call path), the same reference kernel exported and loaded through TVM-FFI alone
 (`llmcompile.loader`), QuACK and torch eager, in one process on the same inputs. Each figure is
-the median over `--repeats` batches of `--calls` back-to-back calls, wall clock around a
-synchronize, after a warm-up. Then, in a fresh process that cannot import CuTe DSL
+the median over `--repeats` batches of `--calls` back-to-back calls, the functions' batches
+interleaved, wall clock around a synchronize, after a warm-up. Then, in a fresh process that cannot import CuTe DSL
 (`evals.fresh_load`), the time from `load(DIR)` to the first call's result.
 """
 
@@ -32,25 +32,36 @@ OPS = ("softmax", "rmsnorm", "layernorm", "cross_entropy")
 
 
 def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    return interleaved_us({"": fn}, calls, repeats)[""]
+
+
+def interleaved_us(fns: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per call of each function, their batches interleaved (each repeat
+    times every function once, in a rotated order), so that the host's slow spells, which on
+    a shared machine last seconds, fall on all of them alike rather than on whichever ran then."""
+    for fn in fns.values():
+        for _ in range(50):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) * 1e6 / calls)
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) * 1e6 / calls)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="8x1024")
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=21)
     p.add_argument("--out", default=".")
     args = p.parse_args(argv)
     m, n = parse_shape(args.shape)
@@ -80,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                 impls[name] = baselines.BASELINES[name](spec, ins, dict(spec.scalars))
             except baselines.Unavailable as e:
                 rows.setdefault(op, {})[name] = str(e)
-        for name, fn in impls.items():
-            rows.setdefault(op, {})[name] = round(per_call_us(fn, args.calls, args.repeats), 2)
+        for name, us in interleaved_us(impls, args.calls, args.repeats).items():
+            rows.setdefault(op, {})[name] = round(us, 2)
         rows[op]["exported output == kernels output"] = str(same)
         print(op, rows[op], flush=True)
     fresh = {}

@@ -2,8 +2,9 @@
 
     python -m evals.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
 
-Each knob set is a JSON object of RowKnobs fields; '{}' is the default table's choice.
-Every variant is verified against the float64 reference before it is timed.
+Each knob set is a JSON object of RowKnobs fields; '{}' is the default table's choice; 'quack'
+times QuACK's kernel on the same inputs, in the same process. Every variant of ours is verified
+against the float64 reference before it is timed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 import torch
 
-from llmcompile import timing
+from llmcompile import baselines, timing
 from llmcompile.bench import input_sets
 from llmcompile.kernels import reference_function
 from llmcompile.ops import get_op
@@ -32,6 +33,15 @@ def main(argv: list[str]) -> int:
         nbytes = spec.bytes_moved(m, n, dtype)
         sets = input_sets(spec, m, n, dtype)
         for ks in knob_sets or ["{}"]:
+            if ks == "quack":
+                try:
+                    calls = [baselines.quack(spec, list(s), dict(spec.scalars)) for s in sets]
+                except baselines.Unavailable as e:
+                    print(f"{op} {dtype} {m}x{n} quack: {e}")
+                    continue
+                bw = timing.tbs(nbytes, timing.time_calls(calls).median_ms)
+                print(f"{op} {dtype} {m}x{n} {'quack':45s} {bw:.3f} TB/s {100 * bw / sol:5.1f}%")
+                continue
             knobs = RowKnobs(**json.loads(ks))
             fn = reference_function(op, knobs)
             try:

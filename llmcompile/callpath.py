@@ -3,11 +3,12 @@ and a loaded artifact are.
 
 At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
 little Python as it can: everything that depends only on (dtype, N) is decided once, in a
-`_Plan`, and a call checks only what can differ from call to call (the tensors' shapes, dtypes,
-devices, contiguity and alignment: a few attribute reads each), allocates the outputs and calls
-the TVM-FFI function on the torch tensors (the current stream is taken in C). Any other call
-takes the checked path: full validation, and copies where an input is not contiguous or aligned.
-Under torch.compile a call is traced into the torch.library op, which has a fake implementation.
+`_Plan`. A call on rows (a 2-D x) finds its plan, allocates the outputs like the inputs and calls
+the TVM-FFI function itself on the torch tensors (the current stream is taken in C), whose own
+checks, in C, refuse what does not fit (dtypes, shapes, strides, alignment) before the launch; a
+refused call is taken again on the checked path: full validation with clear errors, and copies
+where an input is not contiguous or aligned. Leading dims cost a view each way. Under
+torch.compile a call is traced into the torch.library op, which has a fake implementation.
 
 This module imports torch only: a loaded artifact runs without CuTe DSL.
 """
@@ -68,11 +69,79 @@ def _schema(spec: CallSpec) -> str:
 class _Plan:
     """A flat-rows op at one (dtype, N): what a fast call needs, decided once."""
 
-    fn: Any
+    fn: Any  # the TVM-FFI function itself, no Python wrapper around it
     n: int
     rest: tuple[tuple[str, torch.dtype], ...]  # inputs after x: ("MN" | "M" | "N", dtype)
     outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M"
     values: tuple[float | int, ...]  # the scalars' defaults, in order
+    alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
+    arity: int  # inputs a call takes
+    one: bool  # one output: alloc makes a tensor, not a tuple
+    devices: bool  # several GPUs here: each tensor's device is checked in Python (C checks its type only)
+
+
+def _maker(kind: str, dt: torch.dtype, m_input: int | None) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
+    """One output made the cheapest way torch has: like an input of its shape (torch.empty_like
+    costs 1.8 us of host time on the H100 machine, torch.empty(shape, dtype=, device=) 3.4)."""
+    empty_like = torch.empty_like
+    if kind == "like":
+        return lambda ins: empty_like(ins[0])
+    if kind == "MN":
+        return lambda ins: empty_like(ins[0], dtype=dt)
+    if m_input is not None:
+        return lambda ins: empty_like(ins[m_input], dtype=dt)
+    return lambda ins: ins[0].new_empty((ins[0].shape[0],), dtype=dt)
+
+
+def _allocator(
+    rest: tuple[tuple[str, torch.dtype], ...], outs: tuple[tuple[str, torch.dtype], ...]
+) -> Callable[[tuple[torch.Tensor, ...]], Any]:
+    m_input = next((i + 1 for i, (kind, _) in enumerate(rest) if kind == "M"), None)
+    makers = [_maker(kind, dt, m_input) for kind, dt in outs]
+    if len(makers) == 1:
+        return makers[0]
+    return lambda ins: tuple(mk(ins) for mk in makers)
+
+
+class _NotFast(Exception):
+    """A call the fast function does not take (no rows, too many elements, a wrong count)."""
+
+
+def _fast_function(plan: _Plan) -> Callable[[tuple[torch.Tensor, ...]], Any]:
+    """The whole fast call of one plan as one small function, specialised where it pays (one input
+    and one output of x's shape: softmax), so a call runs as few Python lines as possible."""
+    fn, values, alloc, arity, limit = plan.fn, plan.values, plan.alloc, plan.arity, MAX_ELEMS
+    empty_like = torch.empty_like
+    if arity == 1 and plan.one and plan.outs[0][0] == "like" and not values:
+
+        def rows_like(ins: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            x = ins[0]
+            if len(ins) != 1 or not 0 < x.numel() < limit:
+                raise _NotFast
+            out = empty_like(x)
+            fn(x, out)
+            return out
+
+        return rows_like
+    if plan.one:
+
+        def rows_one(ins: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            if len(ins) != arity or not 0 < ins[0].numel() < limit:
+                raise _NotFast
+            out = alloc(ins)
+            fn(*ins, out, *values)
+            return out
+
+        return rows_one
+
+    def rows_many(ins: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        if len(ins) != arity or not 0 < ins[0].numel() < limit:
+            raise _NotFast
+        outs = alloc(ins)
+        fn(*ins, *outs, *values)
+        return list(outs)
+
+    return rows_many
 
 
 def _shaped(outs: list[torch.Tensor], lead: torch.Size) -> torch.Tensor | list[torch.Tensor]:
@@ -103,8 +172,11 @@ class KernelFunction:
         self.compiler = compile
         self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
+        self._fast: dict[tuple[torch.dtype, int, int], Callable[[tuple[torch.Tensor, ...]], Any]] = {}
         self._lock = threading.Lock()
         self.op_name = op_name
+        # the differentiable call (llmcompile.autograd), taken where an input requires grad
+        self.grad_fn: Callable[..., Any] | None = None
         if op_name is not None:
             _LIB.define(f"{op_name}{_schema(self.spec)}")
             _LIB.impl(op_name, self._launch, "CUDA")
@@ -124,8 +196,28 @@ class KernelFunction:
     # ------------------------------------------------------------------ the fast call
 
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
+        if self.grad_fn is not None and inputs and inputs[0].requires_grad and torch.is_grad_enabled():
+            return self.grad_fn(*inputs, **scalars)
         if torch.compiler.is_compiling():
             return self._traced_call(inputs, scalars)
+        x = inputs[0]
+        try:
+            fast = self._fast.get((x.dtype, x.shape[-1], x.dim()))
+        except IndexError:  # a 0-d x
+            fast = None
+        if fast is None or scalars:
+            return self._rows_call(inputs, scalars)
+        try:
+            return fast(inputs)
+        except (ValueError, TypeError, _NotFast):
+            # the function checks in C what else can differ from call to call (dtypes, devices'
+            # type, shapes, one M across all tensors, strides, 16-byte alignment) and refuses a
+            # call before its launch: that call is taken again on the checked path
+            return self._checked_call(inputs, scalars)
+
+    def _rows_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
+        """Rows with leading dims (viewed as (M, N)), or several GPUs: the plan's call with the
+        checks made in Python; anything else takes the checked path."""
         x = inputs[0]
         plan = self._plans.get((x.dtype, x.shape[-1])) if x.dim() else None
         if plan is None or scalars:
@@ -134,39 +226,28 @@ class KernelFunction:
         m = x.numel() // n
         if not (0 < m and m * n < MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
             return self._checked_call(inputs, scalars)
-        if len(inputs) != len(plan.rest) + 1:
+        if len(inputs) != plan.arity:
             return self._checked_call(inputs, scalars)
         dev = x.device
-        rows = x.dim() == 2  # the common case: no view to make, none to undo
-        ins = [x if rows else x.view(m, n)]
+        ins = [x.view(m, n)]
         for v, (kind, dt) in zip(inputs[1:], plan.rest):
             if v.dtype != dt or v.device != dev or not v.is_contiguous() or v.data_ptr() % _ALIGN:
                 return self._checked_call(inputs, scalars)
             if kind == "MN":
                 if v.numel() != m * n or v.shape[-1] != n:
                     return self._checked_call(inputs, scalars)
-                v = v if v.dim() == 2 else v.view(m, n)
+                v = v.view(m, n)
             elif kind == "M":
                 if v.numel() != m:
                     return self._checked_call(inputs, scalars)
-                v = v if v.dim() == 1 else v.view(m)
+                v = v.view(m)
             elif v.dim() != 1 or v.shape[0] != n:
                 return self._checked_call(inputs, scalars)
             ins.append(v)
-        # torch.empty_like(x) costs 2.9 us of host time on the H100 machine, torch.empty(shape,
-        # dtype=, device=) 4.8: an output of x's shape and dtype is made like x
-        outs = [
-            torch.empty_like(x) if kind == "like" else x.new_empty((m, n) if kind == "MN" else (m,), dtype=dt)
-            for kind, dt in plan.outs
-        ]
-        if rows:
-            plan.fn(*ins, *outs, *plan.values)
-            return outs[0] if len(outs) == 1 else outs
-        flat = [o.view(m, n) if kind in ("like", "MN") else o for o, (kind, _) in zip(outs, plan.outs)]
-        plan.fn(*ins, *flat, *plan.values)
-        lead = x.shape[:-1]
-        shaped = [o if kind == "like" else o.view(*lead, *o.shape[1:]) for o, (kind, _) in zip(outs, plan.outs)]
-        return shaped[0] if len(shaped) == 1 else shaped
+        outs = plan.alloc(tuple(ins))
+        outs = [outs] if plan.one else list(outs)
+        plan.fn(*ins, *outs, *plan.values)
+        return _shaped(outs, x.shape[:-1])
 
     def _plan(self, dtype: str, n: int) -> None:
         """Decide once what fast calls at (dtype, N) need; ops whose tensors are not all rows,
@@ -180,9 +261,23 @@ class KernelFunction:
         like_x = (pairs[0][0], pairs[0][1])
         pairs = pairs[:n_in] + [("like", dt) if (k, dt) == like_x else (k, dt) for k, dt in pairs[n_in:]]
         fn = self.compiled(dtype, n)
-        self._plans[(DTYPES[dtype], n)] = _Plan(
-            fn, n, tuple(pairs[1:n_in]), tuple(pairs[n_in:]), tuple(spec.scalars.values())
+        # CuTe DSL wraps a function with defaults in Python (0.4 us a call): call what it wraps
+        fn = getattr(fn, "__tvm_ffi_object__", lambda: fn)()
+        rest, outs = tuple(pairs[1:n_in]), tuple(pairs[n_in:])
+        plan = _Plan(
+            fn,
+            n,
+            rest,
+            outs,
+            tuple(spec.scalars.values()),
+            _allocator(rest, outs),
+            n_in,
+            len(outs) == 1,
+            torch.cuda.device_count() > 1,
         )
+        self._plans[(DTYPES[dtype], n)] = plan
+        if not plan.devices:
+            self._fast[(DTYPES[dtype], n, 2)] = _fast_function(plan)
 
     # ------------------------------------------------------------------ the checked call
 

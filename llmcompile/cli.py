@@ -234,9 +234,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     def show(info: dict) -> None:
         best = info["best"]
         verdicts = ", ".join(f"{k} {v}" for k, v in sorted(info["verdicts"].items())) or "none yet"
+        # compile-only rounds time nothing: a best there is one that compiled, with no % to show
+        score = "compiled, not timed" if cfg.compile_only else f"{best.min_pct:.1f}% SOL" if best else ""
         console.print(
             f"round {info['round']}/{cfg.rounds} {info['phase']:8s} judged {info['judged']:3d} [{verdicts}] "
-            f"best {f'{best.min_pct:.1f}% SOL ({best.id})' if best else '-'}"
+            f"best {f'{score} ({best.id})' if best else '-'}"
         )
 
     unsafe = args.unsafe_no_sandbox or bool(args.resume and store.sandbox().get("unsafe_no_sandbox"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from llmcompile import contract
+from llmcompile import autograd, contract
 from llmcompile.callpath import KernelFunction
 from llmcompile.harness.compiler import check_launchable, launches_of
 from llmcompile.ops import OpSpec, get_op
@@ -50,6 +50,14 @@ log_softmax = reference_function("log_softmax", register=True)
 rmsnorm = reference_function("rmsnorm", register=True)
 layernorm = reference_function("layernorm", register=True)
 cross_entropy = reference_function("cross_entropy", register=True)
+cross_entropy_fwd = reference_function("cross_entropy_fwd", register=True)
+softmax_bwd = reference_function("softmax_bwd", register=True)
+log_softmax_bwd = reference_function("log_softmax_bwd", register=True)
+cross_entropy_bwd = reference_function("cross_entropy_bwd", register=True)
+# differentiable where x requires grad: the forward kernel saving what the backward kernel reads
+softmax.grad_fn = autograd.softmax
+log_softmax.grad_fn = autograd.log_softmax
+cross_entropy.grad_fn = autograd.cross_entropy
 
 BY_NAME: dict[str, KernelFunction] = {
     "copy": copy,
@@ -58,6 +66,10 @@ BY_NAME: dict[str, KernelFunction] = {
     "rmsnorm": rmsnorm,
     "layernorm": layernorm,
     "cross_entropy": cross_entropy,
+    "cross_entropy_fwd": cross_entropy_fwd,
+    "softmax_bwd": softmax_bwd,
+    "log_softmax_bwd": log_softmax_bwd,
+    "cross_entropy_bwd": cross_entropy_bwd,
 }
 
 

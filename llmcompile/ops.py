@@ -238,6 +238,89 @@ def _ref_cross_entropy(x, target, ignore_index):
     return [F.cross_entropy(x, target, ignore_index=ignore_index, reduction="none").float().double()]
 
 
+# --------------------------------------------------------------------------- backward ops
+# Their inputs come from the forward (its output y, its lse), made here from the forward's own
+# torch op on the same logits, so the gradient is that of a real forward pass.
+
+
+def _softmax_bwd_inputs(log: bool):
+    def make(m, n, dtype, gen, case, device):
+        x = _logits(m, n, "float32", gen, "large" if case == "peaked" else "random", "cpu")
+        y = torch.log_softmax(x, -1) if log else torch.softmax(x, -1)
+        dy = torch.randn(m, n, generator=gen)
+        if case == "large":
+            dy = dy * 1000.0
+        return [dy.to(DTYPES[dtype]).to(device), y.to(DTYPES[dtype]).to(device)]
+
+    return make
+
+
+def _ce_bwd_inputs(m, n, dtype, gen, case, device):
+    x, target = _ce_inputs(m, n, dtype, gen, case, "cpu")
+    lse = torch.logsumexp(x.float(), -1)
+    dloss = torch.randn(m, generator=gen)
+    return [x.to(device), target.to(device), lse.to(device), dloss.to(device)]
+
+
+def _ref_softmax_bwd(dy, y):
+    return [y * (dy - (dy * y).sum(-1, keepdim=True))]
+
+
+def _ref_log_softmax_bwd(dy, y):
+    return [dy - torch.exp(y) * dy.sum(-1, keepdim=True)]
+
+
+def _ref_cross_entropy_fwd(x, target, ignore_index):
+    return [*_ref_cross_entropy(x, target, ignore_index), torch.logsumexp(x, -1)]
+
+
+def _ref_cross_entropy_bwd(x, target, lse, dloss, ignore_index):
+    # lse as the forward stored it (fp32): the gradient of the loss the forward reported
+    p = torch.exp(x - lse[:, None])
+    kept = target != ignore_index
+    onehot = F.one_hot(torch.where(kept, target, 0), x.shape[-1]).to(p.dtype)
+    return [(p - onehot) * torch.where(kept, dloss, 0.0)[:, None]]
+
+
+def _t_softmax_bwd(dy, y):
+    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _t_log_softmax_bwd(dy, y):
+    return torch.ops.aten._log_softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _t_cross_entropy_fwd(x, t, ignore_index):
+    return [F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none"), torch.logsumexp(x.float(), -1)]
+
+
+def _t_cross_entropy_bwd(x, t, lse, dloss, ignore_index):
+    kept = t != ignore_index
+    p = torch.exp(x.float() - lse[:, None])
+    p[torch.arange(x.shape[0], device=x.device), torch.where(kept, t, 0)] -= 1.0
+    return (p * torch.where(kept, dloss, 0.0)[:, None]).to(x.dtype)
+
+
+def _softmax_bwd_spec(log: bool) -> OpSpec:
+    name = "log_softmax_bwd" if log else "softmax_bwd"
+    row = ("M", "N")
+    return OpSpec(
+        name,
+        f"{name[:-4].replace('_', '-')} backward over the last dim, from the forward's output y",
+        (TensorDesc("dy", row), TensorDesc("y", row), TensorDesc("dx", row, output=True)),
+        _ref_log_softmax_bwd if log else _ref_softmax_bwd,
+        _softmax_bwd_inputs(log),
+        cases=("random", "peaked", "large"),
+        reference_module=name,
+        torch_expr=(
+            "dx = dy - torch.exp(y) * dy.sum(-1, keepdim=True)"
+            if log
+            else "dx = y * (dy - (dy * y).sum(-1, keepdim=True))"
+        ),
+        torch_fn=_t_log_softmax_bwd if log else _t_softmax_bwd,
+    )
+
+
 def _t_rmsnorm(x, w, eps):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
@@ -328,6 +411,50 @@ BUILTIN: dict[str, OpSpec] = {
             reference_module="cross_entropy",
             torch_expr="loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none')",
             torch_fn=_t_cross_entropy,
+        ),
+        OpSpec(
+            "cross_entropy_fwd",
+            "per-row cross-entropy loss and log-sum-exp (fp32), the forward a training step runs",
+            (
+                _X,
+                TensorDesc("target", ("M",), "int64"),
+                TensorDesc("loss", ("M",), "float32", output=True),
+                TensorDesc("lse", ("M",), "float32", output=True),
+            ),
+            _ref_cross_entropy_fwd,
+            _ce_inputs,
+            scalars={"ignore_index": -100},
+            cases=("random", "large", "ignore_index"),
+            tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
+            reference_module="cross_entropy_fwd",
+            torch_expr=(
+                "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
+                "lse = torch.logsumexp(x.float(), -1)"
+            ),
+            torch_fn=_t_cross_entropy_fwd,
+        ),
+        _softmax_bwd_spec(log=False),
+        _softmax_bwd_spec(log=True),
+        OpSpec(
+            "cross_entropy_bwd",
+            "cross-entropy backward per row: dlogits from the logits, targets, the forward's lse and dloss",
+            (
+                _X,
+                TensorDesc("target", ("M",), "int64"),
+                TensorDesc("lse", ("M",), "float32"),
+                TensorDesc("dloss", ("M",), "float32"),
+                TensorDesc("dx", ("M", "N"), output=True),
+            ),
+            _ref_cross_entropy_bwd,
+            _ce_bwd_inputs,
+            scalars={"ignore_index": -100},
+            cases=("random", "large", "ignore_index"),
+            reference_module="cross_entropy_bwd",
+            torch_expr=(
+                "dx = ((torch.exp(x.float() - lse[:, None]) - F.one_hot(target, N)) * dloss[:, None]).to(x.dtype), "
+                "0 in rows where target == ignore_index"
+            ),
+            torch_fn=_t_cross_entropy_bwd,
         ),
     )
 }

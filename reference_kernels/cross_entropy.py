@@ -27,11 +27,16 @@ TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((3072, "load"), (None, "regi
 
 
 class CrossEntropy:
+    save_lse = False  # also write each row's log-sum-exp (what the backward needs): cross_entropy_fwd
+
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
         self.knobs = knobs
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, stream):
+        self._launch(mX, mTarget, mLoss, mLoss, ignore_index, stream)  # (no lse: mLse is never written)
+
+    def _launch(self, mX, mTarget, mLoss, mLse, ignore_index, stream) -> None:
         # The template's threads-per-row table. (16 threads a row up to N = 256 paid while the
         # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
@@ -39,11 +44,17 @@ class CrossEntropy:
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         self.from_registers = R.pick(TARGET_LOGIT, self.tiling.n) == "registers"  # type: ignore[arg-type]
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mTarget, mLoss, ignore_index, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(self.kernel(mX, mTarget, mLoss, mLse, ignore_index, copy), self.tiling, mX.shape[0], stream)
 
     @cute.kernel
     def kernel(
-        self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, copy: cute.TiledCopy
+        self,
+        mX: cute.Tensor,
+        mTarget: cute.Tensor,
+        mLoss: cute.Tensor,
+        mLse: cute.Tensor,
+        ignore_index: Int64,
+        copy: cute.TiledCopy,
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
@@ -61,11 +72,11 @@ class CrossEntropy:
             fetch = functools.partial(load_target, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
-        row = functools.partial(self.row, mLoss, ignore_index, scratch_a, scratch_b, target, x_target)
+        row = functools.partial(self.row, mLoss, mLse, ignore_index, scratch_a, scratch_b, target, x_target)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
 
     @cute.jit
-    def row(self, mLoss, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
+    def row(self, mLoss, mLse, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
         t = self.tiling
         x = tXrX.load().to(Float32)
         ignored = target[0] == ignore_index
@@ -75,6 +86,9 @@ class CrossEntropy:
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
+        if cutlass.const_expr(self.save_lse):
+            if ctx.row_ok & ctx.row_leader:
+                mLse[ctx.row] = m + cute.math.log(s, fastmath=True)
         if ctx.row_ok:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:

@@ -35,6 +35,70 @@ def test_the_plan_holds_what_a_fast_call_checks() -> None:
     assert plan.rest == (("N", torch.float16),) and plan.outs == (("like", torch.float16),)  # made like x
 
 
+def test_a_plan_makes_each_output_like_an_input_of_its_shape() -> None:
+    ce = KernelFunction(get_op("cross_entropy"), lambda dtype, n: "kernel")
+    ce._plan("bfloat16", 64)
+    plan = ce._plans[(torch.bfloat16, 64)]
+    logits, target = torch.randn(5, 64, dtype=torch.bfloat16), torch.arange(5)
+    loss = plan.alloc((logits, target))
+    assert plan.one and plan.arity == 2 and loss.shape == (5,) and loss.dtype == torch.float32
+    norm = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
+    norm._plan("float16", 32)
+    x = torch.randn(3, 32, dtype=torch.float16)
+    out = norm._plans[(torch.float16, 32)].alloc((x, torch.ones(32, dtype=torch.float16)))
+    assert out.shape == x.shape and out.dtype == x.dtype and out.data_ptr() != x.data_ptr()
+
+
+class _Recorder:
+    """A stand-in for a compiled function: records its arguments, or refuses them as the C checks do."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.calls: list[tuple] = []
+        self.refuse = refuse
+
+    def __call__(self, *args: object) -> None:
+        self.calls.append(args)
+        if self.refuse:
+            raise ValueError("Mismatched Tensor on argument #0")
+
+
+def test_a_fast_call_hands_the_inputs_its_outputs_and_the_scalars_to_the_function() -> None:
+    rec = _Recorder()
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: rec)
+    fn._plan("float32", 16)
+    x, w = torch.randn(4, 16), torch.randn(16)
+    out = fn(x, w)
+    (args,) = rec.calls
+    assert args[0] is x and args[1] is w and args[2] is out and args[3] == 1e-6
+    assert out.shape == (4, 16) and out.dtype == torch.float32
+
+
+def test_rows_of_one_input_and_one_output_like_it_take_the_shortest_call() -> None:
+    rec = _Recorder()
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: rec)
+    fn._plan("bfloat16", 8)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    out = fn(x)
+    assert rec.calls == [(x, out)] and out.shape == x.shape and out.dtype == x.dtype
+    with pytest.raises(OpError, match="CUDA device"):  # leading dims: the view path, which checks in Python
+        fn(x.view(1, 3, 8))
+    with pytest.raises(OpError, match="no argument"):
+        fn(x, beta=1.0)
+    assert len(rec.calls) == 1
+
+
+def test_a_call_the_function_refuses_is_taken_again_on_the_checked_path() -> None:
+    rec = _Recorder(refuse=True)
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: rec)
+    fn._plan("float32", 16)
+    with pytest.raises(OpError, match="CUDA device"):  # the checked path's word, not the C message
+        fn(torch.randn(4, 16), torch.randn(16))
+    assert len(rec.calls) == 1
+    with pytest.raises(OpError, match="takes 2 tensors"):  # a wrong count never reaches the function
+        fn(torch.randn(4, 16))
+    assert len(rec.calls) == 1
+
+
 def test_fixed_shape_problems_always_take_the_checked_path() -> None:
     out = TensorDesc("out", ("M", "3", "N"), None, True)
     spec = CallSpec("p", (TensorDesc("x", ("M", "3", "N")), out), {}, ("float32",))
@@ -81,6 +145,27 @@ def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() ->
     assert torch.equal(ce(logits, target), ce(logits, target.clone()))
     with pytest.raises(OpError, match="target"):
         ce(logits, target[:5])  # a short target must not be read past its end
+    with pytest.raises(OpError, match="target"):
+        ce(logits, target.int())
+    # rows as they come (2-D): the fast call, whose function checks in C what the checked path
+    # would; what it refuses is taken again on the checked path
+    rows = x.view(-1, 1024)
+    want = fn(rows, w)
+    assert torch.equal(want, first.view(-1, 1024))
+    buf = torch.empty(rows.numel() + 1, device="cuda", dtype=torch.bfloat16)
+    unaligned = buf[1:].view_as(rows)
+    unaligned.copy_(rows)
+    assert unaligned.data_ptr() % 16 and torch.equal(fn(unaligned, w), want)
+    wide = torch.empty(rows.shape[0], 1536, device="cuda", dtype=torch.bfloat16)
+    wide[:, :1024] = rows
+    assert torch.equal(fn(wide[:, :1024], w), want)  # rows 1536 apart
+    assert torch.equal(fn(rows.t().contiguous().t(), w), want)  # column-major
+    with pytest.raises(OpError, match="weight"):
+        fn(rows, w.float())
+    with pytest.raises(OpError, match="weight"):
+        fn(rows, w[:512])
+    with pytest.raises(OpError, match="CUDA device"):
+        fn(rows.cpu(), w)
 
 
 @pytest.mark.gpu

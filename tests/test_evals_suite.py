@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_membound_suite_covers_the_issue() -> None:
     s = load_suite(ROOT / "evals/membound.toml")
     ids = {p.id for p in s.problems}
-    for op in ("softmax", "log_softmax", "rmsnorm", "layernorm", "cross_entropy"):
+    for op in (
+        *("softmax", "log_softmax", "rmsnorm", "layernorm", "cross_entropy"),
+        *("softmax_bwd", "log_softmax_bwd", "cross_entropy_fwd", "cross_entropy_bwd"),
+    ):
         assert {f"{op}-bf16", f"{op}-fp32"} <= ids
     custom = [p for p in s.problems if p.custom]
     assert len(custom) >= 5 and all(Path(p.op).is_file() for p in custom)

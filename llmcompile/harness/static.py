@@ -25,6 +25,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.norm",
     "reference_kernels.pool",
     "reference_kernels.cross_entropy",  # the rows' losses of a reduced cross-entropy
+    "reference_kernels.softmax_bwd",  # a softmax backward, or with log-softmax's combine
 )
 ALLOWED_MODULES = (
     "__future__",

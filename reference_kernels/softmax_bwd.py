@@ -1,0 +1,70 @@
+"""Softmax backward over the last dimension, from the forward's output:
+dx[m, :] = y[m, :] * (dy[m, :] - sum(dy[m, :] * y[m, :])).
+
+Kernel contract entry: `launch(mdY, mY, mdX, stream)`; all (M, N), same dtype or not.
+`log_softmax_bwd` is the same kernel with y the log-softmax output: dx = dy - exp(y) * sum(dy).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, const_expr
+
+from reference_kernels import reduce as R
+
+OP = "softmax_bwd"
+
+
+class SoftmaxBackward:
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs(), log: bool = False) -> None:
+        self.knobs = knobs
+        self.log = log
+
+    @cute.jit
+    def __call__(self, mdY: cute.Tensor, mY: cute.Tensor, mdX: cute.Tensor, stream):
+        widest = max(mY.element_type.width, mdX.element_type.width)
+        # two rows live in registers at once (dy and y): the tables' slice per thread halves
+        self.tiling = R.resolve_tiling(self.knobs, mdY.element_type.width, mdY.shape[1], widest, arrays=2)
+        copy = R.row_tiled_copy(mdY.element_type, self.tiling)
+        R.launch_rows(self.kernel(mdY, mY, mdX, copy), self.tiling, mdY.shape[0], stream)
+
+    @cute.kernel
+    def kernel(self, mdY: cute.Tensor, mY: cute.Tensor, mdX: cute.Tensor, copy: cute.TiledCopy):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sdY = R.allocate_staging(smem, t, mdY.element_type)
+        scratch = R.allocate_scratch(smem, t, 1)
+        R.init_cluster_barriers((scratch,), t, tidx)
+        # y's row slice, loaded into registers while dy's row is in flight (a trace-time
+        # hand-over from the fetch to the row body of the same row tile)
+        held: list = []
+        fetch = functools.partial(load_into, mY, held)
+        R.for_each_row(t, copy, mdY, sdY, tidx, 0.0, functools.partial(self.row, mdX, scratch, held), fetch)
+
+    @cute.jit
+    def row(self, mdX, scratch: R.ReductionScratch, held: list, ctx: R.RowContext, tXrdY):
+        dy = tXrdY.load().to(Float32)
+        y = held[-1].load().to(Float32)
+        # padding columns read 0 in both rows: they add nothing to either sum
+        if const_expr(self.log):
+            part = dy.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        else:
+            part = (dy * y).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        (total,) = R.row_reduce((part,), R.add, self.tiling, scratch.at(ctx))
+        if const_expr(self.log):
+            # exp(-inf) = 0 where the forward masked: dx = dy there, as torch has it
+            R.store_row(ctx, dy - cute.math.exp2(y * R.LOG2_E, fastmath=True) * total, mdX)
+        else:
+            R.store_row(ctx, y * (dy - total), mdX)
+
+
+@cute.jit
+def load_into(mY: cute.Tensor, held: list, ctx: R.RowContext):
+    held.append(R.load_row(ctx, mY, None, 0.0))
+
+
+launch = SoftmaxBackward(R.RowKnobs())

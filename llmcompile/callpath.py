@@ -77,7 +77,6 @@ class _Plan:
     alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
     arity: int  # inputs a call takes
     one: bool  # one output: alloc makes a tensor, not a tuple
-    devices: bool  # several GPUs here: each tensor's device is checked in Python (C checks its type only)
 
 
 def _maker(kind: str, dt: torch.dtype, m_input: int | None) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
@@ -258,8 +257,7 @@ class KernelFunction:
             return
         pairs = [(k, t.torch_dtype(dtype)) for k, t in zip(kinds, spec.tensors)]
         n_in = len(spec.inputs)
-        like_x = (pairs[0][0], pairs[0][1])
-        pairs = pairs[:n_in] + [("like", dt) if (k, dt) == like_x else (k, dt) for k, dt in pairs[n_in:]]
+        pairs = pairs[:n_in] + [("like", dt) if (k, dt) == pairs[0] else (k, dt) for k, dt in pairs[n_in:]]
         fn = self.compiled(dtype, n)
         # CuTe DSL wraps a function with defaults in Python (0.4 us a call): call what it wraps
         fn = getattr(fn, "__tvm_ffi_object__", lambda: fn)()
@@ -273,10 +271,11 @@ class KernelFunction:
             _allocator(rest, outs),
             n_in,
             len(outs) == 1,
-            torch.cuda.device_count() > 1,
         )
         self._plans[(DTYPES[dtype], n)] = plan
-        if not plan.devices:
+        # with several GPUs each tensor's device is checked in Python (`_rows_call`): the C
+        # checks see a device's type only
+        if torch.cuda.device_count() <= 1:
             self._fast[(DTYPES[dtype], n, 2)] = _fast_function(plan)
 
     # ------------------------------------------------------------------ the checked call

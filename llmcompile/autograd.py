@@ -56,11 +56,12 @@ class CrossEntropyFunction(torch.autograd.Function):
         return kernels.cross_entropy_bwd(x, target, lse, dloss.float(), **ctx.scalars), None, None
 
 
-def softmax(x: torch.Tensor, **scalars: Any) -> torch.Tensor:
+# softmax takes no scalars: a keyword given is refused here as on the lean call, not ignored
+def softmax(x: torch.Tensor) -> torch.Tensor:
     return SoftmaxFunction.apply(x, False)
 
 
-def log_softmax(x: torch.Tensor, **scalars: Any) -> torch.Tensor:
+def log_softmax(x: torch.Tensor) -> torch.Tensor:
     return SoftmaxFunction.apply(x, True)
 
 

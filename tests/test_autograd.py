@@ -30,6 +30,9 @@ def test_the_builtin_forward_ops_are_differentiable_and_their_backward_ops_exist
         assert kernels.BY_NAME[op].grad_fn is not None
     for op in ("softmax_bwd", "log_softmax_bwd", "cross_entropy_bwd", "cross_entropy_fwd"):
         assert kernels.BY_NAME[op].spec.name == op
+    x = torch.randn(2, 8, requires_grad=True)
+    with pytest.raises(TypeError, match="beta"):  # refused before any kernel, as the lean call refuses it
+        kernels.softmax(x, beta=1.0)
 
 
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}

@@ -1,7 +1,7 @@
 """Differentiable calls: a torch.autograd.Function per op, its forward kernel saving what its
-backward kernel needs (softmax's output y, cross-entropy's log-sum-exp).
+backward kernel needs (softmax's output y, cross-entropy's log-sum-exp, a norm's rstd and mean).
 
-`llmcompile.kernels.softmax(x)` comes here when x requires grad and grad mode is on, and takes
+`llmcompile.kernels.softmax(x)` comes here when an input requires grad and grad mode is on, and takes
 the lean call otherwise (`KernelFunction.grad_fn`). Under torch.compile the Functions are traced,
 and the kernels inside them are the torch.library ops.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from llmcompile.ops import BUILTIN
 
 
 class SoftmaxFunction(torch.autograd.Function):
@@ -56,6 +58,94 @@ class CrossEntropyFunction(torch.autograd.Function):
         return kernels.cross_entropy_bwd(x, target, lse, dloss.float(), **ctx.scalars), None, None
 
 
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.reshape(-1, n).contiguous()
+
+
+def _eps(eps: float, default: float) -> dict:
+    # the op's default eps is the kernels' lean call; another goes through the checked one
+    return {} if eps == default else {"eps": eps}
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """RMSNorm over the last dim (leading dims flattened into rows): rstd saved; dx and dw
+    (summed over rows, deterministically) from (dy, x, w, rstd)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        from llmcompile import kernels
+
+        x2 = _rows(x, x.shape[-1])
+        out, rstd = kernels.rmsnorm_fwd(x2, weight, **_eps(eps, RMSNORM_EPS))
+        ctx.save_for_backward(x2, weight, rstd)
+        ctx.shape = x.shape
+        return out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        from llmcompile import kernels
+
+        x2, weight, rstd = ctx.saved_tensors
+        dx, dw = kernels.rmsnorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, rstd)
+        return dx.view(ctx.shape), dw, None
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """LayerNorm over the last dim: mean and rstd saved; dx, dw and db from (dy, x, w, mean, rstd)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+        from llmcompile import kernels
+
+        x2 = _rows(x, x.shape[-1])
+        out, mean, rstd = kernels.layernorm_fwd(x2, weight, bias, **_eps(eps, LAYERNORM_EPS))
+        ctx.save_for_backward(x2, weight, mean, rstd)
+        ctx.shape = x.shape
+        return out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        from llmcompile import kernels
+
+        x2, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = kernels.layernorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, mean, rstd)
+        return dx.view(ctx.shape), dw, db, None
+
+
+class CrossEntropyLossFunction(torch.autograd.Function):
+    """The mean (or sum) of cross-entropy over rows, its gradient written in the forward pass
+    (`cross_entropy_fused`): the logits are read once and not kept for the backward, so they
+    may be freed as soon as the loss is computed (Liger's and QuACK's memory-saving trick)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
+        from llmcompile import kernels
+
+        n = x.shape[-1]
+        x2, t = _rows(x, n), target.reshape(-1)
+        # the upstream gradient of each row's loss, on the device: nobody waits for the count
+        kept = (t != ignore_index).sum().clamp(min=1).float()
+        scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
+        scalars = {} if ignore_index == -100 else {"ignore_index": ignore_index}
+        loss, dx = kernels.cross_entropy_fused(x2, t, scale, **scalars)
+        ctx.save_for_backward(dx)
+        ctx.shape = x.shape
+        return loss.sum() * scale[0]
+
+    @staticmethod
+    def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        (dx,) = ctx.saved_tensors
+        # dx is the gradient for an upstream 1 (`loss.backward()`); another costs one more pass
+        # over dx, and finding out which costs a host sync, as in Liger
+        if not torch.equal(dloss, torch.ones_like(dloss)):
+            dx = dx * dloss.to(dx.dtype)
+        return dx.view(ctx.shape), None, None, None
+
+
+RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
+LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
+
+
 # softmax takes no scalars: a keyword given is refused here as on the lean call, not ignored
 def softmax(x: torch.Tensor) -> torch.Tensor:
     return SoftmaxFunction.apply(x, False)
@@ -67,3 +157,28 @@ def log_softmax(x: torch.Tensor) -> torch.Tensor:
 
 def cross_entropy(x: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     return CrossEntropyFunction.apply(x, target, int(ignore_index))
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    return RMSNormFunction.apply(x, weight, float(eps))
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYERNORM_EPS) -> torch.Tensor:
+    return LayerNormFunction.apply(x, weight, bias, float(eps))
+
+
+def cross_entropy_loss(
+    x: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, reduction: str = "mean"
+) -> torch.Tensor:
+    """F.cross_entropy(x, target, ignore_index=..., reduction='mean' | 'sum') over the last dim,
+    the gradient computed with the loss in one pass over the logits."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"cross_entropy_loss reduces by 'mean' or 'sum', not {reduction!r} (per row: cross_entropy)")
+    if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone
+        from llmcompile import kernels
+
+        t = target.reshape(-1)
+        scalars = {} if ignore_index == -100 else {"ignore_index": int(ignore_index)}
+        total = kernels.cross_entropy(_rows(x, x.shape[-1]), t, **scalars).sum()
+        return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
+    return CrossEntropyLossFunction.apply(x, target, int(ignore_index), reduction == "mean")

@@ -38,22 +38,40 @@ def compiled(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callabl
 def quack(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
     try:
         import quack as q
-        from quack.cross_entropy import cross_entropy_fwd
-        from quack.rmsnorm import layernorm_fwd
+        from quack.cross_entropy import cross_entropy_bwd, cross_entropy_fwd
+        from quack.rmsnorm import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
+        from quack.softmax import softmax_bwd
     except Exception as e:  # noqa: BLE001 - any import failure means "not here"
         raise Unavailable(f"quack not importable: {type(e).__name__}") from None
     op, x = spec.name, inputs[0]
     if op == "softmax":
         return lambda: q.softmax(x)
-    if op == "rmsnorm":
+    if op == "softmax_bwd":
+        return lambda: softmax_bwd(x, inputs[1])
+    if op in ("rmsnorm", "rmsnorm_fwd"):
         w = inputs[1].float()  # QuACK's norms take fp32 weights
+        if op == "rmsnorm_fwd":
+            return lambda: rmsnorm_fwd(x, w, eps=scalars["eps"], store_rstd=True)
         return lambda: q.rmsnorm(x, w, eps=scalars["eps"])
-    if op == "layernorm":
+    if op == "rmsnorm_bwd":  # (dy, x, w, rstd): dx, and dw summed from its per-CTA partials
+        dy, xx, w, rstd = inputs[0], inputs[1], inputs[2].float(), inputs[3]
+        return lambda: rmsnorm_bwd(xx, w, dy, rstd)
+    if op in ("layernorm", "layernorm_fwd"):
         w, b = inputs[1].float(), inputs[2].float()
-        return lambda: layernorm_fwd(x, w, b, eps=scalars["eps"])
-    if op == "cross_entropy":
+        stats = {"return_rstd": True, "return_mean": True} if op == "layernorm_fwd" else {}
+        return lambda: layernorm_fwd(x, w, b, eps=scalars["eps"], **stats)
+    if op == "layernorm_bwd":  # (dy, x, w, mean, rstd)
+        dy, xx, w, mean, rstd = inputs[0], inputs[1], inputs[2].float(), inputs[3], inputs[4]
+        return lambda: layernorm_bwd(xx, w, dy, rstd, mean)
+    if op in ("cross_entropy", "cross_entropy_fwd"):
+        t, lse = inputs[1], op == "cross_entropy_fwd"
+        return lambda: cross_entropy_fwd(x, t, ignore_index=scalars["ignore_index"], return_lse=lse)
+    if op == "cross_entropy_bwd":  # (x, target, lse, dloss)
+        t, lse, dloss = inputs[1], inputs[2], inputs[3]
+        return lambda: cross_entropy_bwd(x, t, dloss, lse, ignore_index=scalars["ignore_index"])
+    if op == "cross_entropy_fused":  # the loss and dlogits (dloss = 1 a row) from one read
         t = inputs[1]
-        return lambda: cross_entropy_fwd(x, t, ignore_index=scalars["ignore_index"])
+        return lambda: cross_entropy_fwd(x, t, ignore_index=scalars["ignore_index"], return_dx=True)
     raise Unavailable(f"QuACK has no {op}")
 
 
@@ -71,6 +89,25 @@ def liger(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[
         return lambda: lf.liger_layer_norm(x, inputs[1], inputs[2], scalars["eps"])
     if op == "cross_entropy":
         return lambda: lf.liger_cross_entropy(x, inputs[1], ignore_index=scalars["ignore_index"], reduction="none")
+    if op == "rmsnorm_bwd":  # (dy, x, w, rstd): Liger's backward, as its autograd Function calls it
+        from liger_kernel.ops.rms_norm import rms_norm_backward
+        from liger_kernel.ops.utils import calculate_settings
+
+        block, warps = calculate_settings(x.shape[-1])
+        dy, xx, w, rstd = inputs
+        return lambda: rms_norm_backward(dy, xx, w, rstd, 0.0, "llama", block, warps, False, None)
+    if op == "layernorm_bwd":  # (dy, x, w, mean, rstd); db needs only the bias's shape
+        from liger_kernel.ops.layer_norm import layer_norm_backward
+
+        dy, xx, w, mean, rstd = inputs
+        return lambda: layer_norm_backward(dy, xx, w, w, mean, rstd)
+    if op == "cross_entropy_fused":
+        # Liger's forward with a logits tensor that requires grad: the loss, and dlogits written
+        # over the logits (its memory-saving trick; timing rewrites the inputs with gradients)
+        from liger_kernel.ops.cross_entropy import cross_entropy_forward
+
+        xg, t = x.detach().requires_grad_(), inputs[1]
+        return lambda: cross_entropy_forward(xg, t, None, scalars["ignore_index"], 0.0, 0.0, "mean", None, False)
     raise Unavailable(f"Liger has no {op}")
 
 

@@ -195,7 +195,7 @@ class KernelFunction:
     # ------------------------------------------------------------------ the fast call
 
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
-        if self.grad_fn is not None and inputs and inputs[0].requires_grad and torch.is_grad_enabled():
+        if self.grad_fn is not None and any(t.requires_grad for t in inputs) and torch.is_grad_enabled():
             return self.grad_fn(*inputs, **scalars)
         if torch.compiler.is_compiling():
             return self._traced_call(inputs, scalars)

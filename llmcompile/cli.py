@@ -290,7 +290,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if opts.resolved_llm() == "openai" and not opts.model:
         raise UsageError("--llm openai needs --model")
     out = Path(args.out or f"evals/runs/{suite.name}-{suite.target}-{opts.resolved_llm()}")
-    runner = EvalRunner(suite, opts, out)
+    if args.backend == "ray":
+        from llmcompile.evals.ray_backend import RayEvalRunner, import_ray
+
+        import_ray()  # (says how to install it, before anything is written)
+        if args.llm_rate <= 0:
+            raise UsageError(f"--llm-rate must be > 0 requests a minute, got {args.llm_rate}")
+        runner: EvalRunner = RayEvalRunner(suite, opts, out, address=args.address, llm_rate=args.llm_rate)
+    else:
+        runner = EvalRunner(suite, opts, out)
     console = Console(stderr=True)
     console.print(f"eval {suite.name}: {len(suite.problems)} problems with {opts.resolved_llm()}; directory {out}")
     if opts.resolved_llm() == "offline":
@@ -454,6 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--problems", help="a directory of KernelBench-format files, in place of the suite's `dir`")
     s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")
+    s.add_argument(
+        "--backend", choices=("local", "ray"), default="local",
+        help="local: one process per GPU of this host; ray: one Ray task per problem on a cluster "
+        "(pip install 'llmcompile[ray]')",
+    )  # fmt: skip
+    s.add_argument("--address", default="auto", help="with --backend ray: the cluster (auto, or ray://host:port)")
+    s.add_argument(
+        "--llm-rate", type=float, default=120.0,
+        help="with --backend ray: LLM requests a minute, shared by every worker of the cluster",
+    )  # fmt: skip
     s.add_argument(
         "--unsafe-no-sandbox",
         action="store_true",

@@ -54,10 +54,16 @@ cross_entropy_fwd = reference_function("cross_entropy_fwd", register=True)
 softmax_bwd = reference_function("softmax_bwd", register=True)
 log_softmax_bwd = reference_function("log_softmax_bwd", register=True)
 cross_entropy_bwd = reference_function("cross_entropy_bwd", register=True)
+rmsnorm_fwd = reference_function("rmsnorm_fwd", register=True)
+rmsnorm_bwd = reference_function("rmsnorm_bwd", register=True)
+layernorm_fwd = reference_function("layernorm_fwd", register=True)
+layernorm_bwd = reference_function("layernorm_bwd", register=True)
 # differentiable where x requires grad: the forward kernel saving what the backward kernel reads
 softmax.grad_fn = autograd.softmax
 log_softmax.grad_fn = autograd.log_softmax
 cross_entropy.grad_fn = autograd.cross_entropy
+rmsnorm.grad_fn = autograd.rmsnorm
+layernorm.grad_fn = autograd.layernorm
 
 BY_NAME: dict[str, KernelFunction] = {
     "copy": copy,
@@ -70,6 +76,10 @@ BY_NAME: dict[str, KernelFunction] = {
     "softmax_bwd": softmax_bwd,
     "log_softmax_bwd": log_softmax_bwd,
     "cross_entropy_bwd": cross_entropy_bwd,
+    "rmsnorm_fwd": rmsnorm_fwd,
+    "rmsnorm_bwd": rmsnorm_bwd,
+    "layernorm_fwd": layernorm_fwd,
+    "layernorm_bwd": layernorm_bwd,
 }
 
 

@@ -301,6 +301,65 @@ def _t_cross_entropy_bwd(x, t, lse, dloss, ignore_index):
     return (p * torch.where(kept, dloss, 0.0)[:, None]).to(x.dtype)
 
 
+def _norm_bwd_inputs(with_bias: bool):
+    forward = _norm_inputs(with_bias)
+
+    def make(m, n, dtype, gen, case, device):
+        x, w, *_ = forward(m, n, dtype, gen, case, "cpu")
+        dy = torch.randn(m, n, generator=gen).to(DTYPES[dtype])
+        xf = x.float()  # the statistics as the forward kernels save them: fp32
+        if with_bias:
+            mean = xf.mean(-1)
+            stats = [mean, torch.rsqrt((xf - mean[:, None]).pow(2).mean(-1) + 1e-5)]
+        else:
+            stats = [torch.rsqrt(xf.pow(2).mean(-1) + 1e-6)]
+        return [t.to(device) for t in (dy, x, w, *stats)]
+
+    return make
+
+
+def _ref_rmsnorm_fwd(x, w, eps):
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    return [x * rstd[:, None] * w, rstd]
+
+
+def _ref_layernorm_fwd(x, w, b, eps):
+    mean = x.mean(-1)
+    rstd = torch.rsqrt((x - mean[:, None]).pow(2).mean(-1) + eps)
+    return [(x - mean[:, None]) * rstd[:, None] * w + b, mean, rstd]
+
+
+def _ref_rmsnorm_bwd(dy, x, w, rstd):
+    xhat, g = x * rstd[:, None], dy * w
+    return [(g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[:, None], (dy * xhat).sum(0)]
+
+
+def _ref_layernorm_bwd(dy, x, w, mean, rstd):
+    xhat, g = (x - mean[:, None]) * rstd[:, None], dy * w
+    dx = (g - xhat * (g * xhat).mean(-1, keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]
+    return [dx, (dy * xhat).sum(0), dy.sum(0)]
+
+
+# torch's own fused kernels, as a training step calls them (statistics shaped (M, 1) there)
+def _t_rmsnorm_fwd(x, w, eps):
+    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps)
+
+
+def _t_rmsnorm_bwd(dy, x, w, rstd):
+    if x.is_cuda:
+        return torch.ops.aten._fused_rms_norm_backward(dy, x, [x.shape[-1]], rstd[:, None], w, [True, True])
+    return [t.to(x.dtype) for t in _ref_rmsnorm_bwd(dy.float(), x.float(), w.float(), rstd)]  # (no CPU kernel)
+
+
+def _t_layernorm_fwd(x, w, b, eps):
+    return torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, eps)
+
+
+def _t_layernorm_bwd(dy, x, w, mean, rstd):
+    n = [x.shape[-1]]
+    return torch.ops.aten.native_layer_norm_backward(dy, x, n, mean[:, None], rstd[:, None], w, w, [True] * 3)
+
+
 def _softmax_bwd_spec(log: bool) -> OpSpec:
     name = "log_softmax_bwd" if log else "softmax_bwd"
     row = ("M", "N")
@@ -335,6 +394,14 @@ def _t_cross_entropy(x, t, ignore_index):
 
 _X = TensorDesc("x", ("M", "N"))
 _OUT = TensorDesc("out", ("M", "N"), output=True)
+_W = TensorDesc("weight", ("N",))
+_DY = TensorDesc("dy", ("M", "N"))
+_DX = TensorDesc("dx", ("M", "N"), output=True)
+
+
+def _STAT(name: str, output: bool = True) -> TensorDesc:  # noqa: N802 - a descriptor maker beside _X, _OUT
+    return TensorDesc(name, ("M",), "float32", output=output)
+
 
 BUILTIN: dict[str, OpSpec] = {
     s.name: s
@@ -455,6 +522,74 @@ BUILTIN: dict[str, OpSpec] = {
                 "0 in rows where target == ignore_index"
             ),
             torch_fn=_t_cross_entropy_bwd,
+        ),
+        OpSpec(
+            "rmsnorm_fwd",
+            "RMSNorm over the last dim for training: the output and each row's rstd (fp32)",
+            (_X, _W, _OUT, _STAT("rstd")),
+            _ref_rmsnorm_fwd,
+            _norm_inputs(False),
+            scalars={"eps": 1e-6},
+            cases=("random", "large", "shifted"),
+            reference_module="rmsnorm_fwd",
+            torch_expr="rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps); out = x * rstd[:, None] * weight",
+            torch_fn=_t_rmsnorm_fwd,
+        ),
+        OpSpec(
+            "layernorm_fwd",
+            "LayerNorm over the last dim for training: the output and each row's mean and rstd (fp32)",
+            (_X, _W, TensorDesc("bias", ("N",)), _OUT, _STAT("mean"), _STAT("rstd")),
+            _ref_layernorm_fwd,
+            _norm_inputs(True),
+            scalars={"eps": 1e-5},
+            cases=("random", "large", "shifted"),
+            tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
+            reference_module="layernorm_fwd",
+            torch_expr=(
+                "mean = x.float().mean(-1); rstd = torch.rsqrt(x.float().var(-1, unbiased=False) + eps); "
+                "out = F.layer_norm(x, (N,), weight, bias, eps)"
+            ),
+            torch_fn=_t_layernorm_fwd,
+        ),
+        OpSpec(
+            "rmsnorm_bwd",
+            "RMSNorm backward over the last dim: dx, and dw summed over rows, from the forward's rstd",
+            (_DY, _X, _W, _STAT("rstd", output=False), _DX, TensorDesc("dw", ("N",), output=True)),
+            _ref_rmsnorm_bwd,
+            _norm_bwd_inputs(False),
+            cases=("random", "large", "shifted"),
+            reference_module="rmsnorm_bwd",
+            torch_expr=(
+                "xhat = x * rstd[:, None]; g = dy * weight; "
+                "dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[:, None]; dw = (dy * xhat).sum(0)"
+            ),
+            torch_fn=_t_rmsnorm_bwd,
+            independent_rows=False,
+        ),
+        OpSpec(
+            "layernorm_bwd",
+            "LayerNorm backward over the last dim: dx, and dw, db summed over rows, from the forward's mean and rstd",
+            (
+                _DY,
+                _X,
+                _W,
+                _STAT("mean", output=False),
+                _STAT("rstd", output=False),
+                _DX,
+                TensorDesc("dw", ("N",), output=True),
+                TensorDesc("db", ("N",), output=True),
+            ),
+            _ref_layernorm_bwd,
+            _norm_bwd_inputs(True),
+            cases=("random", "large", "shifted"),
+            tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
+            reference_module="layernorm_bwd",
+            torch_expr=(
+                "xhat = (x - mean[:, None]) * rstd[:, None]; g = dy * weight; dx = (g - xhat * (g * xhat).mean(-1, "
+                "keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]; dw = (dy * xhat).sum(0); db = dy.sum(0)"
+            ),
+            torch_fn=_t_layernorm_bwd,
+            independent_rows=False,
         ),
     )
 }

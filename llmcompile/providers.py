@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from tenacity import RetryCallState, retry, retry_if_exception, stop_after_attempt
 
+from llmcompile import ratelimit
+
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 
 
@@ -138,6 +140,7 @@ class OpenAIProvider:
         )(self._chat_once)
 
     def _chat_once(self, messages: list[Message]) -> Answer:
+        ratelimit.wait_turn()  # the eval's shared limit, when run on a cluster (else a no-op)
         t0 = time.perf_counter()
         resp = self.client.chat.completions.create(
             model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=self.temperature

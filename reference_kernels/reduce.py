@@ -397,14 +397,14 @@ def load_row(
             while_in_flight()
         cute.arch.cp_async_wait_group(0)
         return read_staged_row(ctx, sX, fill)
-    tXrX = cute.make_rmem_tensor_like(_row_partition(ctx, mX))
+    tXrX = cute.make_rmem_tensor_like(row_partition(ctx, mX))
     load_row_into(ctx, mX, tXrX, fill)
     if const_expr(while_in_flight is not None):
         while_in_flight()
     return tXrX
 
 
-def _row_partition(ctx: RowContext, mX: cute.Tensor) -> cute.Tensor:
+def row_partition(ctx: RowContext, mX: cute.Tensor) -> cute.Tensor:
     return ctx.copy.get_slice(ctx.tidx).partition_S(cute.local_tile(mX, ctx.tiling.tiler_mn, ctx.tile))
 
 
@@ -416,7 +416,7 @@ def load_row_into(ctx: RowContext, mX: cute.Tensor, tXrX: cute.Tensor, fill: cut
     if const_expr(not t.even_n):
         tXrX.fill(fill)
     if ctx.row_ok:
-        cute.copy(copy_atom(mX.element_type, t.vec), _row_partition(ctx, mX), tXrX, pred=ctx.pred)
+        cute.copy(copy_atom(mX.element_type, t.vec), row_partition(ctx, mX), tXrX, pred=ctx.pred)
 
 
 @cute.jit
@@ -482,7 +482,7 @@ def for_each_row(
         if const_expr(sX is not None):
             issue = functools.partial(_copy_tile, tiling, copy, mX, sX, tidx)
         elif const_expr(tiling.prefetch_registers):
-            tXrNext = cute.make_rmem_tensor_like(_row_partition(RowContext.make(tiling, copy, mX, tidx, bidx), mX))
+            tXrNext = cute.make_rmem_tensor_like(row_partition(RowContext.make(tiling, copy, mX, tidx, bidx), mX))
             issue = functools.partial(_load_tile, tiling, copy, mX, tXrNext, tidx, fill)
         if const_expr(issue is not None):
             issue(bidx)

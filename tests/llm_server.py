@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,6 +18,7 @@ class ScriptedServer:
         self.script = script if isinstance(script, list) else []
         self.responder = None if isinstance(script, list) else script
         self.requests: list[dict] = []
+        self.times: list[float] = []  # when each request arrived (time.time())
         self._lock = threading.Lock()
         outer = self
 
@@ -28,6 +30,7 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with outer._lock:
                     outer.requests.append(body)
+                    outer.times.append(time.time())
                     status, headers, text = outer.responder(body) if outer.responder else outer.script.pop(0)
                 if status == 200:
                     payload = {

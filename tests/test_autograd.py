@@ -1,5 +1,6 @@
-"""Differentiable kernels: `kernels.softmax`, `log_softmax` and `cross_entropy` take the
-autograd path where x requires grad; their gradients against torch's autograd (GPU)."""
+"""Differentiable kernels: `kernels.softmax`, `log_softmax`, `cross_entropy`, `rmsnorm` and
+`layernorm` take the autograd path where an input requires grad; their gradients against
+torch's autograd (GPU)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,35 @@ import torch.nn.functional as F
 
 from llmcompile.callpath import KernelFunction
 from llmcompile.ops import get_op
+
+
+def test_the_norm_references_are_torchs_gradients() -> None:
+    """The float64 references the judge checks the norm kernels against are torch's autograd."""
+    from llmcompile import ops
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, b, dy = (torch.randn(s, generator=gen, dtype=torch.float64) for s in ((7, 33), 33, 33, (7, 33)))
+    w = w.abs() + 0.5
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    F.rms_norm(leaves[0], (33,), leaves[1], 1e-6).backward(dy)
+    out, rstd = ops._ref_rmsnorm_fwd(x, w, 1e-6)
+    torch.testing.assert_close(out, F.rms_norm(x, (33,), w, 1e-6))
+    for got, want in zip(ops._ref_rmsnorm_bwd(dy, x, w, rstd), leaves):
+        torch.testing.assert_close(got, want.grad)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    F.layer_norm(leaves[0], (33,), leaves[1], leaves[2], 1e-5).backward(dy)
+    out, mean, rstd = ops._ref_layernorm_fwd(x, w, b, 1e-5)
+    torch.testing.assert_close(out, F.layer_norm(x, (33,), w, b, 1e-5))
+    for got, want in zip(ops._ref_layernorm_bwd(dy, x, w, mean, rstd), leaves):
+        torch.testing.assert_close(got, want.grad)
+
+
+def test_a_weight_that_requires_grad_takes_the_differentiable_call() -> None:
+    seen: list[str] = []
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: seen.append("lean") or (lambda *a: None))
+    fn.grad_fn = lambda x, w: seen.append("grad") or x
+    x, w = torch.randn(2, 8), torch.ones(8, requires_grad=True)
+    assert fn(x, w) is x and seen == ["grad"]
 
 
 def test_an_input_that_requires_grad_takes_the_differentiable_call() -> None:
@@ -26,9 +56,10 @@ def test_an_input_that_requires_grad_takes_the_differentiable_call() -> None:
 def test_the_builtin_forward_ops_are_differentiable_and_their_backward_ops_exist() -> None:
     from llmcompile import kernels
 
-    for op in ("softmax", "log_softmax", "cross_entropy"):
+    for op in ("softmax", "log_softmax", "cross_entropy", "rmsnorm", "layernorm"):
         assert kernels.BY_NAME[op].grad_fn is not None
-    for op in ("softmax_bwd", "log_softmax_bwd", "cross_entropy_bwd", "cross_entropy_fwd"):
+    backward = ("softmax_bwd", "log_softmax_bwd", "cross_entropy_bwd", "rmsnorm_bwd", "layernorm_bwd")
+    for op in (*backward, "cross_entropy_fwd", "rmsnorm_fwd", "layernorm_fwd"):
         assert kernels.BY_NAME[op].spec.name == op
     x = torch.randn(2, 8, requires_grad=True)
     with pytest.raises(TypeError, match="beta"):  # refused before any kernel, as the lean call refuses it
@@ -91,6 +122,71 @@ def test_cross_entropy_gradients_match_torch(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(3, 5, 1000), (4096, 1024), (8, 65536), (2, 262144)])
+def test_norm_gradients_match_torch(dtype: torch.dtype, bias: bool, shape: tuple[int, ...]) -> None:
+    """dx, dw (and db) of our RMSNorm / LayerNorm against torch's autograd, the float64 one
+    for the weight's sums over rows; and bit-identical on a second backward."""
+    from llmcompile import kernels
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    n = shape[-1]
+    x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    w = (torch.rand(n, device="cuda", generator=gen) + 0.5).to(dtype)
+    b = torch.randn(n, device="cuda", generator=gen).to(dtype)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    params = (w, b) if bias else (w,)
+    ours = [t.clone().requires_grad_() for t in (x, *params)]
+    want = [t.double().requires_grad_() for t in (x, *params)]
+    if bias:
+        out = kernels.layernorm(*ours)
+        ref = F.layer_norm(want[0], (n,), want[1], want[2], 1e-5)
+    else:
+        out = kernels.rmsnorm(*ours)
+        ref = F.rms_norm(want[0], (n,), want[1], 1e-6)
+    out.backward(dy)
+    ref.backward(dy.double())
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out, ref.to(dtype), atol=atol, rtol=rtol)
+    for a, e in zip(ours, want):
+        # a weight's gradient sums M rows: its error grows with sqrt(M) terms of the row's size
+        scale = max(1.0, e.grad.abs().max().item()) if a.dim() == 1 else 1.0
+        torch.testing.assert_close(a.grad, e.grad.to(dtype), atol=atol * scale, rtol=rtol)
+    first = [a.grad.clone() for a in ours]
+    for a in ours:
+        a.grad = None
+    (kernels.layernorm(*ours) if bias else kernels.rmsnorm(*ours)).backward(dy)
+    assert all(torch.equal(a.grad, f) for a, f in zip(ours, first))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: str) -> None:
+    """The loss and its gradient from one pass (cross_entropy_fused) against F.cross_entropy, with
+    ignored rows, leading dims, an upstream gradient of 1 and one of 3 (the extra pass)."""
+    from llmcompile import autograd
+
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for n in (1000, 128256):
+        x = (torch.randn(2, 37, n, device="cuda", generator=gen) * 3).to(dtype)
+        t = torch.randint(0, n, (2, 37), device="cuda", generator=gen)
+        t[0, :5] = -100
+        for upstream in (1.0, 3.0):
+            ours, want = x.clone().requires_grad_(), x.double().requires_grad_()
+            (autograd.cross_entropy_loss(ours, t, reduction=reduction) * upstream).backward()
+            ref = F.cross_entropy(want.reshape(-1, n), t.reshape(-1), reduction=reduction) * upstream
+            ref.backward()
+            got = autograd.cross_entropy_loss(ours.detach(), t, reduction=reduction) * upstream
+            torch.testing.assert_close(got.double(), ref.detach(), atol=1e-4, rtol=1e-4)
+            atol, rtol = TOL[dtype]
+            scale = upstream / (69 if reduction == "mean" else 1)  # a mean's gradients are 1/kept rows
+            torch.testing.assert_close(ours.grad.double(), want.grad, atol=atol * scale, rtol=rtol)
+            assert ours.grad.shape == x.shape and not ours.grad[0, :5].any()
+
+
+@pytest.mark.gpu
 def test_backward_is_deterministic_and_compiles_fullgraph() -> None:
     from llmcompile import kernels
 
@@ -112,14 +208,18 @@ def test_backward_is_deterministic_and_compiles_fullgraph() -> None:
 
 @pytest.mark.gpu
 def test_a_training_step_follows_torchs_loss_curve() -> None:
-    """A 2-layer MLP trained 100 steps with our cross-entropy gives torch's loss curve
-    (RMSNorm is torch's in both: its backward kernel is not built yet)."""
+    """A 2-layer MLP with RMSNorm trained 100 steps with our RMSNorm and cross-entropy gives
+    the loss curve of torch's RMSNorm and cross-entropy."""
     from llmcompile import kernels
 
-    def curve(loss_fn) -> list[float]:  # noqa: ANN001
+    class OurRMSNorm(torch.nn.RMSNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return kernels.rmsnorm(x, self.weight, self.eps)
+
+    def curve(loss_fn, norm=torch.nn.RMSNorm) -> list[float]:  # noqa: ANN001
         torch.manual_seed(0)
         model = torch.nn.Sequential(
-            torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.RMSNorm(512), torch.nn.Linear(512, 1000)
+            torch.nn.Linear(256, 512), torch.nn.GELU(), norm(512, eps=1e-6), torch.nn.Linear(512, 1000)
         ).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -136,7 +236,7 @@ def test_a_training_step_follows_torchs_loss_curve() -> None:
             losses.append(loss.item())
         return losses
 
-    ours = curve(kernels.cross_entropy)
+    ours = curve(kernels.cross_entropy, OurRMSNorm)
     want = curve(lambda logits, y: F.cross_entropy(logits, y, reduction="none"))
     assert ours[-1] < ours[0] * 0.7, ours[::10]  # it learns
     assert max(abs(a - b) for a, b in zip(ours, want)) < 1e-3 * max(want), (ours[::10], want[::10])

@@ -15,20 +15,28 @@ from llmcompile.ops import BUILTIN
 NS = (256, 1024, 4096, 5000, 5001, 16384, 65536, 128256, 151936, 262144)
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_SPILL_BYTES = 64  # layernorm fp32 N=151936 spills 52 B at its 128-register cap (512 threads)
+# The norms' backward past 64K (512-thread CTAs, 128 registers): two fp32 column sums and the
+# row's fp32 temporaries spill up to 440 B (layernorm fp32 N=151936). Not yet timed on the H100.
+MAX_SPILL_BYTES_BWD_LONG = 512
+
+
+def spill_budget(op: str, n: int) -> int:
+    return MAX_SPILL_BYTES_BWD_LONG if op in ("rmsnorm_bwd", "layernorm_bwd") and n >= 65536 else MAX_SPILL_BYTES
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", sorted(BUILTIN))
 def test_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[str]) -> None:
     spec = BUILTIN[op]
-    entry = contract.entry_of(importlib.import_module(f"reference_kernels.{spec.reference_module}"))
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry, workspace = contract.entry_of(mod), contract.workspace_of(mod)
     for n in NS:
-        fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}")
+        fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}", workspace=workspace)
         assert fn is not None
         report = capfd.readouterr()
         text = report.out + report.err
         spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
-        assert spills and max(spills) <= MAX_SPILL_BYTES, (
+        assert spills and max(spills) <= spill_budget(op, n), (
             f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
         )
 

@@ -179,11 +179,8 @@ class EvalRunner:
         return [p for p in self.suite.problems if not self.outcome(p)]
 
     def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
-        if p.custom and self.opts.resolved_llm() == "offline":
-            reason = _no_template(p.op)
-            if reason:
-                self._finish(p, NOT_ATTEMPTED, reason, None, 0.0)
-                return NOT_ATTEMPTED
+        if self.skip_offline(p):
+            return NOT_ATTEMPTED
         run_dir = self.pdir / p.id
         log = self.pdir / f"{p.id}.log"
         env = dict(os.environ)
@@ -206,14 +203,27 @@ class EvalRunner:
                 show(_last_line(log))
                 time.sleep(0.5)
         self._procs.pop(p.id, None)
-        rc = proc.returncode
-        wall = time.perf_counter() - t0
-        if self._stop.is_set() or rc == 130:
+        if self._stop.is_set():
+            return PENDING
+        return self.settle(p, proc.returncode, time.perf_counter() - t0, device)
+
+    def skip_offline(self, p: Problem) -> bool:
+        """A custom problem the offline default has no template for: recorded as not attempted."""
+        if p.custom and self.opts.resolved_llm() == "offline":
+            reason = _no_template(p.op)
+            if reason:
+                self._finish(p, NOT_ATTEMPTED, reason, None, 0.0)
+                return True
+        return False
+
+    def settle(self, p: Problem, rc: int, wall: float, device: str | None) -> str:
+        """The problem's outcome from its agent process's exit and run directory."""
+        if rc == 130:
             return PENDING  # interrupted: no outcome, so a rerun resumes it
-        if rc in (0, 1) and (run_dir / "summary.json").is_file():
+        if rc in (0, 1) and (self.pdir / p.id / "summary.json").is_file():
             self._finish(p, DONE, "", rc, wall, device)
             return DONE
-        self._finish(p, FAILED, _error_of(log), rc, wall, device)
+        self._finish(p, FAILED, _error_of(self.pdir / f"{p.id}.log"), rc, wall, device)
         return FAILED
 
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:

@@ -26,6 +26,9 @@ PATTERN_TEMPLATES = (
     "reference_kernels.pool",
     "reference_kernels.cross_entropy",  # the rows' losses of a reduced cross-entropy
     "reference_kernels.softmax_bwd",  # a softmax backward, or with log-softmax's combine
+    "reference_kernels.rmsnorm",  # a norm's forward that also saves its statistics
+    "reference_kernels.layernorm",
+    "reference_kernels.rmsnorm_bwd",  # a norm's backward, or with LayerNorm's mean and db
 )
 ALLOWED_MODULES = (
     "__future__",

@@ -1,0 +1,41 @@
+"""LayerNorm backward over the last dimension, from the forward's saved mean and rstd:
+xhat = (x - mean) * rstd, g = dy * w, dx = (g - xhat * mean(g * xhat) - mean(g)) * rstd,
+dw = sum over rows of dy * xhat, db = sum over rows of dy.
+
+Kernel contract entry: `launch(mdY, mX, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream)`; the
+RMSNorm backward's kernel (reference_kernels.rmsnorm_bwd.py) with the mean and db.
+"""
+
+from __future__ import annotations
+
+import cutlass.cute as cute
+
+from reference_kernels import reduce as R
+from reference_kernels.rmsnorm_bwd import WORKSPACE, NormBackward
+
+OP = "layernorm_bwd"
+__all__ = ["WORKSPACE", "launch"]
+
+
+class LayerNormBackward(NormBackward):
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
+        super().__init__(knobs, bias=True)
+
+    @cute.jit
+    def __call__(
+        self,
+        mdY: cute.Tensor,
+        mX: cute.Tensor,
+        mW: cute.Tensor,
+        mMean: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor,
+        mdB: cute.Tensor,
+        mWork: cute.Tensor,
+        stream,
+    ):
+        self._launch(mdY, mX, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream)
+
+
+launch = LayerNormBackward(R.RowKnobs())

@@ -1,0 +1,254 @@
+"""RMSNorm backward over the last dimension, from the forward's saved rstd:
+xhat = x * rstd, g = dy * w, dx = (g - xhat * mean(g * xhat)) * rstd, dw = sum over rows of dy * xhat.
+
+Kernel contract entry: `launch(mdY, mX, mW, mRstd, mdX, mdW, mWork, stream)`; mdY, mX, mdX (M, N),
+mW, mdW (N,), mRstd (M,) fp32, mWork the contract's fp32 workspace (WORKSPACE).
+`layernorm_bwd` is the same kernel with the mean subtracted and db beside dw.
+
+dw is a sum over every row: a grid of at most `cap` CTAs (a few per SM) loops over the row
+tiles, each thread keeping its columns' share of dw in fp32 registers; a CTA folds its rows'
+shares in shared memory and writes one partial row into the workspace, and a second kernel
+sums those partial rows column by column in a fixed order. The same inputs give the same
+bits on every run (no atomics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+
+from reference_kernels import reduce as R
+
+OP = "rmsnorm_bwd"
+# Partial rows for dw (and db) in fp32: 32 MiB. At N = 262144 that is 16 rows for RMSNorm
+# (8 with LayerNorm's db), past the CTAs a cluster of 16 can keep resident anyway.
+WORKSPACE = 1 << 23
+NUM_SMS = 132  # H100 SXM and H200
+# Row-tile CTAs (each of `cluster_n` CTAs) the grid keeps per SM, by N: enough rows in flight
+# to cover memory latency, few enough that the partial rows stay small beside the rows.
+CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (4096, 4), (16384, 2), (None, 1))
+# Threads per row: one vector of 8 (16-bit) a thread at N = 1024, as the forward's table
+# would give a row with twice the registers behind each value (see ROW_ARRAYS).
+THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = ((256, 32), (512, 64), (2048, 128), (8192, 256), (None, 512))
+# Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N. Rows are
+# staged in shared memory and read twice, so a thread holds the fp32 column sums and w
+# across the reduction; held in registers instead (unstaged: odd N at 16 bits), each value
+# of the row slice cost ~7 registers (118-122 at 16 values a thread, 240-248 at 32). Past
+# 16K, w is read from shared memory (WEIGHT_IN) and a thread takes 32 values at 512 threads
+# (128 registers) rather than 16 at 1024 (64 registers, spilling).
+ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (None, 4))
+WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
+# Warps of the final column sum: each sums every WARPS-th partial row of 32 columns.
+FINISH_WARPS = 8
+
+
+class NormBackward:
+    def __init__(self, knobs: R.RowKnobs = R.RowKnobs(), bias: bool = False) -> None:
+        self.knobs = knobs
+        self.bias = bias  # LayerNorm: subtract the mean, and write db
+
+    @cute.jit
+    def __call__(
+        self,
+        mdY: cute.Tensor,
+        mX: cute.Tensor,
+        mW: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor,
+        mWork: cute.Tensor,
+        stream,
+    ):
+        # (no mean, no db: mRstd and mdW stand in for them, never read or written as such)
+        self._launch(mdY, mX, mW, mRstd, mRstd, mdX, mdW, mdW, mWork, stream)
+
+    def _launch(self, mdY, mX, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream) -> None:
+        n = mX.shape[1]
+        widest = max(mdY.element_type.width, mX.element_type.width, mW.element_type.width, mdX.element_type.width)
+        # Rows are staged in shared memory (cp.async) and read twice, so what a thread holds
+        # across the reduction is w and the fp32 column sums. The loop over row tiles is
+        # grid-strided and dynamic (row_loop > 1 gives each tile's reduction its own stage,
+        # see `RowTiling.stages`).
+        knobs = self.knobs
+        if knobs.row_loop is None:
+            knobs = dataclasses.replace(knobs, row_loop=2)
+        if knobs.stage_smem is None:
+            knobs = dataclasses.replace(knobs, stage_smem=True)
+        self.tiling = R.resolve_tiling(knobs, mX.element_type.width, n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
+        self.weight_in = self.knobs.columns or R.pick(WEIGHT_IN, n)  # type: ignore[arg-type]
+        t = self.tiling
+        self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
+        partials = 2 if self.bias else 1
+        self.cap = max(1, min(NUM_SMS * R.pick(CTAS_PER_SM, n) // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
+        copy = R.row_tiled_copy(mX.element_type, t)
+        grid_m = cutlass.min(cute.ceil_div(mX.shape[0], t.rows_per_cta), Int32(self.cap))
+        self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy).launch(
+            grid=[grid_m, t.cluster_n, 1],
+            block=[t.num_threads, 1, 1],
+            cluster=[1, t.cluster_n, 1] if t.cluster_n > 1 else None,
+            stream=stream,
+        )
+        sums = [(mdW, 0)] + ([(mdB, self.cap * self.padded_n)] if self.bias else [])
+        for mOut, offset in sums:
+            part = cute.make_tensor(mWork.iterator + offset, cute.make_layout(self.cap * self.padded_n))
+            self.finish(part, mOut, grid_m).launch(
+                grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * FINISH_WARPS, 1, 1], stream=stream
+            )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mdY: cute.Tensor,
+        mX: cute.Tensor,
+        mW: cute.Tensor,
+        mMean: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mWork: cute.Tensor,
+        copy: cute.TiledCopy,
+    ):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        grid_m, _, _ = cute.arch.grid_dim()
+        smem = cutlass.memory.SmemAllocator()
+        scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1)
+        R.init_cluster_barriers((scratch,), t, tidx)
+        # one fp32 tile a column sum for folding a CTA's rows (with one row a CTA, none)
+        sums = 2 if const_expr(self.bias) else 1
+        sAcc = [None] * sums
+        if const_expr(t.rows_per_cta > 1):
+            layout = cute.make_ordered_layout(t.tiler_mn, order=(1, 0))
+            sAcc = [smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(sums)]
+        sX = sdY = None
+        if const_expr(t.stage_smem):
+            sX = R.allocate_staging(smem, t, mX.element_type)
+            sdY = R.allocate_staging(smem, t, mdY.element_type)
+        first = R.RowContext.make(t, copy, mX, tidx, bidx)
+        # w in registers for every tile ("early"), or staged once and read from shared memory
+        # each tile ("smem"), or loaded from L2 each tile ("late")
+        begun = R.columns_begin(first, smem, self.weight_in, (mW,))
+        tXrW = begun[0] if const_expr(self.weight_in != "late") else None
+        if const_expr(self.weight_in == "smem"):
+            cute.arch.cp_async_wait_group(0)
+            cute.arch.barrier()  # the first row's threads staged what every row reads
+        shape = R.row_partition(first, mX).shape
+        acc_w = cute.make_rmem_tensor(shape, Float32)
+        acc_w.fill(0.0)
+        acc_b = cute.make_rmem_tensor(shape, Float32)
+        if const_expr(self.bias):
+            acc_b.fill(0.0)
+        if const_expr(t.cluster_n > 1):
+            cute.arch.cluster_wait()  # every peer's barriers are armed
+
+        tiles = cute.ceil_div(mX.shape[0], t.rows_per_cta)
+        if const_expr(t.stage_smem):
+            _copy_rows(R.RowContext.make(t, copy, mX, tidx, bidx), (mX, mdY), (sX, sdY))
+        for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
+            ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
+            if const_expr(not t.stage_smem):
+                tXrX = R.load_row(ctx, mX, None, 0.0)
+                tXrdY = R.load_row(ctx, mdY, None, 0.0)
+            stats = cute.make_rmem_tensor(2, Float32)
+            stats.fill(0.0)
+            if ctx.row_ok:
+                stats[0] = mRstd[ctx.row]
+                if const_expr(self.bias):
+                    stats[1] = mMean[ctx.row]
+            rstd, mean = stats[0], stats[1]
+            if const_expr(t.stage_smem):
+                cute.arch.cp_async_wait_group(0)
+                tXrX = R.read_staged_row(ctx, sX, 0.0)
+                tXrdY = R.read_staged_row(ctx, sdY, 0.0)
+            x = tXrX.load().to(Float32)
+            dy = tXrdY.load().to(Float32)
+            xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+            # padding columns: dy reads 0, so g and every sum below get nothing from them
+            g = dy * self.weight(first, mW, tXrW)
+            if ctx.row_ok:  # (rows past M were never loaded)
+                acc_w.store(acc_w.load() + dy * xhat)
+                if const_expr(self.bias):
+                    acc_b.store(acc_b.load() + dy)
+            gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+            c2 = Float32(0.0)
+            if const_expr(self.bias):
+                gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+                c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
+            else:
+                (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+            if const_expr(t.stage_smem):
+                # x and dy again from shared memory rather than held in registers across the
+                # reduction (its barriers keep the compiler from reusing the first reads)
+                x = R.read_staged_row(ctx, sX, 0.0).load().to(Float32)
+                dy = R.read_staged_row(ctx, sdY, 0.0).load().to(Float32)
+                xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+                g = dy * self.weight(first, mW, tXrW)
+            dx = (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd
+            if const_expr(t.stage_smem):
+                # the next tile's rows stream in while this one's dx is written (each thread
+                # overwrites only what it has read itself)
+                nxt = R.RowContext.make(t, copy, mX, tidx, bidx + (i + 1) * grid_m)
+                _copy_rows(nxt, (mX, mdY), (sX, sdY))
+            R.store_row(ctx, dx, mdX)
+
+        # Fold the CTA's rows' shares of each column sum (in row order, in shared memory)
+        # and write them as partial row `bidx` of the workspace. The partial rows are seen
+        # with a row mode of (rows_per_cta, cap) whose first part has stride 0: the CTA's
+        # tile lands on its own partial row whatever its rows a CTA.
+        part_layout = cute.make_layout(((t.rows_per_cta, self.cap), self.padded_n), stride=((0, self.padded_n), 1))
+        for k in cutlass.range_constexpr(sums):
+            acc = acc_b if const_expr(k == 1) else acc_w
+            mPart = cute.make_tensor(mWork.iterator + k * self.cap * self.padded_n, part_layout)
+            tXgP = copy.get_slice(tidx).partition_D(cute.local_tile(mPart, t.tiler_mn, (bidx, first.cta_col)))
+            if const_expr(t.rows_per_cta == 1):
+                cute.autovec_copy(acc, tXgP)
+            else:
+                cute.autovec_copy(acc, copy.get_slice(tidx).partition_D(sAcc[k]))
+                cute.arch.barrier()
+                if tidx < t.threads_per_row:
+                    total = cute.make_rmem_tensor(acc.shape, Float32)
+                    total.fill(0.0)
+                    for r in cutlass.range_constexpr(t.rows_per_cta):
+                        # (the thread r rows down holds the same columns)
+                        theirs = copy.get_slice(tidx + r * t.threads_per_row).partition_D(sAcc[k])
+                        total.store(total.load() + theirs.load())
+                    cute.autovec_copy(total, tXgP)
+
+    @cute.jit
+    def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor):
+        if const_expr(self.weight_in == "late"):
+            return R.load_columns(ctx, mW).load().to(Float32)
+        return tXrW.load().to(Float32)
+
+    @cute.kernel
+    def finish(self, mPart: cute.Tensor, mOut: cute.Tensor, rows: Int32):
+        """mOut[c] = sum of partial rows' column c, in row order: warp w sums rows w, w +
+        FINISH_WARPS, ..., then warp 0 adds the warps' sums in warp order."""
+        lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        col = bidx * R.WARP + lane
+        smem = cutlass.memory.SmemAllocator()
+        sSum = smem.allocate_tensor(Float32, cute.make_layout((R.WARP, FINISH_WARPS)), byte_alignment=16)
+        acc = Float32(0.0)
+        if col < self.tiling.n:
+            for p in cutlass.range(warp, rows, FINISH_WARPS, unroll=4):
+                acc += mPart[p * self.padded_n + col]
+        sSum[lane, warp] = acc
+        cute.arch.barrier()
+        if warp == 0 and col < self.tiling.n:
+            total = Float32(0.0)
+            for w in cutlass.range_constexpr(FINISH_WARPS):
+                total += sSum[lane, w]
+            mOut[col] = total.to(mOut.element_type)
+
+
+def _copy_rows(ctx: R.RowContext, tensors: tuple, staging: tuple) -> None:
+    for m, s in zip(tensors, staging):
+        R.copy_row_async(ctx, m, s)
+
+
+launch = NormBackward(R.RowKnobs())

@@ -58,6 +58,7 @@ rmsnorm_fwd = reference_function("rmsnorm_fwd", register=True)
 rmsnorm_bwd = reference_function("rmsnorm_bwd", register=True)
 layernorm_fwd = reference_function("layernorm_fwd", register=True)
 layernorm_bwd = reference_function("layernorm_bwd", register=True)
+cross_entropy_fused = reference_function("cross_entropy_fused", register=True)
 # differentiable where x requires grad: the forward kernel saving what the backward kernel reads
 softmax.grad_fn = autograd.softmax
 log_softmax.grad_fn = autograd.log_softmax
@@ -80,6 +81,7 @@ BY_NAME: dict[str, KernelFunction] = {
     "rmsnorm_bwd": rmsnorm_bwd,
     "layernorm_fwd": layernorm_fwd,
     "layernorm_bwd": layernorm_bwd,
+    "cross_entropy_fused": cross_entropy_fused,
 }
 
 

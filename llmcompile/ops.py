@@ -360,6 +360,26 @@ def _t_layernorm_bwd(dy, x, w, mean, rstd):
     return torch.ops.aten.native_layer_norm_backward(dy, x, n, mean[:, None], rstd[:, None], w, w, [True] * 3)
 
 
+def _ce_fused_inputs(m, n, dtype, gen, case, device):
+    x, target = _ce_inputs(m, n, dtype, gen, case, device)
+    kept = (target != -100).sum().clamp(min=1)
+    return [x, target, (1.0 / kept.double()).float().reshape(1)]  # a mean's upstream gradient
+
+
+def _ref_cross_entropy_fused(x, target, scale, ignore_index):
+    lse = torch.logsumexp(x, -1)
+    dx = _ref_cross_entropy_bwd(x, target, lse, scale.expand(x.shape[0]), ignore_index)[0]
+    return [*_ref_cross_entropy(x, target, ignore_index), dx]
+
+
+def _t_cross_entropy_fused(x, t, scale, ignore_index):
+    lse = torch.logsumexp(x.float(), -1)
+    return [
+        _t_cross_entropy(x, t, ignore_index),
+        _t_cross_entropy_bwd(x, t, lse, scale.expand(x.shape[0]), ignore_index),
+    ]
+
+
 def _softmax_bwd_spec(log: bool) -> OpSpec:
     name = "log_softmax_bwd" if log else "softmax_bwd"
     row = ("M", "N")
@@ -590,6 +610,28 @@ BUILTIN: dict[str, OpSpec] = {
             ),
             torch_fn=_t_layernorm_bwd,
             independent_rows=False,
+        ),
+        OpSpec(
+            "cross_entropy_fused",
+            "cross-entropy forward and backward in one pass: each row's loss (fp32) and dlogits for an upstream scale",
+            (
+                _X,
+                TensorDesc("target", ("M",), "int64"),
+                TensorDesc("scale", ("1",), "float32"),
+                TensorDesc("loss", ("M",), "float32", output=True),
+                _DX,
+            ),
+            _ref_cross_entropy_fused,
+            _ce_fused_inputs,
+            scalars={"ignore_index": -100},
+            cases=("random", "large", "ignore_index"),
+            reference_module="cross_entropy_fused",
+            torch_expr=(
+                "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
+                "dx = ((torch.softmax(x.float(), -1) - F.one_hot(target, N)) * scale[0]).to(x.dtype), "
+                "0 in rows where target == ignore_index"
+            ),
+            torch_fn=_t_cross_entropy_fused,
         ),
     )
 }

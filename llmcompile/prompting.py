@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.resources
 import re
 from dataclasses import dataclass
@@ -119,7 +120,10 @@ def extract_code(answer: str) -> str | None:
 def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:
     """The reference kernel of `spec` with per-N knob overrides, as a contract module."""
     assert spec.reference_module and spec.reference_module in {s.reference_module for s in BUILTIN.values()}
-    params = [f"m{t.name.capitalize()}" for t in spec.tensors] + list(spec.scalars) + ["stream"]
+    params = [f"m{t.name.capitalize()}" for t in spec.tensors]
+    if contract.workspace_of(importlib.import_module(f"reference_kernels.{spec.reference_module}")):
+        params.append("mWork")  # the contract's scratch tensor, right after the outputs
+    params += [*spec.scalars, "stream"]
     return render(
         "offline_variant.py.j2",
         reference_source=reference_source(spec.reference_module).rstrip(),

@@ -28,15 +28,18 @@ TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((3072, "load"), (None, "regi
 
 class CrossEntropy:
     save_lse = False  # also write each row's log-sum-exp (what the backward needs): cross_entropy_fwd
+    # also write dlogits from the registers the loss came from: cross_entropy_fused
+    write_dx = False
 
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
         self.knobs = knobs
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, ignore_index: Int64, stream):
-        self._launch(mX, mTarget, mLoss, mLoss, ignore_index, stream)  # (no lse: mLse is never written)
+        # (no lse, no dlogits: mLse, mScale and mdX are never touched)
+        self._launch(mX, mTarget, mLoss, mLoss, mLoss, mX, ignore_index, stream)
 
-    def _launch(self, mX, mTarget, mLoss, mLse, ignore_index, stream) -> None:
+    def _launch(self, mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, stream) -> None:
         # The template's threads-per-row table. (16 threads a row up to N = 256 paid while the
         # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
@@ -44,7 +47,8 @@ class CrossEntropy:
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         self.from_registers = R.pick(TARGET_LOGIT, self.tiling.n) == "registers"  # type: ignore[arg-type]
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mTarget, mLoss, mLse, ignore_index, copy), self.tiling, mX.shape[0], stream)
+        kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
+        R.launch_rows(kernel, self.tiling, mX.shape[0], stream)
 
     @cute.kernel
     def kernel(
@@ -53,6 +57,8 @@ class CrossEntropy:
         mTarget: cute.Tensor,
         mLoss: cute.Tensor,
         mLse: cute.Tensor,
+        mScale: cute.Tensor,
+        mdX: cute.Tensor,
         ignore_index: Int64,
         copy: cute.TiledCopy,
     ):
@@ -72,11 +78,15 @@ class CrossEntropy:
             fetch = functools.partial(load_target, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
-        row = functools.partial(self.row, mLoss, mLse, ignore_index, scratch_a, scratch_b, target, x_target)
+        scale = Float32(mScale[0]) if cutlass.const_expr(self.write_dx) else Float32(0.0)
+        row = functools.partial(self.row, mLoss, mLse, mdX, scale, ignore_index, scratch_a, scratch_b, target, x_target)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
 
     @cute.jit
-    def row(self, mLoss, mLse, ignore_index: Int64, scratch_a, scratch_b, target, x_target, ctx: R.RowContext, tXrX):
+    def row(
+        self, mLoss, mLse, mdX, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
+        ctx: R.RowContext, tXrX,
+    ):  # fmt: skip
         t = self.tiling
         x = tXrX.load().to(Float32)
         ignored = target[0] == ignore_index
@@ -89,6 +99,9 @@ class CrossEntropy:
         if cutlass.const_expr(self.save_lse):
             if ctx.row_ok & ctx.row_leader:
                 mLse[ctx.row] = m + cute.math.log(s, fastmath=True)
+        if cutlass.const_expr(self.write_dx):
+            g = cutlass.select_(ignored, Float32(0.0), scale)
+            write_dlogits(ctx, tXrX, m + cute.math.log(s, fastmath=True), g, target[0], mdX)
         if ctx.row_ok:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:
@@ -114,6 +127,24 @@ def load_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, 
         target[0] = mTarget[ctx.row]
         col = Int32(cutlass.max(cutlass.min(target[0], Int64(n - 1)), Int64(0)))
         x_target[0] = Float32(mX[ctx.row, col])
+
+
+@cute.jit
+def write_dlogits(ctx: R.RowContext, tXrX: cute.Tensor, lse: Float32, g: Float32, target: Int64, mdX: cute.Tensor):
+    """dx = (exp(x - lse) - onehot(target)) * g for the thread's slice of its row (no onehot
+    for a target outside [0, N): its loss is NaN already)."""
+    x = tXrX.load().to(Float32)
+    # (x - lse) first: exact 0 at a row whose one logit dominates
+    p = cute.math.exp2((x - lse) * R.LOG2_E, fastmath=True)
+    tXrG = cute.make_rmem_tensor_like(tXrX, Float32)
+    tXrG.store(p * g)
+    col = Int32(cutlass.select_((target < 0) | (target >= ctx.tiling.n), Int64(-1), target))
+    holds, _ = R.value_at_column(ctx, tXrX, col)
+    if holds:
+        for i in cutlass.range_constexpr(cute.size(tXrG)):
+            if ctx.tXcX[i][1] == col:
+                tXrG[i] = tXrG[i] - g
+    R.store_row(ctx, tXrG.load(), mdX)
 
 
 launch = CrossEntropy(R.RowKnobs())

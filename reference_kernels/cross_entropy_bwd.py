@@ -12,9 +12,10 @@ import functools
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int64
 
 from reference_kernels import reduce as R
+from reference_kernels.cross_entropy import write_dlogits
 
 OP = "cross_entropy_bwd"
 
@@ -65,21 +66,10 @@ class CrossEntropyBackward:
 
     @cute.jit
     def row(self, mdX, ignore_index: Int64, target, stats, ctx: R.RowContext, tXrX):
-        x = tXrX.load().to(Float32)
         # an ignored row's gradient is 0; so is its dloss (torch's mean divides by the kept
         # rows only), but a caller's dloss need not be: the kernel zeroes it itself
         g = cutlass.select_(target[0] == ignore_index, Float32(0.0), stats[1])
-        # (x - lse) first: exact 0 at a row whose one logit dominates
-        p = cute.math.exp2((x - stats[0]) * R.LOG2_E, fastmath=True)
-        tXrG = cute.make_rmem_tensor_like(tXrX, Float32)
-        tXrG.store(p * g)
-        col = Int32(cutlass.select_((target[0] < 0) | (target[0] >= self.tiling.n), Int64(-1), target[0]))
-        holds, _ = R.value_at_column(ctx, tXrX, col)
-        if holds:
-            for i in cutlass.range_constexpr(cute.size(tXrG)):
-                if ctx.tXcX[i][1] == col:
-                    tXrG[i] = tXrG[i] - g
-        R.store_row(ctx, tXrG.load(), mdX)
+        write_dlogits(ctx, tXrX, stats[0], g, target[0], mdX)
 
 
 @cute.jit

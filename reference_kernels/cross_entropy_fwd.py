@@ -23,7 +23,7 @@ class CrossEntropyForward(CrossEntropy):
     def __call__(
         self, mX: cute.Tensor, mTarget: cute.Tensor, mLoss: cute.Tensor, mLse: cute.Tensor, ignore_index: Int64, stream
     ):
-        self._launch(mX, mTarget, mLoss, mLse, ignore_index, stream)
+        self._launch(mX, mTarget, mLoss, mLse, mLoss, mX, ignore_index, stream)
 
 
 launch = CrossEntropyForward(R.RowKnobs())

@@ -9,7 +9,7 @@ from llmcompile.ops import BUILTIN, OpError, bench_shapes, dtype_name, get_op
 def test_unknown_op_names_the_known_ones() -> None:
     with pytest.raises(
         OpError,
-        match="unknown op .sofmax.; known ops: copy, cross_entropy, cross_entropy_bwd, cross_entropy_fwd, layernorm",
+        match="unknown op .sofmax.; known ops: copy, cross_entropy, cross_entropy_bwd, cross_entropy_fused, cross_entropy_fwd, layernorm",
     ):
         get_op("sofmax")
 

@@ -48,3 +48,20 @@ def test_custom_problem_prompt_carries_its_pattern_template() -> None:
     assert "The reduction template you may import" not in text
     builtin = task_prompt(PromptContext(get_op("softmax"), "bfloat16", get_target("h100"), 90.0))
     assert "The reduction template you may import" in builtin
+
+
+def test_an_offline_variant_of_a_kernel_with_a_workspace_takes_it_and_compiles(tmp_path) -> None:
+    """The norms' backward keep their partial sums in the contract's workspace: the search's
+    per-N variant passes it through (it once called the kernel without it)."""
+    from llmcompile import contract, prompting
+    from llmcompile.ops import get_op
+
+    spec = get_op("rmsnorm_bwd")
+    src = prompting.offline_variant(spec, {1024: "RowKnobs(columns='late')"}, "t")
+    assert "def launch(mDy, mX, mWeight, mRstd, mDx, mDw, mWork, stream)" in src
+    path = tmp_path / "variant.py"
+    path.write_text(src)
+    mod = contract.load_module(path)
+    assert contract.workspace_of(mod) > 0
+    for n in (1024, 4096):  # the variant's own knobs, and the reference's for other N
+        assert contract.compile_entry(contract.entry_of(mod), spec, "bfloat16", n, workspace=contract.workspace_of(mod))

@@ -467,7 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: one process per GPU of this host; ray: one Ray task per problem on a cluster "
         "(pip install 'llmcompile[ray]')",
     )  # fmt: skip
-    s.add_argument("--address", default="auto", help="with --backend ray: the cluster (auto, or ray://host:port)")
+    s.add_argument(
+        "--address", default="auto",
+        help="with --backend ray: the cluster (auto: the running one; local: start one of this host; ray://host:port)",
+    )  # fmt: skip
     s.add_argument(
         "--llm-rate", type=float, default=120.0,
         help="with --backend ray: LLM requests a minute, shared by every worker of the cluster",

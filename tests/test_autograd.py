@@ -187,6 +187,28 @@ def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: s
 
 
 @pytest.mark.gpu
+def test_norm_backward_compiles_fullgraph() -> None:
+    """torch.compile(fullgraph=True) through RMSNorm's and LayerNorm's forward and backward
+    kernels (the torch.library ops inside the autograd Functions)."""
+    from llmcompile import kernels
+
+    x = torch.randn(64, 2048, device="cuda", requires_grad=True)
+    w = (torch.rand(2048, device="cuda") + 0.5).requires_grad_()
+    b = torch.randn(2048, device="cuda", requires_grad=True)
+    for ours, ref in (
+        (lambda: kernels.rmsnorm(x, w), lambda t, v: F.rms_norm(t, (2048,), v, 1e-6)),
+        (lambda: kernels.layernorm(x, w, b), lambda t, v: F.layer_norm(t, (2048,), v, b.detach(), 1e-5)),
+    ):
+        x.grad = w.grad = None
+        step = torch.compile(lambda fn=ours: (fn() ** 2).sum(), fullgraph=True)
+        step().backward()
+        xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        (ref(xr, wr) ** 2).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(w.grad, wr.grad, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.gpu
 def test_backward_is_deterministic_and_compiles_fullgraph() -> None:
     from llmcompile import kernels
 

@@ -1,4 +1,4 @@
-"""Run a suite on a Ray cluster: `llmcompile eval SUITE --backend ray [--address auto|ray://...]`.
+"""Run a suite on a Ray cluster: `llmcompile eval SUITE --backend ray [--address auto|local|ray://...]`.
 
 Each problem is one Ray task asking for one GPU of the suite's target kind (Ray's own
 `accelerator_type` label, so `--target h200` lands on H200s) or, with --compile-only, one
@@ -183,7 +183,9 @@ class RayEvalRunner(EvalRunner):
         ray = import_ray()
         self.start()
         if not ray.is_initialized():
-            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
+            # "local": a one-node cluster of this host's CPUs and GPUs, started here for this eval
+            address = None if self.address == "local" else self.address
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         check_cluster(ray.cluster_resources(), self.suite.target, self.opts.compile_only)
         env, limiter = dict(self.env), None
         if self.opts.resolved_llm() == "openai":

@@ -143,9 +143,15 @@ def _fast_function(plan: _Plan) -> Callable[[tuple[torch.Tensor, ...]], Any]:
     return rows_many
 
 
-def _shaped(outs: list[torch.Tensor], lead: torch.Size) -> torch.Tensor | list[torch.Tensor]:
-    """Flat-rows outputs given back the caller's leading dims."""
-    shaped = [o.reshape(*lead, *o.shape[1:]) if o.dim() == 2 else o.reshape(lead) for o in outs]
+def _shaped(
+    outs: list[torch.Tensor], lead: torch.Size, rows: tuple[bool, ...] | None = None
+) -> torch.Tensor | list[torch.Tensor]:
+    """Flat-rows outputs given back the caller's leading dims; `rows[i]` False keeps output i
+    as it is (a sum over the rows, as a norm backward's dw of shape (N,))."""
+    shaped = [
+        o if rows is not None and not rows[i] else o.reshape(*lead, *o.shape[1:]) if o.dim() == 2 else o.reshape(lead)
+        for i, o in enumerate(outs)
+    ]
     return shaped[0] if len(shaped) == 1 else shaped
 
 
@@ -174,6 +180,8 @@ class KernelFunction:
         self._fast: dict[tuple[torch.dtype, int, int], Callable[[tuple[torch.Tensor, ...]], Any]] = {}
         self._lock = threading.Lock()
         self.op_name = op_name
+        # which outputs have rows (M first): the others keep their shape whatever x's leading dims
+        self._row_outputs = tuple(t.dims[:1] == ("M",) for t in self.spec.outputs)
         # the differentiable call (llmcompile.autograd), taken where an input requires grad
         self.grad_fn: Callable[..., Any] | None = None
         if op_name is not None:
@@ -246,7 +254,7 @@ class KernelFunction:
         outs = plan.alloc(tuple(ins))
         outs = [outs] if plan.one else list(outs)
         plan.fn(*ins, *outs, *plan.values)
-        return _shaped(outs, x.shape[:-1])
+        return _shaped(outs, x.shape[:-1], self._row_outputs)
 
     def _plan(self, dtype: str, n: int) -> None:
         """Decide once what fast calls at (dtype, N) need; ops whose tensors are not all rows,
@@ -311,7 +319,7 @@ class KernelFunction:
         getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
         if not spec.flat_rows:
             return outs[0] if len(outs) == 1 else outs
-        return _shaped(outs, x.shape[:-1])
+        return _shaped(outs, x.shape[:-1], self._row_outputs)
 
     def prepare(self, *inputs: torch.Tensor) -> tuple[list[torch.Tensor], int, int, str]:
         """Validate inputs against the spec; flatten leading dims into M; make them
@@ -382,4 +390,8 @@ class KernelFunction:
             self._run(ins, outs, vals)
             if (DTYPES[dtype], n) not in self._plans:
                 self._plan(dtype, n)
-        return _shaped(outs, lead)
+        else:  # no rows: a sum over them (a norm backward's dw) is 0
+            for o, rows in zip(outs, self._row_outputs):
+                if not rows:
+                    o.zero_()
+        return _shaped(outs, lead, self._row_outputs)

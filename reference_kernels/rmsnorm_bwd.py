@@ -42,8 +42,10 @@ THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = ((256, 32), (512, 64), (20
 # (128 registers) rather than 16 at 1024 (64 registers, spilling).
 ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (None, 4))
 WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
-# Warps of the final column sum: each sums every WARPS-th partial row of 32 columns.
-FINISH_WARPS = 8
+# The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
+# partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
+# are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
+MAX_FINISH_WARPS = 32
 
 
 class NormBackward:
@@ -92,11 +94,12 @@ class NormBackward:
             cluster=[1, t.cluster_n, 1] if t.cluster_n > 1 else None,
             stream=stream,
         )
+        self.finish_warps = min(MAX_FINISH_WARPS, 1 << (self.cap - 1).bit_length())
         sums = [(mdW, 0)] + ([(mdB, self.cap * self.padded_n)] if self.bias else [])
         for mOut, offset in sums:
             part = cute.make_tensor(mWork.iterator + offset, cute.make_layout(self.cap * self.padded_n))
             self.finish(part, mOut, grid_m).launch(
-                grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * FINISH_WARPS, 1, 1], stream=stream
+                grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * self.finish_warps, 1, 1], stream=stream
             )
 
     @cute.kernel
@@ -227,21 +230,21 @@ class NormBackward:
     @cute.kernel
     def finish(self, mPart: cute.Tensor, mOut: cute.Tensor, rows: Int32):
         """mOut[c] = sum of partial rows' column c, in row order: warp w sums rows w, w +
-        FINISH_WARPS, ..., then warp 0 adds the warps' sums in warp order."""
+        warps, ..., then warp 0 adds the warps' sums in warp order."""
         lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
         bidx, _, _ = cute.arch.block_idx()
         col = bidx * R.WARP + lane
         smem = cutlass.memory.SmemAllocator()
-        sSum = smem.allocate_tensor(Float32, cute.make_layout((R.WARP, FINISH_WARPS)), byte_alignment=16)
+        sSum = smem.allocate_tensor(Float32, cute.make_layout((R.WARP, self.finish_warps)), byte_alignment=16)
         acc = Float32(0.0)
         if col < self.tiling.n:
-            for p in cutlass.range(warp, rows, FINISH_WARPS, unroll=4):
+            for p in cutlass.range(warp, rows, self.finish_warps, unroll=8):
                 acc += mPart[p * self.padded_n + col]
         sSum[lane, warp] = acc
         cute.arch.barrier()
         if warp == 0 and col < self.tiling.n:
             total = Float32(0.0)
-            for w in cutlass.range_constexpr(FINISH_WARPS):
+            for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
 

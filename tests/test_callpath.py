@@ -99,6 +99,19 @@ def test_a_call_the_function_refuses_is_taken_again_on_the_checked_path() -> Non
     assert len(rec.calls) == 1
 
 
+def test_sums_over_rows_keep_their_shape_and_take_the_checked_path() -> None:
+    """A norm backward's dw (N,) is not a row output: leading dims of x do not reshape it (they
+    once tried to), and the op has no fast plan."""
+    from llmcompile.callpath import _shaped
+
+    dx, dw = _shaped([torch.zeros(6, 4), torch.ones(4)], torch.Size([2, 3]), (True, False))
+    assert dx.shape == (2, 3, 4) and dw.shape == (4,)
+    fn = KernelFunction(get_op("rmsnorm_bwd"), lambda dtype, n: "kernel")
+    assert fn._row_outputs == (True, False)
+    fn._plan("bfloat16", 1024)
+    assert not fn._plans
+
+
 def test_fixed_shape_problems_always_take_the_checked_path() -> None:
     out = TensorDesc("out", ("M", "3", "N"), None, True)
     spec = CallSpec("p", (TensorDesc("x", ("M", "3", "N")), out), {}, ("float32",))

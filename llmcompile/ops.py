@@ -340,15 +340,31 @@ def _ref_layernorm_bwd(dy, x, w, mean, rstd):
     return [dx, (dy * xhat).sum(0), dy.sum(0)]
 
 
-# torch's own fused kernels, as a training step calls them (statistics shaped (M, 1) there)
+# torch's own fused kernels, as a training step calls them (statistics shaped (M, 1) there);
+# where a torch build has none for the device, the same in torch expressions
+def _torch_fused(name: str, *args):  # noqa: ANN202
+    op = getattr(torch.ops.aten, name, None)
+    if op is not None and args[0].is_cuda:
+        try:
+            return op(*args)
+        except (RuntimeError, NotImplementedError):
+            pass
+    return None
+
+
 def _t_rmsnorm_fwd(x, w, eps):
-    return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps)
+    out = _torch_fused("_fused_rms_norm", x, [x.shape[-1]], w, eps)
+    if out is not None:
+        return out
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
+    return [(x.float() * rstd[:, None] * w.float()).to(x.dtype), rstd]
 
 
 def _t_rmsnorm_bwd(dy, x, w, rstd):
-    if x.is_cuda:
-        return torch.ops.aten._fused_rms_norm_backward(dy, x, [x.shape[-1]], rstd[:, None], w, [True, True])
-    return [t.to(x.dtype) for t in _ref_rmsnorm_bwd(dy.float(), x.float(), w.float(), rstd)]  # (no CPU kernel)
+    out = _torch_fused("_fused_rms_norm_backward", dy, x, [x.shape[-1]], rstd[:, None], w, [True, True])
+    if out is not None:
+        return out
+    return [t.to(x.dtype) for t in _ref_rmsnorm_bwd(dy.float(), x.float(), w.float(), rstd)]
 
 
 def _t_layernorm_fwd(x, w, b, eps):

@@ -179,11 +179,11 @@ CHUNK_ELEMS = 1 << 24
 
 
 def rows_independent(spec: OpSpec) -> bool:
-    """Whether chunks of rows (of M) can be checked on their own: the op's leading dims flatten
-    into M, or a problem's outputs have M rows and each depends on its own input rows only."""
-    return spec.flat_rows or (
-        spec.batchable and spec.independent_rows and all(d.dims[:1] == ("M",) for d in spec.outputs)
-    )
+    """Whether chunks of rows (of M) can be checked on their own: every output has M rows, each
+    depending on its own input rows only (not a sum over the rows, as a norm backward's dw),
+    and the op's leading dims flatten into M or a problem is batchable."""
+    rows_only = spec.independent_rows and all(d.dims[:1] == ("M",) for d in spec.outputs)
+    return rows_only and (spec.flat_rows or spec.batchable)
 
 
 def compare_own(

@@ -240,26 +240,28 @@ def _ref_cross_entropy(x, target, ignore_index):
 
 # --------------------------------------------------------------------------- backward ops
 # Their inputs come from the forward (its output y, its lse), made here from the forward's own
-# torch op on the same logits, so the gradient is that of a real forward pass.
+# torch op on the same logits, so the gradient is that of a real forward pass. The random draws
+# come from the CPU generator (the same inputs on any device); what follows from them is computed
+# on the target device (at the benchmark's 2^28 elements, a CPU softmax costs seconds a set).
 
 
 def _softmax_bwd_inputs(log: bool):
     def make(m, n, dtype, gen, case, device):
-        x = _logits(m, n, "float32", gen, "large" if case == "peaked" else "random", "cpu")
+        x = _logits(m, n, "float32", gen, "large" if case == "peaked" else "random", device)
         y = torch.log_softmax(x, -1) if log else torch.softmax(x, -1)
+        del x
         dy = torch.randn(m, n, generator=gen)
         if case == "large":
             dy = dy * 1000.0
-        return [dy.to(DTYPES[dtype]).to(device), y.to(DTYPES[dtype]).to(device)]
+        return [dy.to(DTYPES[dtype]).to(device), y.to(DTYPES[dtype])]
 
     return make
 
 
 def _ce_bwd_inputs(m, n, dtype, gen, case, device):
-    x, target = _ce_inputs(m, n, dtype, gen, case, "cpu")
-    lse = torch.logsumexp(x.float(), -1)
+    x, target = _ce_inputs(m, n, dtype, gen, case, device)
     dloss = torch.randn(m, generator=gen)
-    return [x.to(device), target.to(device), lse.to(device), dloss.to(device)]
+    return [x, target, torch.logsumexp(x.float(), -1), dloss.to(device)]
 
 
 def _ref_softmax_bwd(dy, y):
@@ -305,15 +307,16 @@ def _norm_bwd_inputs(with_bias: bool):
     forward = _norm_inputs(with_bias)
 
     def make(m, n, dtype, gen, case, device):
-        x, w, *_ = forward(m, n, dtype, gen, case, "cpu")
-        dy = torch.randn(m, n, generator=gen).to(DTYPES[dtype])
+        x, w, *_ = forward(m, n, dtype, gen, case, device)
+        dy = torch.randn(m, n, generator=gen).to(DTYPES[dtype]).to(device)
         xf = x.float()  # the statistics as the forward kernels save them: fp32
         if with_bias:
             mean = xf.mean(-1)
             stats = [mean, torch.rsqrt((xf - mean[:, None]).pow(2).mean(-1) + 1e-5)]
         else:
             stats = [torch.rsqrt(xf.pow(2).mean(-1) + 1e-6)]
-        return [t.to(device) for t in (dy, x, w, *stats)]
+        del xf
+        return [dy, x, w, *stats]
 
     return make
 

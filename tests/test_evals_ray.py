@@ -52,6 +52,8 @@ def test_placement_asks_for_the_targets_gpu_kind_or_a_cpu() -> None:
     with pytest.raises(SuiteError, match="no node of the Ray cluster has a H200"):
         check_cluster({"CPU": 2.0, "GPU": 2.0, "accelerator_type:H100": 2.0}, "h200", False)
     check_cluster({"CPU": 2.0}, "h200", True)  # compile-only needs no GPU
+    with pytest.raises(SuiteError, match="no Ray accelerator label for target 'a100'"):
+        check_cluster({"CPU": 2.0, "GPU": 1.0}, "a100", False)
 
 
 # --------------------------------------------------------------------------- on a local Ray instance

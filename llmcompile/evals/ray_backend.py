@@ -67,6 +67,7 @@ def check_cluster(resources: dict[str, float], target: str, compile_only: bool) 
     """Refuse up front a suite no node can run (Ray would keep its tasks pending forever)."""
     if compile_only:
         return
+    placement(target, compile_only)  # (a target without a Ray label is refused there)
     label = f"accelerator_type:{ACCELERATOR[target]}"
     if not resources.get("GPU") or not resources.get(label):
         kinds = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))

@@ -36,6 +36,13 @@ class SoftmaxFunction(torch.autograd.Function):
         return bwd(dy.to(y.dtype), y), None
 
 
+def _given(op: str, **scalars: float | int) -> dict:
+    """The scalars that differ from the op's defaults: a call with none takes the kernels' lean
+    path, one with any the checked path."""
+    defaults = BUILTIN[op].scalars
+    return {k: v for k, v in scalars.items() if v != defaults[k]}
+
+
 class CrossEntropyFunction(torch.autograd.Function):
     """Per-row cross-entropy (reduction 'none'): the forward also writes each row's lse; the
     backward reads the logits once more and writes dlogits."""
@@ -44,7 +51,7 @@ class CrossEntropyFunction(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
         from llmcompile import kernels
 
-        scalars = {} if ignore_index == -100 else {"ignore_index": ignore_index}
+        scalars = _given("cross_entropy_fwd", ignore_index=ignore_index)
         loss, lse = kernels.cross_entropy_fwd(x, target, **scalars)
         ctx.save_for_backward(x, target, lse)
         ctx.scalars = scalars
@@ -62,11 +69,6 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.reshape(-1, n).contiguous()
 
 
-def _eps(eps: float, default: float) -> dict:
-    # the op's default eps is the kernels' lean call; another goes through the checked one
-    return {} if eps == default else {"eps": eps}
-
-
 class RMSNormFunction(torch.autograd.Function):
     """RMSNorm over the last dim (leading dims flattened into rows): rstd saved; dx and dw
     (summed over rows, deterministically) from (dy, x, w, rstd)."""
@@ -76,7 +78,7 @@ class RMSNormFunction(torch.autograd.Function):
         from llmcompile import kernels
 
         x2 = _rows(x, x.shape[-1])
-        out, rstd = kernels.rmsnorm_fwd(x2, weight, **_eps(eps, RMSNORM_EPS))
+        out, rstd = kernels.rmsnorm_fwd(x2, weight, **_given("rmsnorm_fwd", eps=eps))
         ctx.save_for_backward(x2, weight, rstd)
         ctx.shape = x.shape
         return out.view(x.shape)
@@ -98,7 +100,7 @@ class LayerNormFunction(torch.autograd.Function):
         from llmcompile import kernels
 
         x2 = _rows(x, x.shape[-1])
-        out, mean, rstd = kernels.layernorm_fwd(x2, weight, bias, **_eps(eps, LAYERNORM_EPS))
+        out, mean, rstd = kernels.layernorm_fwd(x2, weight, bias, **_given("layernorm_fwd", eps=eps))
         ctx.save_for_backward(x2, weight, mean, rstd)
         ctx.shape = x.shape
         return out.view(x.shape)
@@ -126,8 +128,7 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         # the upstream gradient of each row's loss, on the device: nobody waits for the count
         kept = (t != ignore_index).sum().clamp(min=1).float()
         scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
-        scalars = {} if ignore_index == -100 else {"ignore_index": ignore_index}
-        loss, dx = kernels.cross_entropy_fused(x2, t, scale, **scalars)
+        loss, dx = kernels.cross_entropy_fused(x2, t, scale, **_given("cross_entropy_fused", ignore_index=ignore_index))
         ctx.save_for_backward(dx)
         ctx.shape = x.shape
         return loss.sum() * scale[0]
@@ -178,7 +179,7 @@ def cross_entropy_loss(
         from llmcompile import kernels
 
         t = target.reshape(-1)
-        scalars = {} if ignore_index == -100 else {"ignore_index": int(ignore_index)}
+        scalars = _given("cross_entropy", ignore_index=int(ignore_index))
         total = kernels.cross_entropy(_rows(x, x.shape[-1]), t, **scalars).sum()
         return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
     return CrossEntropyLossFunction.apply(x, target, int(ignore_index), reduction == "mean")

@@ -96,12 +96,13 @@ class CrossEntropy:
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
-        if cutlass.const_expr(self.save_lse):
-            if ctx.row_ok & ctx.row_leader:
-                mLse[ctx.row] = m + cute.math.log(s, fastmath=True)
-        if cutlass.const_expr(self.write_dx):
-            g = cutlass.select_(ignored, Float32(0.0), scale)
-            write_dlogits(ctx, tXrX, m + cute.math.log(s, fastmath=True), g, target[0], mdX)
+        if cutlass.const_expr(self.save_lse or self.write_dx):
+            lse = m + cute.math.log(s, fastmath=True)
+            if cutlass.const_expr(self.save_lse):
+                if ctx.row_ok & ctx.row_leader:
+                    mLse[ctx.row] = lse
+            if cutlass.const_expr(self.write_dx):
+                write_dlogits(ctx, tXrX, lse, cutlass.select_(ignored, Float32(0.0), scale), target[0], mdX)
         if ctx.row_ok:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:

@@ -4,13 +4,18 @@
 
 Each knob set is a JSON object of RowKnobs fields; '{}' is the default table's choice; 'quack'
 times QuACK's kernel on the same inputs, in the same process. Every variant of ours is verified
-against the float64 reference before it is timed.
+against the float64 reference before it is timed. A key "table:MODULE.NAME" replaces a limit
+table of reference_kernels.MODULE for that variant only (a knob the tables hold and RowKnobs
+does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}'.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import sys
+from collections.abc import Iterator
 
 import torch
 
@@ -42,10 +47,13 @@ def main(argv: list[str]) -> int:
                 bw = timing.tbs(nbytes, timing.time_calls(calls).median_ms)
                 print(f"{op} {dtype} {m}x{n} {'quack':45s} {bw:.3f} TB/s {100 * bw / sol:5.1f}%")
                 continue
-            knobs = RowKnobs(**json.loads(ks))
+            fields = json.loads(ks)
+            tables = {k.removeprefix("table:"): v for k, v in fields.items() if k.startswith("table:")}
+            knobs = RowKnobs(**{k: v for k, v in fields.items() if not k.startswith("table:")})
             fn = reference_function(op, knobs)
             try:
-                kernel = fn.compiled(dtype, n)
+                with _tables(tables):  # (read while the kernel is traced, i.e. compiled)
+                    kernel = fn.compiled(dtype, n)
             except Exception as e:  # noqa: BLE001 - an invalid variant is reported and skipped
                 print(f"{op} {dtype} {m}x{n} {ks}: does not compile: {str(e).splitlines()[0][:120]}")
                 continue
@@ -62,6 +70,21 @@ def main(argv: list[str]) -> int:
         del sets
         torch.cuda.empty_cache()
     return 0
+
+
+@contextlib.contextmanager
+def _tables(tables: dict[str, list]) -> Iterator[None]:
+    saved = []
+    try:
+        for name, rows in tables.items():
+            module, attr = name.rsplit(".", 1)
+            mod = importlib.import_module(f"reference_kernels.{module}")
+            saved.append((mod, attr, getattr(mod, attr)))
+            setattr(mod, attr, tuple(tuple(r) for r in rows))
+        yield
+    finally:
+        for mod, attr, old in reversed(saved):
+            setattr(mod, attr, old)
 
 
 if __name__ == "__main__":

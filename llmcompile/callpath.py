@@ -16,7 +16,6 @@ This module imports torch only: a loaded artifact runs without CuTe DSL.
 from __future__ import annotations
 
 import math
-import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,7 +155,10 @@ def _shaped(
     return shaped[0] if len(shaped) == 1 else shaped
 
 
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")  # (map over it: the call's cheapest test)
+def _requires_grad(t: torch.Tensor) -> bool:
+    # (a function, not operator.attrgetter: dynamo cannot trace an attrgetter's call, and
+    # torch.compile(fullgraph=True) of a model calling us would break on it)
+    return t.requires_grad
 
 
 def _kind(t: TensorDesc) -> str | None:
@@ -207,7 +209,7 @@ class KernelFunction:
     # ------------------------------------------------------------------ the fast call
 
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
-        if self.grad_fn is not None and any(map(_REQUIRES_GRAD, inputs)) and torch.is_grad_enabled():
+        if self.grad_fn is not None and any(map(_requires_grad, inputs)) and torch.is_grad_enabled():
             return self.grad_fn(*inputs, **scalars)
         if torch.compiler.is_compiling():
             return self._traced_call(inputs, scalars)

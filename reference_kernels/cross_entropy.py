@@ -45,7 +45,8 @@ class CrossEntropy:
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
-        self.from_registers = R.pick(TARGET_LOGIT, self.tiling.n) == "registers"  # type: ignore[arg-type]
+        # (dlogits need every thread of the row to know its target: "load" tells the leader only)
+        self.from_registers = self.write_dx or R.pick(TARGET_LOGIT, self.tiling.n) == "registers"
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
         R.launch_rows(kernel, self.tiling, mX.shape[0], stream)

@@ -29,8 +29,11 @@ OP = "rmsnorm_bwd"
 WORKSPACE = 1 << 23
 NUM_SMS = 132  # H100 SXM and H200
 # Row-tile CTAs (each of `cluster_n` CTAs) the grid keeps per SM, by N: enough rows in flight
-# to cover memory latency, few enough that the partial rows stay small beside the rows.
-CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (4096, 4), (16384, 2), (None, 1))
+# to cover memory latency, few enough that the partial rows stay small beside the rows. H100,
+# 4096x65536, TB/s at 1 / 2 / 4 a SM: rmsnorm bf16 1.74/2.14/2.21, fp32 2.07/2.39/2.46 (QuACK
+# 2.15, 2.79); past 16K the grid is more CTAs than stay resident, and the spare ones fill the
+# SMs whose rows finished first.
+CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (4096, 4), (16384, 2), (None, 4))
 # Threads per row: one vector of 8 (16-bit) a thread at N = 1024, as the forward's table
 # would give a row with twice the registers behind each value (see ROW_ARRAYS).
 THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = ((256, 32), (512, 64), (2048, 128), (8192, 256), (None, 512))
@@ -46,6 +49,15 @@ WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
 # are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
 MAX_FINISH_WARPS = 32
+# Shared memory a CTA may plan for (sm_90's 227 KiB less room for the reduction scratch and
+# barriers). A staged fp32 row past ~150K columns at cluster 8 needs more (x, dy and w: 240
+# KiB at N = 151936, which CUDA refuses to launch): the row goes to a larger cluster first,
+# then w is read from L2 each tile, then the rows are held in registers.
+SMEM_BUDGET = 220 * 1024
+# The cluster is widened until two CTAs fit an SM, where it can be: H100 4096x65536 fp32 (x, dy
+# and w 192 KiB a CTA at cluster 4, 96 KiB at 8), 4 CTAs a SM in the grid, TB/s at cluster 4 /
+# 8: rmsnorm 2.46/2.68, layernorm 1.84/2.31 (QuACK 2.79, 2.66).
+SMEM_TWO_A_SM = SMEM_BUDGET // 2
 
 
 class NormBackward:
@@ -80,8 +92,8 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, row_loop=2)
         if knobs.stage_smem is None:
             knobs = dataclasses.replace(knobs, stage_smem=True)
-        self.tiling = R.resolve_tiling(knobs, mX.element_type.width, n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
-        self.weight_in = self.knobs.columns or R.pick(WEIGHT_IN, n)  # type: ignore[arg-type]
+        widths = (mX.element_type.width, mdY.element_type.width, mW.element_type.width)
+        self.tiling, self.weight_in = self.plan(knobs, n, widths, widest)
         t = self.tiling
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
@@ -101,6 +113,44 @@ class NormBackward:
             self.finish(part, mOut, grid_m).launch(
                 grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * self.finish_warps, 1, 1], stream=stream
             )
+
+    def plan(self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int) -> tuple[R.RowTiling, str]:
+        """The tiling and where w is read from, within SMEM_BUDGET (`widths`: x, dy, w bits)."""
+        weight_in = self.knobs.columns or R.pick(WEIGHT_IN, n)
+        wider = self.knobs.cluster_n is None
+        while True:
+            t = R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
+            need = self.shared_bytes(t, weight_in, widths)
+            wide = dataclasses.replace(knobs, cluster_n=min(2 * t.cluster_n, R.MAX_CLUSTER))
+            # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
+            widens = wider and self._cluster(wide, n, widths, widest) > t.cluster_n
+            if need <= SMEM_TWO_A_SM or (need <= SMEM_BUDGET and not widens):
+                return t, weight_in  # type: ignore[return-value]
+            if widens:
+                knobs = wide
+            elif weight_in == "smem" and self.knobs.columns is None:
+                weight_in = "late"
+            elif t.stage_smem and self.knobs.stage_smem is None:
+                knobs = dataclasses.replace(knobs, stage_smem=False)
+            else:
+                raise ValueError(
+                    f"N={n}: these knobs need {self.shared_bytes(t, weight_in, widths)} B of shared memory"
+                )
+
+    @staticmethod
+    def _cluster(knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int) -> int:
+        return R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW).cluster_n
+
+    def shared_bytes(self, t: R.RowTiling, weight_in: str, widths: tuple[int, int, int]) -> int:
+        """What `kernel` allocates in shared memory, less the scratch (see SMEM_BUDGET)."""
+        tile = t.rows_per_cta * t.cols_per_cta
+        sums = 2 if self.bias else 1
+        total = tile * 4 * sums if t.rows_per_cta > 1 else 0
+        if t.stage_smem:
+            total += tile * (widths[0] + widths[1]) // 8
+        if weight_in == "smem":
+            total += t.cols_per_cta * widths[2] // 8
+        return total
 
     @cute.kernel
     def kernel(

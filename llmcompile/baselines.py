@@ -1,4 +1,5 @@
-"""Other implementations of each op, timed beside ours: torch eager, torch.compile, QuACK, Liger.
+"""Other implementations of each op, timed beside ours: torch eager, torch.compile, QuACK, Liger;
+for attention, each backend of torch's scaled_dot_product_attention and flash-attn-4.
 
 Each factory takes the op's inputs (in spec order) and scalars and returns a zero-argument
 callable, or raises `Unavailable` when that implementation cannot run the op here.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from llmcompile.ops import OpSpec
 
@@ -111,9 +113,52 @@ def liger(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[
     raise Unavailable(f"Liger has no {op}")
 
 
+def _attention_args(spec: OpSpec, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    if spec.flops is None or not spec.name.startswith("attention"):
+        raise Unavailable(f"{spec.name} is not attention")
+    return tuple(inputs[:3])
+
+
+def _sdpa(backend_name: str) -> Callable[[OpSpec, list[torch.Tensor], dict], Callable[[], object]]:
+    """torch's scaled_dot_product_attention held to one backend: (M, N, D) seen as one batch
+    of M heads. What a backend cannot take (a head dim, a dtype) fails when timed, and is
+    reported there."""
+
+    def make(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        q, k, v = (t.unsqueeze(0) for t in _attention_args(spec, inputs))
+        backend = getattr(SDPBackend, backend_name)
+        causal = "causal" in spec.name
+
+        def call() -> object:
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scalars["scale"])
+
+        return call
+
+    return make
+
+
+def flash_attn_4(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict) -> Callable[[], object]:
+    """flash-attn-4 (CuTe DSL): (B, S, H, D) inputs, made once here from ours, outside the timing."""
+    q, k, v = _attention_args(spec, inputs)
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # noqa: BLE001
+        raise Unavailable(f"flash-attn-4 not importable: {type(e).__name__}") from None
+    qb, kb, vb = (t.unsqueeze(0).transpose(1, 2).contiguous() for t in (q, k, v))
+    causal = "causal" in spec.name
+    return lambda: flash_attn_func(qb, kb, vb, softmax_scale=scalars["scale"], causal=causal)
+
+
 BASELINES: dict[str, Callable[[OpSpec, list[torch.Tensor], dict], Callable[[], object]]] = {
     "eager": eager,
     "compile": compiled,
     "quack": quack,
     "liger": liger,
+    "sdpa_flash": _sdpa("FLASH_ATTENTION"),
+    "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
+    "sdpa_efficient": _sdpa("EFFICIENT_ATTENTION"),
+    "fa4": flash_attn_4,
 }

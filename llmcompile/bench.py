@@ -1,8 +1,9 @@
-"""Benchmark ops against the memory speed of light and against other implementations.
+"""Benchmark ops against the hardware's limit and against other implementations.
 
-In one process: the device copy bandwidth (the SOL), then for each op, dtype and shape the
-median time with cold L2 of our kernel and of each baseline, as TB/s over the minimum bytes
-the op must move and as % of the SOL. Writes a markdown table, JSON and a PNG plot.
+In one process: the device copy bandwidth (the SOL of memory-bound ops) and, for compute-bound
+ops, the dense GEMM throughput; then for each op, dtype and shape the median time with cold L2
+of our kernel and of each baseline, as TB/s over the minimum bytes the op must move (or TFLOP/s
+over the FLOPs it must do) and as % of that limit. Writes markdown tables, JSON and a PNG plot.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from llmcompile import timing
 from llmcompile.baselines import BASELINES, Unavailable
-from llmcompile.ops import OpSpec, get_op
+from llmcompile.ops import DTYPES, OpSpec, get_op
 
 
 @dataclass
@@ -32,6 +33,7 @@ class BenchRow:
     tbs: float | None
     pct_sol: float | None
     note: str = ""
+    unit: str = "TB/s"  # what `tbs` counts: TB/s, or TFLOP/s for a compute-bound op
 
 
 @dataclass
@@ -43,6 +45,12 @@ class BenchResult:
     copies: dict[str, float] = field(default_factory=dict)  # each copy measured; SOL is the best
     read_tbs: float = 0.0  # read-only stream: the ceiling for ops that write almost nothing
     graph: bool = True  # False: every implementation timed from eager calls, host time included
+    compute: dict[str, float] = field(default_factory=dict)  # dtype -> dense GEMM TFLOP/s measured
+
+    def ceiling(self, op: str, dtype: str) -> float:
+        """The limit an op's rows are a % of: the GEMM probe (compute-bound) or the copy."""
+        compute = any(r.unit != "TB/s" for r in self.rows if (r.op, r.dtype) == (op, dtype))
+        return self.compute.get(dtype, self.sol_tbs) if compute else self.sol_tbs
 
     def to_json(self) -> dict:
         return {
@@ -51,6 +59,7 @@ class BenchResult:
             "copies_tbs": self.copies,
             "read_tbs": self.read_tbs,
             "graph": self.graph,
+            "gemm_tflops": self.compute,
             "versions": self.versions,
             "rows": [asdict(r) for r in self.rows],
         }
@@ -97,10 +106,11 @@ def bench_one(
     graph: bool = True,
 ) -> list[BenchRow]:
     """Time ours and each baseline on the same rotated input sets. A rate above 1.05x the
-    ceiling (the best of copy and read-only bandwidth, when measured) is flagged IMPOSSIBLE.
+    ceiling (the best of copy and read-only bandwidth, when measured; the GEMM probe for a
+    compute-bound op, whose rates and `sol_tbs` are TFLOP/s) is flagged IMPOSSIBLE.
     `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
     wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row."""
-    nbytes = spec.bytes_moved(m, n, dtype)
+    work = spec.work(m, n, dtype)
     sets = input_sets(spec, m, n, dtype, seed)
     scalars = dict(spec.scalars)
     impls: dict[str, list[Callable[[], object]] | str] = {
@@ -114,24 +124,26 @@ def bench_one(
     rows = []
     for name, calls in impls.items():
         if isinstance(calls, str):
-            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, calls))
+            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, calls, spec.unit))
             continue
         try:
             t = timing.time_calls(calls, graph=graph)
         except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
-            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, f"{type(e).__name__}: {e}"[:200]))
+            error = f"{type(e).__name__}: {e}"[:200]
+            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, error, spec.unit))
             torch.cuda.synchronize()
             continue
-        bw = timing.tbs(nbytes, t.median_ms)
+        bw = timing.tbs(work, t.median_ms)  # (of FLOPs: TFLOP/s)
         notes = [] if t.graph or not graph else ["no graph"]
         if bw > 1.05 * (ceiling_tbs or sol_tbs):
-            notes.append("IMPOSSIBLE: above 1.05x the device bandwidth")
+            limit = "dense GEMM throughput" if spec.compute_bound else "device bandwidth"
+            notes.append(f"IMPOSSIBLE: above 1.05x the {limit}")
         if t.events_disagree:
             notes.append(f"TIMER MISMATCH: events {t.median_ms:.4f} ms vs wall clock {t.wall_ms:.4f} ms a call")
         if check is not None and name == "llmcompile" and (wrong := check(sets)):
             notes.append(f"WRONG TIMED OUTPUT: {wrong}")
         note = "; ".join(notes)
-        rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note))
+        rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note, spec.unit))
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -140,7 +152,7 @@ def bench_one(
 def run(
     ops: list[str],
     dtypes: list[str],
-    shapes: list[tuple[int, int]],
+    shapes: list[tuple[int, int]] | None,  # None: each op's own grid (OpSpec.shapes)
     baselines: list[str],
     functions: dict[str, Callable[..., object]],
     progress: Callable[[str], None] = print,
@@ -160,20 +172,60 @@ def run(
     for op in ops:
         spec = get_op(op)
         for dtype in dtypes:
-            for m, n in shapes:
-                rows = bench_one(
-                    spec, functions[op], m, n, dtype, sol, baselines, ceiling_tbs=max(sol, read), graph=graph
-                )
+            if dtype not in spec.dtypes:
+                progress(f"{op}: no {dtype} (it takes {', '.join(spec.dtypes)})")
+                continue
+            limit, ceiling = sol, max(sol, read)
+            if spec.compute_bound:
+                if dtype not in result.compute:
+                    result.compute[dtype] = timing.gemm_tflops(DTYPES[dtype])
+                    progress(f"dense GEMM probe {dtype}: {result.compute[dtype]:.0f} TFLOP/s")
+                limit = ceiling = result.compute[dtype]
+            for m, n in shapes if shapes is not None else spec.shapes():
+                rows = bench_one(spec, functions[op], m, n, dtype, limit, baselines, ceiling_tbs=ceiling, graph=graph)
                 result.rows.extend(rows)
                 progress(
                     f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
                     + "  ".join(f"{r.impl}={r.tbs:.2f}" if r.tbs else f"{r.impl}=n/a" for r in rows)
+                    + ("" if spec.unit == "TB/s" else f" {spec.unit}")
                 )
     return result
 
 
 def markdown(result: BenchResult) -> str:
-    impls = list(dict.fromkeys(r.impl for r in result.rows))
+    compute = [r for r in result.rows if r.unit != "TB/s"]
+    lines = (
+        _memory_table(result, [r for r in result.rows if r.unit == "TB/s"]) if len(compute) < len(result.rows) else []
+    )
+    if compute:
+        lines += ([""] if lines else []) + _compute_table(result, compute)
+    return "\n".join(lines) + "\n"
+
+
+def _compute_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
+    impls = list(dict.fromkeys(r.impl for r in rows))
+    probes = ", ".join(f"{d} {v:.0f}" for d, v in result.compute.items())
+    lines = [
+        f"GPU: {result.gpu}; dense GEMM probe (torch.matmul 8192^3): {probes} TFLOP/s; TFLOP/s over the op's FLOPs"
+        + ("" if result.graph else "; every call eager, without CUDA graphs (host time included)"),
+        "",
+        "| op | dtype | M | N | "
+        + " | ".join(f"{i} TFLOP/s" for i in impls)
+        + " | ours % GEMM | ours / fastest other |",
+        "|---|---|---|---|" + "---|" * len(impls) + "---|---|",
+    ]
+    for key in dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in rows):
+        cells = [f"{r.tbs:.0f}" if (r := result.get(*key, i)) and r.tbs else "n/a" for i in impls]
+        ours = result.get(*key, "llmcompile")
+        others = [r.tbs for r in rows if (r.op, r.dtype, r.m, r.n) == key and r.impl != "llmcompile" and r.tbs]
+        pct = f"{ours.pct_sol:.1f}" if ours and ours.pct_sol else "n/a"
+        ratio = f"{ours.tbs / max(others):.3f}" if ours and ours.tbs and others else "n/a"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |")
+    return lines
+
+
+def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
+    impls = list(dict.fromkeys(r.impl for r in rows))
     lines = [
         f"GPU: {result.gpu}; device copy (SOL, best of {', '.join(f'{k} {v:.3f}' for k, v in result.copies.items())}): "
         f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2"
@@ -182,7 +234,7 @@ def markdown(result: BenchResult) -> str:
         "| op | dtype | M | N | " + " | ".join(f"{i} TB/s" for i in impls) + " | ours % SOL | ours / QuACK |",
         "|---|---|---|---|" + "---|" * len(impls) + "---|---|",
     ]
-    keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in result.rows))
+    keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in rows))
     for key in keys:
         cells = []
         for i in impls:
@@ -193,7 +245,7 @@ def markdown(result: BenchResult) -> str:
         pct = f"{ours.pct_sol:.1f}" if ours and ours.pct_sol else "n/a"
         ratio = f"{ours.tbs / q.tbs:.3f}" if ours and ours.tbs and q and q.tbs else "n/a"
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(result: BenchResult, path: Path) -> None:
@@ -211,17 +263,19 @@ def plot(result: BenchResult, path: Path) -> None:
         for impl in dict.fromkeys(r.impl for r in sub):
             pts = sorted((r.n, r.tbs) for r in sub if r.impl == impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
-        ax.axhline(result.sol_tbs, color="k", linestyle="--", linewidth=1, label="device copy (SOL)")
+        unit = sub[0].unit if sub else "TB/s"
+        limit = "dense GEMM" if unit != "TB/s" else "device copy (SOL)"
+        ax.axhline(result.ceiling(op, dtype), color="k", linestyle="--", linewidth=1, label=limit)
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} {dtype}")
         ax.set_xlabel("N")
-        ax.set_ylabel("TB/s")
+        ax.set_ylabel(unit)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(groups) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{result.gpu}: TB/s vs N (cold L2)")
+    fig.suptitle(f"{result.gpu}: rate vs N (cold L2)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -188,6 +188,9 @@ class KernelFunction:
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
         self._row_outputs = tuple(t.dims[:1] == ("M",) for t in self.spec.outputs)
+        # where N is in the first tensor (attention's (M, N, D): not last); -1 where it is not named
+        dims = self.spec.tensors[0].dims
+        self._n_axis = dims.index("N") - len(dims) if "N" in dims else -1
         # the differentiable call (llmcompile.autograd), taken where an input requires grad
         self.grad_fn: Callable[..., Any] | None = None
         if op_name is not None:
@@ -302,7 +305,7 @@ class KernelFunction:
         self._run(ins, list(args[n_in:n_all]), list(args[n_all:]))
 
     def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor], vals: list) -> None:
-        self.compiled(dtype_name(ins[0].dtype), ins[0].shape[-1])(*ins, *outs, *vals)
+        self.compiled(dtype_name(ins[0].dtype), ins[0].shape[self._n_axis])(*ins, *outs, *vals)
 
     def _traced_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         """Under torch.compile: no data pointers and no Python-side compile, only torch ops and
@@ -312,7 +315,7 @@ class KernelFunction:
             raise OpError(f"{spec.name} is not a torch.library op here: torch.compile cannot call it")
         x = inputs[0]
         dtype = dtype_name(x.dtype)
-        n = x.shape[-1]
+        n = x.shape[self._n_axis]
         m = x.numel() // n if spec.flat_rows else x.shape[0]
         ins = []
         for t, v in zip(spec.inputs, inputs):
@@ -367,7 +370,9 @@ class KernelFunction:
         spec, x = self.spec, inputs[0]
         if not x.is_cuda:
             raise OpError(f"{spec.name}: tensors must be on a CUDA device, x is on {x.device}")
-        m, n, dtype = x.shape[0], x.shape[-1], spec.dtypes[0]
+        m, n = x.shape[0], x.shape[self._n_axis] if x.dim() else 0
+        # a fixed problem takes one dtype; a built-in op of fixed layout (attention), several
+        dtype = next((d for d in spec.dtypes if DTYPES[d] == x.dtype), spec.dtypes[0])
         out = []
         for t, v in zip(spec.inputs, inputs):
             expect, want = t.shape(m, n), t.torch_dtype(dtype)
@@ -387,11 +392,11 @@ class KernelFunction:
         lead = inputs[0].shape[:-1]
         ins, m, n, dtype = self.prepare(*inputs)
         outs = self.spec.alloc_outputs(m, n, dtype, ins[0].device)
+        vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
         if not self.spec.flat_rows:
             if m > 0:
-                self._run(ins, outs, [])
+                self._run(ins, outs, vals)
             return outs[0] if len(outs) == 1 else outs
-        vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
         if m > 0:
             self._run(ins, outs, vals)
             if (DTYPES[dtype], n) not in self._plans:

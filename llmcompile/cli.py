@@ -10,7 +10,17 @@ from pathlib import Path
 from llmcompile.evals.suite import SuiteError
 from llmcompile.harness.sandbox import SandboxUnavailable
 from llmcompile.harness.worker import JudgeFailure
-from llmcompile.ops import BENCH_N, BUILTIN, SMALL_M, SMALL_N, OpError, bench_shapes, dtype_name, parse_shape
+from llmcompile.ops import (
+    BENCH_ELEMS,
+    BENCH_N,
+    BUILTIN,
+    SMALL_M,
+    SMALL_N,
+    OpError,
+    bench_shapes,
+    dtype_name,
+    parse_shape,
+)
 from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
 
 
@@ -69,9 +79,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if op not in BUILTIN:
             raise OpError(f"unknown op {op!r}; known ops: {', '.join(sorted(BUILTIN))}")
     dtypes = [dtype_name(d) for d in args.dtype]
+    shapes: list[tuple[int, int]] | None = None  # each op's own grid (attention's is fixed)
     if args.small:
         shapes = [(SMALL_M, n) for n in SMALL_N]
-    else:
+    elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = _baselines(args.baselines)
     result = bench.run(
@@ -106,10 +117,13 @@ def _stage_lines(v) -> list[str]:
             f"verify   {'ok' if r.ok else 'FAILED'}: {r.runs} checked runs, {len(r.shapes)} shapes ({r.seconds:.1f} s)"
         )
     if v.profile:
-        lines.append(
-            f"profile  {'ok' if v.profile.ok else 'FLAGGED'}: device copy {v.profile.sol_tbs:.3f} TB/s, "
-            f"read-only {v.profile.read_tbs:.3f} TB/s"
+        p = v.profile
+        limits = (
+            f"dense GEMM {p.sol_tbs:.0f} {p.unit}"
+            if p.unit != "TB/s"
+            else f"device copy {p.sol_tbs:.3f} TB/s, read-only {p.read_tbs:.3f} TB/s"
         )
+        lines.append(f"profile  {'ok' if p.ok else 'FLAGGED'}: {limits}")
     return lines
 
 
@@ -117,7 +131,8 @@ def _profile_table(v) -> str:
     if not v.profile:
         return ""
     impls = sorted({k for s in v.profile.shapes for k in s.baselines})
-    head = "| M | N | ms | TB/s | % SOL | " + " | ".join(f"{i} TB/s" for i in impls) + " |"
+    u = v.profile.unit
+    head = f"| M | N | ms | {u} | % SOL | " + " | ".join(f"{i} {u}" for i in impls) + " |"
     out = [head, "|---" * (5 + len(impls)) + "|"]
     for s in v.profile.shapes:
         cells = " | ".join(f"{s.baselines[i]:.2f}" if i in s.baselines else "n/a" for i in impls)
@@ -336,7 +351,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _baselines(text: str) -> list[str]:
-    return [] if text in ("", "none") else text.split(",")
+    from llmcompile.baselines import BASELINES
+
+    names = [] if text in ("", "none") else text.split(",")
+    if unknown := [b for b in names if b not in BASELINES]:
+        raise OpError(f"unknown baseline {', '.join(unknown)}; known: {', '.join(BASELINES)}")
+    return names
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -434,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--shapes", help="comma-separated MxN list (default: 2^28 elements at N in " + ",".join(map(str, BENCH_N)) + ")"
     )
-    s.add_argument("--elems", type=int, default=1 << 28, help="elements per input for the default grid")
+    s.add_argument("--elems", type=int, default=BENCH_ELEMS, help="elements per input for the default grid")
     s.add_argument("--small", action="store_true", help=f"QuACK's small-tensor grid: M={SMALL_M}, N in {SMALL_N}")
     s.add_argument(
         "--baselines", default="eager,compile,quack,liger", help="comma list of eager,compile,quack,liger or 'none'"

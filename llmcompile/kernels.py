@@ -59,6 +59,11 @@ rmsnorm_bwd = reference_function("rmsnorm_bwd", register=True)
 layernorm_fwd = reference_function("layernorm_fwd", register=True)
 layernorm_bwd = reference_function("layernorm_bwd", register=True)
 cross_entropy_fused = reference_function("cross_entropy_fused", register=True)
+# (M, N, D) = (batch x heads, sequence, head dim); compute-bound, rated in TFLOP/s
+attention = reference_function("attention", register=True)
+attention_causal = reference_function("attention_causal", register=True)
+attention_d64 = reference_function("attention_d64", register=True)
+attention_causal_d64 = reference_function("attention_causal_d64", register=True)
 # differentiable where x requires grad: the forward kernel saving what the backward kernel reads
 softmax.grad_fn = autograd.softmax
 log_softmax.grad_fn = autograd.log_softmax
@@ -82,6 +87,10 @@ BY_NAME: dict[str, KernelFunction] = {
     "layernorm_fwd": layernorm_fwd,
     "layernorm_bwd": layernorm_bwd,
     "cross_entropy_fused": cross_entropy_fused,
+    "attention": attention,
+    "attention_causal": attention_causal,
+    "attention_d64": attention_d64,
+    "attention_causal_d64": attention_causal_d64,
 }
 
 

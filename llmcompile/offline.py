@@ -122,9 +122,55 @@ class TemplateSearch:
         pass
 
 
+# Tile sizes tried on attention after the shipped ones (all compile for sm_90a without spills;
+# 187-251 registers).
+ATTENTION_KNOBS = ("block_n=32", "block_n=128", "block_m=64", "block_m=64, block_n=128")
+
+
+class AttentionSearch:
+    """The offline provider for attention: the reference kernel as shipped, then its other tile
+    sizes, one a slot (one set for every N: the loop keeps whichever the judge times best)."""
+
+    name = "offline"
+    uses_llm = False
+
+    def __init__(self, spec: OpSpec) -> None:
+        self.spec = spec
+        self.variants = ["", *ATTENTION_KNOBS]
+        self.next = 0
+
+    def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
+        answers: list[Answer] = []
+        for slot in slots:
+            if self.next >= len(self.variants):
+                break
+            knobs = self.variants[self.next]
+            self.next += 1
+            if knobs:
+                src = prompting.attention_variant(self.spec, knobs, f"r{slot.round}s{slot.sample}")
+                note = f"tile sizes AttentionKnobs({knobs})"
+            else:
+                src, note = (
+                    prompting.reference_source(self.spec.reference_module or ""),
+                    "the reference kernel as shipped",
+                )
+            text = f"Offline search (no LLM was used): {note}\n\n```python\n{src}```\n"
+            answers.append(Answer(text, Usage(), "offline-search", 0.0, {"knobs": knobs}))
+        return answers
+
+    def describe(self) -> str:
+        return "trying the reference attention kernel's tile sizes"
+
+    def observe(self, slot: Slot, answer: Answer, verdict: Any) -> None:
+        pass
+
+
 def offline_provider(spec: OpSpec, dtype: str, shapes: list[tuple[int, int]] | None = None):
-    """The offline default for `spec`: the knob search of a built-in op's reference kernel, or
-    the template a custom op's graph matches; ProviderError (not attempted) otherwise."""
+    """The offline default for `spec`: the knob search of a built-in op's reference kernel (the
+    tile sizes of attention's), or the template a custom op's graph matches; ProviderError (not
+    attempted) otherwise."""
+    if spec.compute_bound and spec.reference_module:
+        return AttentionSearch(spec)
     if spec.reference_module:
         return OfflineProvider(spec, dtype, shapes)
     from llmcompile import patterns

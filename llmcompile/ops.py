@@ -142,6 +142,14 @@ class OpSpec(HasTensors):
     batchable: bool = True  # means the same at any M (else checked at its own size only)
     # each output row depends on its own input rows only (not a norm over the whole batch)
     independent_rows: bool = True
+    # Compute-bound ops: the floating-point operations the op must do at (M, N). With it the
+    # judge and bench rate the op in TFLOP/s against the GPU's dense GEMM throughput measured
+    # in the same process, not in TB/s against its copy bandwidth.
+    flops: Callable[[int, int], float] | None = None
+    # shapes verified beside the benchmark's (a fixed-shape op's held-out sizes)
+    extra_verify: tuple[tuple[int, int], ...] = ()
+    # GPU bytes the float64 reference holds beyond its inputs and outputs (attention's scores)
+    reference_scratch: int = 0
 
     @property
     def ref(self) -> str:
@@ -164,6 +172,19 @@ class OpSpec(HasTensors):
 
     def tol(self, dtype: str) -> Tolerance:
         return self.tolerance[dtype]
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.flops is not None
+
+    @property
+    def unit(self) -> str:
+        """What the op's rate is counted in: TFLOP/s (compute-bound) or TB/s."""
+        return "TFLOP/s" if self.compute_bound else "TB/s"
+
+    def work(self, m: int, n: int, dtype: str) -> float:
+        """What a rate divides: FLOPs for a compute-bound op, else the minimum bytes moved."""
+        return self.flops(m, n) if self.flops is not None else self.bytes_moved(m, n, dtype)
 
 
 # --------------------------------------------------------------------------- input makers
@@ -656,6 +677,99 @@ BUILTIN: dict[str, OpSpec] = {
 }
 
 
+# --------------------------------------------------------------------------- attention
+# Rows are (batch x head) pairs: q, k, v and o are (M, N, D) with N the sequence length and D
+# the head dim (fixed per spec), lse (M, N) fp32. Heads are independent, so M chunks like rows.
+ATTN_TOKENS = 1 << 18  # M * N across the grid: 16 heads x 16K tokens at the longest
+ATTN_SEQLENS = (1024, 2048, 4096, 8192, 16384)
+ATTN_HELD_OUT = ((3, 1000), (2, 5001), (5, 129))  # partial last tiles of queries and keys
+ATTN_REF_ELEMS = 1 << 26  # float64 scores a reference step holds (512 MiB)
+
+
+def attention_flops(d: int, causal: bool) -> Callable[[int, int], float]:
+    """Two GEMMs (QK^T, PV) of 2*N*N*D each a head; causal does half (the convention the FA
+    papers and cuDNN report in, so TFLOP/s compare)."""
+
+    def flops(m: int, n: int) -> float:
+        return 4.0 * m * n * n * d / (2 if causal else 1)
+
+    return flops
+
+
+def _ref_attention(causal: bool):
+    def ref(q, k, v, scale):
+        m, n, _ = q.shape
+        o = torch.empty_like(q)
+        lse = torch.empty(m, n, dtype=q.dtype, device=q.device)
+        step = max(1, ATTN_REF_ELEMS // max(1, m * n))
+        cols = torch.arange(n, device=q.device)
+        for i in range(0, n, step):
+            s = torch.einsum("bqd,bkd->bqk", q[:, i : i + step], k) * scale
+            if causal:
+                rows = torch.arange(i, min(n, i + step), device=q.device)
+                s.masked_fill_(cols[None, None, :] > rows[None, :, None], float("-inf"))
+            lse_i = torch.logsumexp(s, -1)
+            o[:, i : i + step] = torch.einsum("bqk,bkd->bqd", torch.exp(s - lse_i[..., None]), v)
+            lse[:, i : i + step] = lse_i
+            del s
+        return [o, lse]
+
+    return ref
+
+
+def _attention_inputs(d: int):
+    def make(m, n, dtype, gen, case, device):
+        q, k, v = (torch.randn(m, n, d, generator=gen) for _ in range(3))
+        if case == "large":
+            q = q * 16.0  # logits ~ N(0, 16^2): each row's softmax all but one-hot
+        return [t.to(DTYPES[dtype]).to(device) for t in (q, k, v)]
+
+    return make
+
+
+def _t_attention(causal: bool):
+    def fn(q, k, v, scale):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    return fn
+
+
+def _attention_spec(d: int, causal: bool) -> OpSpec:
+    name = "attention" + ("_causal" if causal else "") + ("" if d == 128 else f"_d{d}")
+    head = ("M", "N", str(d))
+    return OpSpec(
+        name,
+        f"{'causal ' if causal else ''}softmax attention forward, head dim {d}: o and each query's log-sum-exp",
+        (
+            TensorDesc("q", head),
+            TensorDesc("k", head),
+            TensorDesc("v", head),
+            TensorDesc("o", head, output=True),
+            TensorDesc("lse", ("M", "N"), "float32", output=True),
+        ),
+        _ref_attention(causal),
+        _attention_inputs(d),
+        scalars={"scale": 1.0 / d**0.5},
+        cases=("random", "large"),
+        # P is rounded to the input dtype before the second GEMM (as every flash kernel does)
+        tolerance={"bfloat16": Tolerance(2e-2, 2e-2), "float16": Tolerance(4e-3, 4e-3)},
+        dtypes=("bfloat16", "float16"),
+        reference_module="attention" + ("_causal" if causal else ""),
+        torch_expr=(
+            f"o = F.scaled_dot_product_attention(q, k, v, is_causal={causal}, scale=scale); "
+            f"lse = torch.logsumexp((q.float() @ k.float().transpose(1, 2)) * scale{' (causal mask)' if causal else ''}, -1)"
+        ),
+        torch_fn=_t_attention(causal),
+        fixed_shapes=tuple((ATTN_TOKENS // n, n) for n in ATTN_SEQLENS),
+        flops=attention_flops(d, causal),
+        extra_verify=ATTN_HELD_OUT,
+        reference_scratch=3 * 8 * ATTN_REF_ELEMS,  # the scores, their exp, the mask
+    )
+
+
+BUILTIN.update({s.name: s for s in (_attention_spec(d, c) for d in (128, 64) for c in (False, True))})
+
+
 def get_op(name: str) -> OpSpec:
     """A built-in op by name, or a custom op from a KernelBench-format file (a path ending .py)."""
     if name.endswith(".py") or "/" in name:
@@ -684,7 +798,7 @@ def verify_shapes(spec: OpSpec, ns: list[int] | None = None) -> list[tuple[int, 
             # the large M holds a few million elements per tensor, however large the problem
             big = min(m0, max(3, VERIFY_ELEMS // row) | 1)
             out += [(1, n), (max(1, (big // 2) | 1), n), (big, n)] if spec.batchable else [(m0, n)]
-        return sorted(set(out))
+        return sorted(set(out) | set(spec.extra_verify))
     out = []
     for n in sorted(set(ns or [n for _, n in spec.shapes()] + list(HELD_OUT_N))):
         big = max(133, (VERIFY_ELEMS // n) | 1)  # more rows than SMs, ~4M elements

@@ -117,6 +117,20 @@ def extract_code(answer: str) -> str | None:
     return max(blocks, key=len).strip() + "\n"
 
 
+def attention_variant(spec: OpSpec, knobs: str, tag: str) -> str:
+    """The reference attention kernel of `spec` with other tile sizes (`knobs`: AttentionKnobs
+    fields, as source), as a contract module."""
+    assert spec.compute_bound and spec.reference_module
+    causal = spec.reference_module.endswith("_causal")
+    return render(
+        "attention_variant.py.j2",
+        reference_source=reference_source(spec.reference_module).rstrip(),
+        knobs=knobs,
+        tag=tag,
+        causal=causal,
+    )
+
+
 def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:
     """The reference kernel of `spec` with per-N knob overrides, as a contract module."""
     assert spec.reference_module and spec.reference_module in {s.reference_module for s in BUILTIN.values()}

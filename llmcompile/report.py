@@ -23,11 +23,14 @@ def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> bench.BenchResult |
     res = bench.BenchResult(
         v.target, p.sol_tbs, bench.versions(), copies={"device copy": p.sol_tbs}, read_tbs=p.read_tbs
     )
+    if p.unit != "TB/s":  # (its SOL is the GEMM probe, no copy was measured)
+        res.copies, res.compute = {}, {dtype: p.sol_tbs}
     for s in p.shapes:
-        res.rows.append(bench.BenchRow(spec.name, dtype, s.m, s.n, "llmcompile", s.ms, s.tbs, s.pct_sol))
+        res.rows.append(bench.BenchRow(spec.name, dtype, s.m, s.n, "llmcompile", s.ms, s.tbs, s.pct_sol, "", p.unit))
         for impl, tbs in s.baselines.items():
+            ms = s.baseline_ms.get(impl)
             res.rows.append(
-                bench.BenchRow(spec.name, dtype, s.m, s.n, impl, s.baseline_ms.get(impl), tbs, 100 * tbs / p.sol_tbs)
+                bench.BenchRow(spec.name, dtype, s.m, s.n, impl, ms, tbs, 100 * tbs / p.sol_tbs, "", p.unit)
             )
     return res
 

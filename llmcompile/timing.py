@@ -140,5 +140,15 @@ def read_bandwidth(
     return max(tbs(nbytes, time_calls([fn], reps=reps).median_ms) for fn, nbytes in calls)
 
 
-def tbs(nbytes: int, ms: float) -> float:
+def gemm_tflops(dtype: torch.dtype = torch.bfloat16, size: int = 8192, reps: int = 20) -> float:
+    """Dense GEMM throughput (torch.matmul, cuBLAS, size^3 on random inputs): the ceiling a
+    compute-bound op's TFLOP/s are a % of, measured in the same process as the op."""
+    a = torch.randn(size, size, device="cuda").to(dtype)
+    b = torch.randn(size, size, device="cuda").to(dtype)
+    c = torch.empty(size, size, device="cuda", dtype=dtype)
+    return tbs(2 * size**3, time_calls([lambda: torch.matmul(a, b, out=c)], reps=reps).median_ms)
+
+
+def tbs(nbytes: float, ms: float) -> float:
+    """TB/s of `nbytes` moved in `ms`; of FLOPs done, TFLOP/s."""
     return nbytes / (ms * 1e-3) / 1e12

@@ -13,6 +13,9 @@ pytestmark = pytest.mark.gpu
 NS = (256, 1024, 4096, 5000, 16384, 65536, 128256, 151936, 262144, 4100, 5001)
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_ELEMS = 1 << 24
+# the row kernels; attention (fixed (M, N, D) layout, its own grid) is tested below
+ROW_OPS = sorted(op for op, spec in BUILTIN.items() if not spec.compute_bound)
+ATTENTION = sorted(op for op, spec in BUILTIN.items() if spec.compute_bound)
 
 
 def ms_for(n: int) -> tuple[int, ...]:
@@ -39,7 +42,7 @@ def _run(op: str, m: int, n: int, dtype: str, case: str, seed: int, knobs: dict 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", NS)
-@pytest.mark.parametrize("op", sorted(BUILTIN))
+@pytest.mark.parametrize("op", ROW_OPS)
 def test_matches_float64_reference(op: str, n: int, dtype: str) -> None:
     failures = []
     for i, m in enumerate(ms_for(n)):
@@ -66,7 +69,7 @@ LOOP_KNOBS = (
 
 @pytest.mark.parametrize("knobs", LOOP_KNOBS, ids=str)
 @pytest.mark.parametrize("n", (1000, 5001, 65536, 262144))
-@pytest.mark.parametrize("op", sorted(set(BUILTIN) - {"copy"}))
+@pytest.mark.parametrize("op", sorted(set(ROW_OPS) - {"copy"}))
 def test_row_loop_matches_float64_reference(op: str, n: int, knobs: dict) -> None:
     """A CTA on several row tiles in turn: M not a multiple of the loop (CTAs whose last
     tiles are past M) and every tile a different row, in both widths. Staged, each tile's
@@ -81,7 +84,7 @@ def test_row_loop_matches_float64_reference(op: str, n: int, knobs: dict) -> Non
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("op", sorted(BUILTIN))
+@pytest.mark.parametrize("op", ROW_OPS)
 def test_public_function_and_torch_library(op: str) -> None:
     """The torch-facing function takes leading batch dims, and torch.compile can call it."""
     import torch
@@ -149,3 +152,35 @@ def test_cross_entropy_targets_outside_and_ignored(n: int) -> None:
         assert torch.isnan(out[~inside]).all()
         torch.testing.assert_close(out[inside].double(), ref, atol=1e-4, rtol=1e-4)
         assert (out[target == ignore] == 0).all()
+
+
+# (M, N): partial query and key tiles (129, 1000, 5001), one tile, many heads
+ATTENTION_SHAPES = ((5, 129), (3, 1000), (2, 5001), (64, 128), (16, 2048))
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+@pytest.mark.parametrize("op", ATTENTION)
+def test_attention_matches_float64_reference(op: str, dtype: str) -> None:
+    failures = []
+    for i, (m, n) in enumerate(ATTENTION_SHAPES):
+        for case in BUILTIN[op].cases:
+            bad = _run(op, m, n, dtype, case, seed=11 * i + n)
+            if bad:
+                failures.append(f"M={m} N={n} {case}: {bad.describe()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("op", ["attention", "attention_causal"])
+def test_attention_public_function(op: str) -> None:
+    """kernels.attention(q, k, v) on (heads, seq, dim) tensors, eager and under torch.compile."""
+    import torch
+
+    from llmcompile import kernels
+
+    spec = BUILTIN[op]
+    inputs = spec.make_inputs(4, 777, "bfloat16", torch.Generator().manual_seed(5), "random", "cuda")
+    refs = spec.run_reference(inputs)
+    tol = spec.tol("bfloat16")
+    for outs in (kernels.BY_NAME[op](*inputs), torch.compile(lambda *a: kernels.BY_NAME[op](*a))(*inputs)):
+        for out, ref in zip(outs, refs):
+            torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)

@@ -50,3 +50,13 @@ def test_level1_problems_at_their_own_size_fit_an_h100_or_say_why() -> None:
             assert max(p.bytes for p in stages if p.stage == "verify") < max(8 * GIB, 40 * 3 * row), spec.name
     too_large = [name for name, b in needs.items() if b + GIB > H100]
     assert too_large == [], {n: needs[n] / GIB for n in too_large}
+
+
+def test_attention_plan_counts_the_references_scores() -> None:
+    """The float64 reference holds a block of scores beyond its inputs and outputs; the plan
+    knows it, and attention's whole grid fits an H100 (verified at the timed sizes)."""
+    spec = get_op("attention_causal")
+    check_fits(plan(spec, "bfloat16", verify_shapes(spec), spec.shapes()), H100)
+    plain = verify_bytes(get_op("softmax"), "bfloat16", 16, 16384)
+    assert spec.reference_scratch == 3 * 8 * (1 << 26)
+    assert verify_bytes(spec, "bfloat16", 16, 16384) > spec.reference_scratch > plain

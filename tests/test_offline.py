@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llmcompile.offline import knobs_repr, neighbours
 from reference_kernels.reduce import RowKnobs
 
@@ -19,3 +21,34 @@ def test_register_prefetch_is_a_move_only_while_looping() -> None:
     looping = neighbours(RowKnobs(row_loop=2, stage_smem=False))
     assert RowKnobs(row_loop=2, stage_smem=False, prefetch_registers=True) in looping
     assert not any(k.prefetch_registers for k in neighbours(RowKnobs()) if (k.row_loop or 1) == 1)
+
+
+def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path: Path) -> None:
+    """Attention's offline default is its kernel as shipped, then its other tile sizes; each
+    variant keeps the spec's causality and passes the static audit, and then it stops."""
+    import os
+
+    from llmcompile import contract
+    from llmcompile.harness import static
+    from llmcompile.offline import ATTENTION_KNOBS, AttentionSearch, offline_provider
+    from llmcompile.ops import get_op
+    from llmcompile.providers import Slot
+
+    for op, causal in (("attention", False), ("attention_causal_d64", True)):
+        spec = get_op(op)
+        search = offline_provider(spec, "bfloat16")
+        assert isinstance(search, AttentionSearch)
+        answers = search.propose([], [Slot(r, s) for r in range(3) for s in range(4)])
+        assert len(answers) == 1 + len(ATTENTION_KNOBS) and not search.propose([], [Slot(3, 0)])
+        assert "as shipped" in answers[0].text
+        for a, knobs in zip(answers[1:], ATTENTION_KNOBS):
+            src = a.text.split("```python\n")[1].split("```")[0]
+            assert static.check_source(src).ok
+            assert f"launch = Attention(causal={causal}, knobs=AttentionKnobs({knobs}))" in src
+    # one variant end to end: it loads as a contract module and compiles for sm_90a
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    path = tmp_path / "variant.py"
+    path.write_text(src)
+    entry = contract.entry_of(contract.load_module(path))
+    assert entry.causal and (entry.bm, entry.bn) == (64, 128)
+    assert contract.compile_entry(entry, spec, "bfloat16", 1000) is not None

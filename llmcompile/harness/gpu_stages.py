@@ -19,7 +19,7 @@ import torch
 
 from llmcompile import bench, timing, verify
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
-from llmcompile.ops import OpSpec
+from llmcompile.ops import DTYPES, OpSpec
 
 GUARD_BYTES = 4096
 INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
@@ -172,6 +172,25 @@ def device_bandwidth(
     return _BANDWIDTH["copy"], _BANDWIDTH["read"]
 
 
+_GEMM: dict[str, float] = {}
+
+
+def ceiling(
+    spec: OpSpec,
+    dtype: str,
+    copy_fn: Callable[[torch.Tensor, torch.Tensor], object] | None,
+    read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
+) -> tuple[float, float]:
+    """What the op's rate is a % of, in its unit: (copy, read-only) TB/s for a memory-bound op;
+    for a compute-bound one the dense GEMM probe's TFLOP/s in its dtype, twice (measured once a
+    worker process and dtype)."""
+    if not spec.compute_bound:
+        return device_bandwidth(copy_fn, read_probes)
+    if dtype not in _GEMM:
+        _GEMM[dtype] = timing.gemm_tflops(DTYPES[dtype])
+    return _GEMM[dtype], _GEMM[dtype]
+
+
 def profile_candidate(
     fns: dict[int, Any],
     spec: OpSpec,
@@ -212,8 +231,12 @@ def profile_candidate(
         out.append(st)
         if timed.failure is not None:
             failure = CheckFailure("timed_output", m, n, "random", 0, timed.failure)
-            return ProfileResult(False, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, failure, kb.as_dict())
-    return ProfileResult(not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, None, kb.as_dict())
+            return ProfileResult(
+                False, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, failure, kb.as_dict(), spec.unit
+            )
+    return ProfileResult(
+        not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, None, kb.as_dict(), spec.unit
+    )
 
 
 class TimedCalls:

@@ -291,11 +291,12 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         v.message = "profile rejected as physically implausible: " + "; ".join(v.profile.flags)
         return v
     if v.profile:
-        per = ", ".join(f"N={s.n}: {s.tbs:.2f} TB/s ({s.pct_sol:.0f}%)" for s in v.profile.shapes)
+        p = v.profile
+        per = ", ".join(f"N={s.n}: {s.tbs:.2f} {p.unit} ({s.pct_sol:.0f}%)" for s in p.shapes)
         v.status = PROFILED
         v.message = (
-            f"correct on {v.verify.runs if v.verify else 0} checked runs; speed vs the device copy "
-            f"({v.profile.sol_tbs:.2f} TB/s): {per}; slowest {v.profile.min_pct_sol:.0f}% of SOL"
+            f"correct on {v.verify.runs if v.verify else 0} checked runs; speed vs the {p.limit} "
+            f"({p.sol_tbs:.2f} {p.unit}): {per}; slowest {p.min_pct_sol:.0f}% of SOL"
         )
         return v
     if v.verify:

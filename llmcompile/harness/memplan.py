@@ -45,7 +45,7 @@ def _reference_bytes(spec: OpSpec, dtype: str, m: int, n: int, chunked: bool) ->
     if chunked:
         row = max(1, math.prod(spec.tensors[0].shape(1, n)))
         elems = min(elems, max(CHUNK_ELEMS, row) * (len(spec.tensors) + len(spec.outputs)))
-    return elems * 8 * 3
+    return elems * 8 * 3 + spec.reference_scratch
 
 
 def verify_bytes(spec: OpSpec, dtype: str, m: int, n: int) -> int:

@@ -29,6 +29,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.rmsnorm",  # a norm's forward that also saves its statistics
     "reference_kernels.layernorm",
     "reference_kernels.rmsnorm_bwd",  # a norm's backward, or with LayerNorm's mean and db
+    "reference_kernels.attention",  # attention forward, causal or not
 )
 ALLOWED_MODULES = (
     "__future__",

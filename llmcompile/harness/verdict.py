@@ -133,6 +133,13 @@ class ProfileResult:
     seconds: float = 0.0
     failure: CheckFailure | None = None  # what the timed calls wrote was wrong
     kernelbench: dict[str, Any] = field(default_factory=dict)  # its verdict on the timed outputs
+    # What sol_tbs, read_tbs and every shape's tbs count: "TFLOP/s" for a compute-bound op,
+    # whose SOL is the dense GEMM throughput measured beside it
+    unit: str = "TB/s"
+
+    @property
+    def limit(self) -> str:
+        return "dense GEMM" if self.unit != "TB/s" else "device copy"
 
     @property
     def min_pct_sol(self) -> float:

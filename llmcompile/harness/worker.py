@@ -411,7 +411,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
             send(event="stage", stage="profile")
             from llmcompile.kernels import READ_PROBES, copy_probe
 
-            sol = gpu_stages.device_bandwidth(copy_probe, READ_PROBES)
+            sol = gpu_stages.ceiling(spec, job["dtype"], copy_probe, READ_PROBES)
             shapes = [tuple(s) for s in job["profile_shapes"]]
             p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"])
             send(event="result", stage="profile", data=asdict(p))

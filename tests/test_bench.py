@@ -1,0 +1,48 @@
+"""CPU (CI): the benchmark's tables and plot, for memory-bound ops (TB/s against the copy) and
+compute-bound ones (TFLOP/s against the dense GEMM probe), from hand-made results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmcompile import bench
+from llmcompile.cli import _baselines
+from llmcompile.ops import OpError
+
+
+def _result() -> bench.BenchResult:
+    res = bench.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1, compute={"bfloat16": 760.0})
+    res.rows += [
+        bench.BenchRow("softmax", "bfloat16", 4096, 4096, "llmcompile", 0.1, 2.9, 96.7),
+        bench.BenchRow("softmax", "bfloat16", 4096, 4096, "quack", 0.1, 2.8, 93.3),
+        bench.BenchRow("attention", "bfloat16", 16, 16384, "llmcompile", 6.0, 350.0, 46.1, "", "TFLOP/s"),
+        bench.BenchRow("attention", "bfloat16", 16, 16384, "fa4", 3.0, 700.0, 92.1, "", "TFLOP/s"),
+        bench.BenchRow("attention", "bfloat16", 16, 16384, "sdpa_cudnn", None, None, None, "no", "TFLOP/s"),
+    ]
+    return res
+
+
+def test_memory_and_compute_rows_get_their_own_tables() -> None:
+    md = bench.markdown(_result())
+    memory, compute = md.split("dense GEMM probe")
+    assert "| softmax | bfloat16 | 4096 | 4096 | 2.90 | 2.80 | 96.7 | 1.036 |" in memory
+    assert "attention" not in memory and "softmax" not in compute
+    assert "bfloat16 760 TFLOP/s" in compute
+    assert "| llmcompile TFLOP/s | fa4 TFLOP/s | sdpa_cudnn TFLOP/s | ours % GEMM | ours / fastest other |" in compute
+    assert "| attention | bfloat16 | 16 | 16384 | 350 | 700 | n/a | 46.1 | 0.500 |" in compute
+
+
+def test_each_plot_panel_draws_its_own_limit(tmp_path: Path) -> None:
+    res = _result()
+    assert res.ceiling("attention", "bfloat16") == 760.0 and res.ceiling("softmax", "bfloat16") == 3.0
+    paths = bench.write(res, tmp_path, "mixed")
+    assert all(p.stat().st_size > 0 for p in paths.values())
+    assert '"gemm_tflops": {' in paths["json"].read_text()
+
+
+def test_unknown_baseline_is_refused_by_name() -> None:
+    assert _baselines("fa4,sdpa_flash") == ["fa4", "sdpa_flash"]
+    with pytest.raises(OpError, match="unknown baseline fa5; known: eager, compile, quack, liger, sdpa_flash"):
+        _baselines("fa4,fa5")

@@ -82,6 +82,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes: list[tuple[int, int]] | None = None  # each op's own grid (attention's is fixed)
     if args.small:
         shapes = [(SMALL_M, n) for n in SMALL_N]
+        # (QuACK's small grid is for row ops: 32768 heads of attention would need 68 GB)
+        ops = [o for o in ops if not BUILTIN[o].compute_bound or args.ops != ["all"]]
     elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = _baselines(args.baselines)
@@ -217,8 +219,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = RunConfig(
             op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
             max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
-            compile_only=args.compile_only, baselines=_baselines(args.baselines), replay_from=args.replay or "",
-            shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
+            compile_only=args.compile_only, baselines=_baselines(_default_baselines(spec, args.baselines)),
+            replay_from=args.replay or "", shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
         )  # fmt: skip
     target = get_target(cfg.target)
     if not cfg.compile_only:
@@ -350,6 +352,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if not pending else 1
 
 
+RUN_BASELINES = "eager,compile,quack,liger"  # the row ops' peers
+ATTENTION_BASELINES = "sdpa_flash,sdpa_cudnn,fa4"  # a compute-bound op's peers (bench: sdpa_efficient too)
+
+
+def _default_baselines(spec, text: str) -> str:  # noqa: ANN001 - an OpSpec
+    return ATTENTION_BASELINES if text == RUN_BASELINES and spec.compute_bound else text
+
+
 def _baselines(text: str) -> list[str]:
     from llmcompile.baselines import BASELINES
 
@@ -416,7 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target-sol", type=float, default=90.0, help="stop at this %% of SOL on every shape")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--shapes", help="benchmark shapes, comma-separated MxN (default: the op's own)")
-    s.add_argument("--baselines", default="eager,compile,quack,liger", help="timed beside the best at the end")
+    s.add_argument(
+        "--baselines",
+        default=RUN_BASELINES,
+        help=f"timed beside the best at the end ({ATTENTION_BASELINES} for attention)",
+    )
     s.add_argument("--out", help="run directory (default: RUNS_DIR/<op>-<target>-<time>)")
     s.add_argument("--runs-dir", default="runs")
     s.add_argument("--resume", help="continue an interrupted run from its directory")

@@ -53,8 +53,9 @@ class PromptContext:
     sol_tbs: float | None = None
     shapes: list[tuple[int, int]] | None = None  # benchmark shapes; None: the spec's own
 
-    def shape_bytes(self) -> list[tuple[int, int, int]]:
-        return [(m, n, self.spec.bytes_moved(m, n, self.dtype)) for m, n in self.shapes or self.spec.shapes()]
+    def shape_work(self) -> list[tuple[int, int, float]]:
+        """Each benchmark shape with what its rate divides: bytes moved, or FLOPs (compute-bound)."""
+        return [(m, n, self.spec.work(m, n, self.dtype)) for m, n in self.shapes or self.spec.shapes()]
 
 
 def _cute_version() -> str:
@@ -73,6 +74,7 @@ def system_prompt(ctx: PromptContext) -> str:
         contract=(contract.__doc__ or "").strip(),
         cute_version=_cute_version(),
         sol_tbs=ctx.sol_tbs,
+        compute=ctx.spec.compute_bound,
     )
 
 
@@ -80,6 +82,8 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
     """The template the prompt carries and its reference kernels: for a custom problem whose
     graph matches a pattern, that pattern's template and the kernel instantiating it (an
     example the model can improve on); else the row-reduction template and its relatives."""
+    if spec.compute_bound and spec.reference_module:
+        return "attention", []  # (the template is itself the reference kernel)
     if spec.source_path:
         from llmcompile import patterns
 
@@ -96,7 +100,7 @@ def task_prompt(ctx: PromptContext) -> str:
         spec=ctx.spec,
         dtype=ctx.dtype,
         target=ctx.target,
-        shapes=ctx.shape_bytes(),
+        shapes=ctx.shape_work(),
         target_pct=ctx.target_pct,
         sol_tbs=ctx.sol_tbs,
         template_name=template,

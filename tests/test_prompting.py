@@ -65,3 +65,27 @@ def test_an_offline_variant_of_a_kernel_with_a_workspace_takes_it_and_compiles(t
     assert contract.workspace_of(mod) > 0
     for n in (1024, 4096):  # the variant's own knobs, and the reference's for other N
         assert contract.compile_entry(contract.entry_of(mod), spec, "bfloat16", n, workspace=contract.workspace_of(mod))
+
+
+def test_attention_prompts_speak_of_the_tensor_cores_and_flops() -> None:
+    """A compute-bound op is asked for, and told about, TFLOP/s against the GEMM probe, never
+    the copy bandwidth; its task carries the reference attention kernel."""
+    from llmcompile.agent import Best
+    from llmcompile.harness.verdict import ShapeTiming
+    from llmcompile.ops import get_op
+    from llmcompile.prompting import PromptContext, system_prompt, task_prompt
+    from llmcompile.targets import get_target
+
+    ctx = PromptContext(get_op("attention_causal"), "bfloat16", get_target("h100"), 75.0, sol_tbs=757.0)
+    system, task = system_prompt(ctx), task_prompt(ctx)
+    assert "GEMM (cuBLAS) measures 757 TFLOP/s" in system and "warpgroup" in system
+    assert "copy bandwidth" not in system and "copy bandwidth" not in task
+    assert "16 x 16384: 1099.5 GFLOP" in task and "75.0% of the dense GEMM throughput" in task
+    assert "class Attention:" in task and "from reference_kernels.attention import Attention" in task
+    shape = ShapeTiming(16, 16384, 3.1, 350.0, 46.2, True)
+    v = Verdict("profiled", "msg", "attention_causal", "bfloat16", "h100", "sha", compile=CompileResult(True, [16384]),
+                verify=VerifyResult(True, 40), profile=ProfileResult(True, 757.0, 757.0, [shape], unit="TFLOP/s"))  # fmt: skip
+    text = feedback_prompt(v, Best("c00_00", 46.2, 46.2, "src", v), 75.0)
+    assert "(dense GEMM 757.000 TFLOP/s)" in text and "| M x N | ms | TFLOP/s | % of GEMM |" in text
+    assert "46.2% of the dense GEMM" in text and "75.0% of the dense GEMM throughput" in text
+    assert "copy" not in text

@@ -25,6 +25,18 @@ def test_membound_suite_covers_the_issue() -> None:
     assert all(p.budget.rounds > 0 and p.budget.samples > 0 for p in s.problems)
 
 
+def test_attention_suite_is_rated_against_the_tensor_cores(tmp_path: Path) -> None:
+    s = load_suite(ROOT / "evals/attention.toml")
+    ids = {p.id for p in s.problems}
+    assert {"attention-bf16", "attention-fp16", "attention_causal-bf16", "attention_causal_d64-bf16"} <= ids
+    assert s.baselines == ("sdpa_flash", "sdpa_cudnn", "fa4") and all(p.budget.target_sol == 75 for p in s.problems)
+    bad = _suite(tmp_path, 'baselines = ["fa5"]\n[[problem]]\nop = "attention"\n')
+    with pytest.raises(SuiteError, match="unknown baselines \\['fa5'\\]; known: eager"):
+        load_suite(bad)
+    with pytest.raises(SuiteError, match="attention does not take float32"):
+        load_suite(_suite(tmp_path, '[[problem]]\nop = "attention"\ndtypes = ["float32"]\n'))
+
+
 def test_smoke_suite_is_small() -> None:
     s = load_suite(ROOT / "evals/smoke.toml")
     assert len(s.problems) == 5 and sum(p.custom for p in s.problems) == 1

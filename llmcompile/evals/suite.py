@@ -158,4 +158,8 @@ def load_suite(path: str | Path, problems_dir: str | Path | None = None) -> Suit
     if dup:
         raise SuiteError(f"{path}: problems listed twice: {', '.join(dup)}")
     baselines = tuple(raw.get("baselines", ("eager", "compile")))
+    from llmcompile.baselines import BASELINES
+
+    if unknown := [b for b in baselines if b not in BASELINES]:
+        raise SuiteError(f"{path}: unknown baselines {unknown}; known: {', '.join(BASELINES)}")
     return Suite(str(raw.get("name", path.stem)), str(path.resolve()), target, baselines, tuple(problems))

@@ -125,6 +125,9 @@ class TemplateSearch:
 # Tile sizes tried on attention after the shipped ones (all compile for sm_90a without spills;
 # 187-251 registers).
 ATTENTION_KNOBS = ("block_n=32", "block_n=128", "block_m=64", "block_m=64, block_n=128")
+# The warpgroup-MMA kernel (reference_kernels/attention_sm90.py), offered second: compiled for
+# sm_90a, not yet verified on a GPU, so the judge decides whether it is right and faster.
+SM90 = "sm90"
 
 
 class AttentionSearch:
@@ -136,7 +139,7 @@ class AttentionSearch:
 
     def __init__(self, spec: OpSpec) -> None:
         self.spec = spec
-        self.variants = ["", *ATTENTION_KNOBS]
+        self.variants = ["", SM90, *ATTENTION_KNOBS]
         self.next = 0
 
     def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
@@ -146,7 +149,10 @@ class AttentionSearch:
                 break
             knobs = self.variants[self.next]
             self.next += 1
-            if knobs:
+            if knobs == SM90:
+                src = prompting.attention_sm90_variant(self.spec)
+                note = "the warpgroup-MMA (WGMMA) kernel"
+            elif knobs:
                 src = prompting.attention_variant(self.spec, knobs, f"r{slot.round}s{slot.sample}")
                 note = f"tile sizes AttentionKnobs({knobs})"
             else:

@@ -135,6 +135,13 @@ def attention_variant(spec: OpSpec, knobs: str, tag: str) -> str:
     )
 
 
+def attention_sm90_variant(spec: OpSpec) -> str:
+    """The warpgroup-MMA attention kernel as a contract module for `spec` (its causality)."""
+    assert spec.compute_bound and spec.reference_module
+    causal = spec.reference_module.endswith("_causal")
+    return render("attention_sm90_variant.py.j2", source=reference_source("attention_sm90").rstrip(), causal=causal)
+
+
 def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:
     """The reference kernel of `spec` with per-N knob overrides, as a contract module."""
     assert spec.reference_module and spec.reference_module in {s.reference_module for s in BUILTIN.values()}

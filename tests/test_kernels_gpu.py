@@ -184,3 +184,29 @@ def test_attention_public_function(op: str) -> None:
     for outs in (kernels.BY_NAME[op](*inputs), torch.compile(lambda *a: kernels.BY_NAME[op](*a))(*inputs)):
         for out, ref in zip(outs, refs):
             torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+@pytest.mark.parametrize("op", ("attention", "attention_causal", "attention_causal_d64"))
+def test_warpgroup_attention_matches_float64_reference(op: str, dtype: str) -> None:
+    """The WGMMA kernel (reference_kernels/attention_sm90.py, an offline candidate) against
+    float64, on the same shapes as the reference attention."""
+    import torch
+
+    from llmcompile import contract
+    from reference_kernels.attention_sm90 import AttentionSm90
+
+    spec = BUILTIN[op]
+    failures = []
+    for i, (m, n) in enumerate(ATTENTION_SHAPES):
+        fn = contract.compile_entry(AttentionSm90(causal="causal" in op), spec, dtype, n)
+        for case in spec.cases:
+            inputs = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(13 * i + n), case, "cuda")
+            outs = spec.alloc_outputs(m, n, dtype, "cuda")
+            poison(outs)
+            fn(*inputs, *outs, *spec.scalars.values())
+            torch.cuda.synchronize()
+            bad = compare(spec, dtype, inputs, outs)
+            if bad:
+                failures.append(f"M={m} N={n} {case}: {bad.describe()}")
+    assert not failures, "\n".join(failures)

@@ -39,9 +39,11 @@ def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path
         search = offline_provider(spec, "bfloat16")
         assert isinstance(search, AttentionSearch)
         answers = search.propose([], [Slot(r, s) for r in range(3) for s in range(4)])
-        assert len(answers) == 1 + len(ATTENTION_KNOBS) and not search.propose([], [Slot(3, 0)])
-        assert "as shipped" in answers[0].text
-        for a, knobs in zip(answers[1:], ATTENTION_KNOBS):
+        assert len(answers) == 2 + len(ATTENTION_KNOBS) and not search.propose([], [Slot(3, 0)])
+        assert "as shipped" in answers[0].text and "warpgroup-MMA" in answers[1].text
+        sm90 = answers[1].text.split("```python\n")[1].split("```")[0]
+        assert static.check_source(sm90).ok and sm90.endswith(f"launch = AttentionSm90(causal={causal})\n")
+        for a, knobs in zip(answers[2:], ATTENTION_KNOBS):
             src = a.text.split("```python\n")[1].split("```")[0]
             assert static.check_source(src).ok
             assert f"launch = Attention(causal={causal}, knobs=AttentionKnobs({knobs}))" in src

@@ -160,17 +160,19 @@ class AttentionSm90:
         row_sum = cute.make_rmem_tensor(cute.size(tScS, mode=[0]), Float32)
         row_max.fill(-math.inf)
         row_sum.fill(0.0)
+        qk.set(warpgroup.Field.ACCUMULATE, True)
         pv.set(warpgroup.Field.ACCUMULATE, True)
 
         for j in cutlass.range(n_blocks, unroll=1):
             cute.arch.cp_async_wait_group(0)
             cute.arch.barrier()  # K_j, V_j (and Q) staged
+            # (zeroed and accumulated into, rather than a first MMA that overwrites: the MMA's
+            # accumulate flag is then one value for the whole kernel, not state of the loop)
             acc_S = cute.make_rmem_tensor(thr_qk.partition_shape_C((BLOCK_M, BLOCK_N)), Float32)
-            qk.set(warpgroup.Field.ACCUMULATE, False)
+            acc_S.fill(0.0)
             warpgroup.fence()
             for k in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 cute.gemm(qk, acc_S, tSrQ[None, None, k, 0], tSrK[None, None, k, 0], acc_S)
-                qk.set(warpgroup.Field.ACCUMULATE, True)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             cute.arch.barrier()  # every warpgroup is done reading K_j

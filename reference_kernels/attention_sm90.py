@@ -165,6 +165,9 @@ class AttentionSm90:
 
         for j in cutlass.range(n_blocks, unroll=1):
             cute.arch.cp_async_wait_group(0)
+            # cp.async and the zero fill write through the generic proxy; WGMMA reads through
+            # the async one: each thread's writes are made visible to it before the barrier
+            cute.arch.fence_view_async_shared()
             cute.arch.barrier()  # K_j, V_j (and Q) staged
             # (zeroed and accumulated into, rather than a first MMA that overwrites: the MMA's
             # accumulate flag is then one value for the whole kernel, not state of the loop)

@@ -209,7 +209,8 @@ class Attention:
                 _load_rows(load, tKgK[None, None, None, j + 1], tKsK, tKVcKV[None, None, None, j + 1], self.n)
                 cute.arch.cp_async_commit_group()
 
-            self.online_softmax(acc_S, acc_O, row_max, row_sum, tScS, j, m_block, scale_log2)
+            s, o = _acc_rows_cols(acc_S), _acc_rows_cols(acc_O)
+            online_softmax(s, o, row_max, row_sum, tScS, j, m_block, scale_log2, self.bm, self.bn, self.n, self.causal)
             rP = cute.make_rmem_tensor_like(acc_S, dtype)
             rP.store(acc_S.load().to(dtype))
             tOrP = _as_operand_a(rP)
@@ -220,53 +221,10 @@ class Attention:
         self.epilogue(mO, mLse, acc_O, row_max, row_sum, tScS, sQ, store, mma, tidx, m_block, head, scale)
 
     @cute.jit
-    def online_softmax(self, acc_S, acc_O, row_max, row_sum, tScS, j: Int32, m_block: Int32, scale_log2: Float32):
-        """Fold key tile j's scores into the running max and sum, rescale the output so far,
-        and leave exp(s - max) in acc_S. Keys past N (and, causal, past the query) are -inf."""
-        s = _acc_rows_cols(acc_S)
-        o = _acc_rows_cols(acc_O)
-        masked = (j + 1) * self.bn > self.n
-        if const_expr(self.causal):
-            masked = masked | ((j + 1) * self.bn > m_block * self.bm)
-        for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
-            if masked:
-                row = tScS[r, 0][0]
-                for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
-                    col = tScS[0, c][1] + j * self.bn
-                    out = col >= self.n
-                    if const_expr(self.causal):
-                        out = out | (col > row)
-                    if out:
-                        s[r, c] = Float32(-math.inf)
-            (tile_max,) = R.warp_reduce(
-                (s[r, None].load().reduce(cute.ReductionOp.MAX, Float32(-math.inf), 0),), R.fmax, 4
-            )
-            new_max = cute.arch.fmax(row_max[r], tile_max)
-            # a row with every key so far masked keeps max -inf: exp of (-inf - 0) is 0, not NaN
-            safe = cutlass.select_(new_max == Float32(-math.inf), Float32(0.0), new_max)
-            p = cute.math.exp2(s[r, None].load() * scale_log2 - safe * scale_log2, fastmath=True)
-            old = cute.math.exp2(row_max[r] * scale_log2 - safe * scale_log2, fastmath=True)
-            row_sum[r] = row_sum[r] * old + p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-            o[r, None] = o[r, None].load() * old
-            row_max[r] = new_max
-            s[r, None] = p
-
-    @cute.jit
     def epilogue(self, mO, mLse, acc_O, row_max, row_sum, tScS, sQ, store, mma, tidx, m_block, head, scale: Float32):
         """o = acc / sum (0 for a row with no key), staged through shared memory for 16-byte
         stores; lse = max * scale + log(sum), written by the first lane of each quad."""
-        o = _acc_rows_cols(acc_O)
-        lane = cute.arch.lane_idx()
-        for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
-            (total,) = R.warp_reduce((row_sum[r],), R.add, 4)
-            inv = cutlass.select_(total == 0.0, Float32(0.0), cute.arch.rcp_approx(total))
-            o[r, None] = o[r, None].load() * inv
-            row = tScS[r, 0][0]
-            if lane % 4 == 0 and row < self.n:
-                lse = cutlass.select_(
-                    total == 0.0, Float32(-math.inf), row_max[r] * scale + cute.math.log(total, fastmath=True)
-                )
-                mLse[head, row] = lse
+        normalize_rows(_acc_rows_cols(acc_O), row_max, row_sum, tScS, mLse, head, self.n, scale)
         rO = cute.make_rmem_tensor_like(acc_O, mO.element_type)
         rO.store(acc_O.load().to(mO.element_type))
         sO = cute.make_tensor(sQ.iterator, sQ.layout)  # (every warp read its Q before the last tile)
@@ -282,6 +240,55 @@ class Attention:
         for i in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
             if tOcO[0, i, 0][0] < self.n:
                 cute.copy(store, tOrO[None, i, None], tOgO[None, i, None])
+
+
+# The softmax side, shared with attention_sm90 (its accumulators have another layout, the same
+# rows: each kernel passes (rows, cols) views of its own).
+@cute.jit
+def online_softmax(
+    s, o, row_max, row_sum, tScS, j: Int32, m_block: Int32, scale_log2: Float32,
+    bm: cutlass.Constexpr, bn: cutlass.Constexpr, n: cutlass.Constexpr, causal: cutlass.Constexpr,
+):  # fmt: skip
+    """Fold key tile j's scores `s` into the running max and sum, rescale the output `o` so
+    far, and leave exp(s - max) in `s`. Keys past N (and, causal, past the query) are -inf."""
+    masked = (j + 1) * bn > n
+    if const_expr(causal):
+        masked = masked | ((j + 1) * bn > m_block * bm)
+    for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
+        if masked:
+            row = tScS[r, 0][0]
+            for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
+                col = tScS[0, c][1] + j * bn
+                out = col >= n
+                if const_expr(causal):
+                    out = out | (col > row)
+                if out:
+                    s[r, c] = Float32(-math.inf)
+        (tile_max,) = R.warp_reduce((s[r, None].load().reduce(cute.ReductionOp.MAX, Float32(-math.inf), 0),), R.fmax, 4)
+        new_max = cute.arch.fmax(row_max[r], tile_max)
+        # a row with every key so far masked keeps max -inf: exp of (-inf - 0) is 0, not NaN
+        safe = cutlass.select_(new_max == Float32(-math.inf), Float32(0.0), new_max)
+        p = cute.math.exp2(s[r, None].load() * scale_log2 - safe * scale_log2, fastmath=True)
+        old = cute.math.exp2(row_max[r] * scale_log2 - safe * scale_log2, fastmath=True)
+        row_sum[r] = row_sum[r] * old + p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+        o[r, None] = o[r, None].load() * old
+        row_max[r] = new_max
+        s[r, None] = p
+
+
+@cute.jit
+def normalize_rows(o, row_max, row_sum, tScS, mLse: cute.Tensor, head: Int32, n: cutlass.Constexpr, scale: Float32):
+    """o /= the row's sum (0 for a row with no key); lse = max * scale + log(sum), written by
+    the first lane of each quad (the four lanes that share a row)."""
+    lane = cute.arch.lane_idx()
+    for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
+        (total,) = R.warp_reduce((row_sum[r],), R.add, 4)
+        inv = cutlass.select_(total == 0.0, Float32(0.0), cute.arch.rcp_approx(total))
+        o[r, None] = o[r, None].load() * inv
+        row = tScS[r, 0][0]
+        if lane % 4 == 0 and row < n:
+            lse = row_max[r] * scale + cute.math.log(total, fastmath=True)
+            mLse[head, row] = cutlass.select_(total == 0.0, Float32(-math.inf), lse)
 
 
 @cute.jit

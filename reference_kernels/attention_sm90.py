@@ -18,11 +18,12 @@ import math
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90
-from cutlass import Float32, Int32, const_expr
+from cutlass import Float32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from reference_kernels import reduce as R
+from reference_kernels.attention import normalize_rows, online_softmax
 
 OP = "attention"
 COPY_BITS = 128
@@ -183,7 +184,8 @@ class AttentionSm90:
                 _load(load_rows, tKgK[None, None, None, j + 1], tKsK, tKcK[None, None, None, j + 1], 0, self.n, 1)
                 cute.arch.cp_async_commit_group()
 
-            self.online_softmax(acc_S, acc_O, row_max, row_sum, tScS, j, m_block, scale_log2)
+            s, o = _acc_rows_cols(acc_S), _acc_rows_cols(acc_O)
+            online_softmax(s, o, row_max, row_sum, tScS, j, m_block, scale_log2, BLOCK_M, BLOCK_N, self.n, self.causal)
             rP = cute.make_rmem_tensor_like(acc_S, dtype)
             rP.store(acc_S.load().to(dtype))
             cute.autovec_copy(rP, tSsP)
@@ -202,48 +204,10 @@ class AttentionSm90:
         self.epilogue(mO, mLse, acc_O, row_max, row_sum, tScS, thr_pv, m_block, head, scale)
 
     @cute.jit
-    def online_softmax(self, acc_S, acc_O, row_max, row_sum, tScS, j: Int32, m_block: Int32, scale_log2: Float32):
-        """As `attention.Attention.online_softmax`, on WGMMA accumulators."""
-        s = _acc_rows_cols(acc_S)
-        o = _acc_rows_cols(acc_O)
-        masked = (j + 1) * BLOCK_N > self.n
-        if const_expr(self.causal):
-            masked = masked | ((j + 1) * BLOCK_N > m_block * BLOCK_M)
-        for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
-            if masked:
-                row = tScS[r, 0][0]
-                for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
-                    col = tScS[0, c][1] + j * BLOCK_N
-                    out = col >= self.n
-                    if const_expr(self.causal):
-                        out = out | (col > row)
-                    if out:
-                        s[r, c] = Float32(-math.inf)
-            top = s[r, None].load().reduce(cute.ReductionOp.MAX, Float32(-math.inf), 0)
-            (top,) = R.warp_reduce((top,), R.fmax, 4)
-            new_max = cute.arch.fmax(row_max[r], top)
-            safe = cutlass.select_(new_max == Float32(-math.inf), Float32(0.0), new_max)
-            p = cute.math.exp2(s[r, None].load() * scale_log2 - safe * scale_log2, fastmath=True)
-            old = cute.math.exp2(row_max[r] * scale_log2 - safe * scale_log2, fastmath=True)
-            row_sum[r] = row_sum[r] * old + p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-            o[r, None] = o[r, None].load() * old
-            row_max[r] = new_max
-            s[r, None] = p
-
-    @cute.jit
     def epilogue(self, mO, mLse, acc_O, row_max, row_sum, tScS, thr_pv, m_block, head, scale: Float32):
         """o = acc / sum written straight from the accumulators (2-element stores), lse by the
         first lane of each quad."""
-        o = _acc_rows_cols(acc_O)
-        lane = cute.arch.lane_idx()
-        for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
-            (total,) = R.warp_reduce((row_sum[r],), R.add, 4)
-            inv = cutlass.select_(total == 0.0, Float32(0.0), cute.arch.rcp_approx(total))
-            o[r, None] = o[r, None].load() * inv
-            row = tScS[r, 0][0]
-            if lane % 4 == 0 and row < self.n:
-                lse = row_max[r] * scale + cute.math.log(total, fastmath=True)
-                mLse[head, row] = cutlass.select_(total == 0.0, Float32(-math.inf), lse)
+        normalize_rows(_acc_rows_cols(acc_O), row_max, row_sum, tScS, mLse, head, self.n, scale)
         rO = cute.make_rmem_tensor_like(acc_O, mO.element_type)
         rO.store(acc_O.load().to(mO.element_type))
         gO = cute.local_tile(mO[head, None, None], (BLOCK_M, self.d), (m_block, 0))

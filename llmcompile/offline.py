@@ -122,24 +122,24 @@ class TemplateSearch:
         pass
 
 
-# Tile sizes tried on attention after the shipped ones (all compile for sm_90a without spills;
-# 187-251 registers).
-ATTENTION_KNOBS = ("block_n=32", "block_n=128", "block_m=64", "block_m=64, block_n=128")
-# The warpgroup-MMA kernel (reference_kernels/attention_sm90.py), offered second: compiled for
-# sm_90a, not yet verified on a GPU, so the judge decides whether it is right and faster.
-SM90 = "sm90"
+# Tile sizes tried on attention after the shipped ones (all compile for sm_90a without spills).
+ATTENTION_KNOBS = ("block_n=176", "block_n=192", "stages=3", "block_n=64")
+# The Ampere kernel (reference_kernels/attention_sm80.py, cp.async + mma.sync), offered last:
+# the one candidate for a GPU without warpgroup MMA.
+SM80 = "sm80"
 
 
 class AttentionSearch:
     """The offline provider for attention: the reference kernel as shipped, then its other tile
-    sizes, one a slot (one set for every N: the loop keeps whichever the judge times best)."""
+    sizes, then the Ampere kernel, one a slot (one set for every N: the loop keeps whichever
+    the judge times best)."""
 
     name = "offline"
     uses_llm = False
 
     def __init__(self, spec: OpSpec) -> None:
         self.spec = spec
-        self.variants = ["", SM90, *ATTENTION_KNOBS]
+        self.variants = ["", *ATTENTION_KNOBS, SM80]
         self.next = 0
 
     def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
@@ -149,9 +149,9 @@ class AttentionSearch:
                 break
             knobs = self.variants[self.next]
             self.next += 1
-            if knobs == SM90:
-                src = prompting.attention_sm90_variant(self.spec)
-                note = "the warpgroup-MMA (WGMMA) kernel"
+            if knobs == SM80:
+                src = prompting.attention_sm80_variant(self.spec)
+                note = "the Ampere kernel (cp.async, mma.sync)"
             elif knobs:
                 src = prompting.attention_variant(self.spec, knobs, f"r{slot.round}s{slot.sample}")
                 note = f"tile sizes AttentionKnobs({knobs})"

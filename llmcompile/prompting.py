@@ -83,7 +83,10 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
     graph matches a pattern, that pattern's template and the kernel instantiating it (an
     example the model can improve on); else the row-reduction template and its relatives."""
     if spec.compute_bound and spec.reference_module:
-        return "attention", []  # (the template is itself the reference kernel)
+        # (the template is itself the reference kernel; its softmax lives in its own file)
+        return "attention", [
+            ("attention_softmax: the online softmax it imports", reference_source("attention_softmax"))
+        ]
     if spec.source_path:
         from llmcompile import patterns
 
@@ -135,11 +138,11 @@ def attention_variant(spec: OpSpec, knobs: str, tag: str) -> str:
     )
 
 
-def attention_sm90_variant(spec: OpSpec) -> str:
-    """The warpgroup-MMA attention kernel as a contract module for `spec` (its causality)."""
+def attention_sm80_variant(spec: OpSpec) -> str:
+    """The Ampere attention kernel as a contract module for `spec` (its causality)."""
     assert spec.compute_bound and spec.reference_module
     causal = spec.reference_module.endswith("_causal")
-    return render("attention_sm90_variant.py.j2", source=reference_source("attention_sm90").rstrip(), causal=causal)
+    return render("attention_sm80_variant.py.j2", source=reference_source("attention_sm80").rstrip(), causal=causal)
 
 
 def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:

@@ -93,6 +93,7 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             "min_pct_sol": b.min_pct,
             "mean_pct_sol": b.mean_pct,
             "shapes": [asdict(s) for s in final.profile.shapes] if final.profile else [],
+            "unit": final.profile.unit if final.profile else "TB/s",
             "dir": str(best_dir),
         }
     store.write_json("summary.json", summary)
@@ -116,7 +117,8 @@ def summary_table(summary: dict[str, Any]) -> str:
         lines.append(f"best: {best['id']} ({best['status']}), slowest shape {best['min_pct_sol']:.1f}% of SOL")
     if best["shapes"]:
         impls = sorted({k for s in best["shapes"] for k in s["baselines"]})
-        lines.append("| M x N | TB/s | % SOL | " + " | ".join(impls) + " |")
+        unit = best.get("unit", "TB/s")  # (TFLOP/s for a compute-bound op)
+        lines.append(f"| M x N | {unit} | % SOL | " + " | ".join(impls) + " |")
         lines.append("|---" * (3 + len(impls)) + "|")
         for s in best["shapes"]:
             cells = " | ".join(f"{s['baselines'][i]:.2f}" if i in s["baselines"] else "n/a" for i in impls)

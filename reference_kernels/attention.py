@@ -1,15 +1,21 @@
-"""Softmax attention forward, one (batch x head) row at a time: o = softmax(q k^T * scale) v and
-each query's log-sum-exp (natural log), the flash-attention way: a CTA owns a tile of queries
-and walks the keys in tiles, keeping a running max and sum per query in registers, so the
-scores never leave the SM.
+"""Softmax attention forward on Hopper, warp-specialised: a producer warp streams Q, K and V
+tiles in with TMA through an mbarrier pipeline, and two consumer warpgroups of 64 query rows
+each issue warpgroup MMAs (WGMMA): S = Q K^T from shared memory, O += P V with P straight from
+registers (the scores' accumulator converted in place, never staged).
+
+Two overlaps keep the tensor cores fed:
+- within a warpgroup, key tile j's Q K^T is issued together with tile j-1's P V, and the
+  softmax of tile j runs while that P V is still in flight (the output is rescaled once it
+  has landed, by the factor the softmax left aside);
+- between the warpgroups, a pair of named barriers hands the right to issue MMAs back and
+  forth (ping-pong), so one warpgroup's softmax runs under the other's MMAs.
+
+Causal: a CTA's key tiles stop at its last query; the CTAs with the most tiles are launched
+first, so the short ones fill the tail.
 
 Kernel contract entry: `launch(mQ, mK, mV, mO, mLse, scale, stream)`; mQ, mK, mV, mO (M, N, D)
-with M the (batch x head) pairs, N the sequence length, D the head dim (a multiple of 32,
-<= 128); mLse (M, N) fp32; bf16 or fp16.
-
-First version: the Ampere structure on the H100 (cp.async tiles, warp-level mma.sync 16x8x16,
-ldmatrix), the baseline the Hopper kernel (TMA, WGMMA, warp-specialised pipeline) is measured
-against; it is not yet that kernel.
+with M the (batch x head) pairs, N the sequence length, D the head dim (64 or 128); mLse (M, N)
+fp32; bf16 or fp16. (`attention_sm80.py` is the same algorithm with Ampere's instructions.)
 """
 
 from __future__ import annotations
@@ -19,56 +25,71 @@ from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90
 from cutlass import Float32, Int32, const_expr
-from cutlass.cute.nvgpu import cpasync, warp
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
 
 from reference_kernels import reduce as R
+from reference_kernels.attention_softmax import fold_scores, normalize_rows, rescale_rows
 
 OP = "attention"
-COPY_BITS = 128
-
-
-@dataclass(frozen=True)
-class AttentionKnobs:
-    """Tile sizes. A warp owns 16 query rows, so block_m sets the CTA's threads. The default:
-    8 warps of 16 rows, 64 keys a tile, which keeps the scores (32 fp32 a thread) and the
-    output (64 at D = 128) in registers together (211 registers, no spills)."""
-
-    block_m: int = 128
-    block_n: int = 64
-
-    @property
-    def num_threads(self) -> int:
-        return self.block_m // 16 * 32
+WARPGROUP = 128
+ROWS = 64  # query rows of a consumer warpgroup (the WGMMA's M)
+CONSUMERS = 2
+BLOCK_M = ROWS * CONSUMERS
+# setmaxnreg: the producer warpgroup gives its registers to the consumers (24 + 2 x 240 per
+# thread of a warpgroup fits the SM's 64K at 384 threads)
+PRODUCER_REGS = 24
+CONSUMER_REGS = 240
+# named barriers 1 and 2: "warpgroup w may issue its MMAs" (0 is the CTA-wide barrier)
+TURN_BARRIER = 1
 
 
 def _acc_rows_cols(acc: cute.Tensor) -> cute.Tensor:
-    """An mma accumulator ((2, 2), MMA_M, MMA_N) seen as (rows, cols) of the thread's values:
-    an m16n8 atom gives a thread 2 rows (8 apart) of 2 adjacent columns."""
+    """A WGMMA accumulator ((2, 2, V), MMA_M, MMA_N) seen as (rows, cols) of the thread's
+    values: a thread holds 2 rows (8 apart) of V pairs of adjacent columns, 8 apart."""
     flat = cute.make_layout(acc.layout.shape)
+    s, d = flat.shape, flat.stride
     rows_cols = cute.make_layout(
-        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
-        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])),
+        ((s[0][1], s[1]), (s[0][0], s[0][2], s[2])),
+        stride=((d[0][1], d[1]), (d[0][0], d[0][2], d[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, rows_cols))
 
 
 def _as_operand_a(p: cute.Tensor) -> cute.Tensor:
-    """Scores converted to the input dtype, ((2, 2), MMA_M, MMA_N) as the A operand of the
-    second GEMM, ((2, 2, 2), MMA_M, MMA_N / 2): two n8 atoms of C are one k16 atom of A."""
-    split = cute.logical_divide(p.layout, (None, None, 2))
+    """Scores in the input dtype, in the accumulator's ((2, 2, V), 1, 1) order, as the A operand
+    of P V from registers, ((2, 2, 2), 1, V / 2): for 16-bit types a k16 slice of A holds, in
+    each thread, the values of two adjacent n8 column groups of C, so this is a re-view, no
+    data moves."""
+    flat = cute.make_layout(p.layout.shape)
+    v = flat.shape[0][2]
+    d = flat.stride[0]
     layout = cute.make_layout(
-        ((split.shape[0], split.shape[2][0]), split.shape[1], split.shape[2][1]),
-        stride=((split.stride[0], split.stride[2][0]), split.stride[1], split.stride[2][1]),
+        ((2, 2, 2), 1, v // 2),
+        stride=((d[0], d[1], d[2]), 0, d[2] * 2),
     )
-    return cute.make_tensor(p.iterator, layout)
+    return cute.make_tensor(p.iterator, cute.composition(p.layout, layout))
+
+
+@dataclass(frozen=True)
+class AttentionKnobs:
+    """block_n: keys a tile (a multiple of 16; a consumer thread holds block_n / 2 fp32 scores
+    beside D / 2 of output and block_n / 4 of P). stages: K and V tiles in flight (shared
+    memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V)."""
+
+    block_n: int = 128
+    stages: int = 2
 
 
 class Attention:
     def __init__(self, causal: bool = False, knobs: AttentionKnobs = AttentionKnobs()) -> None:
         self.causal = causal
         self.knobs = knobs
-        self.bm, self.bn, self.threads = knobs.block_m, knobs.block_n, knobs.num_threads
+        self.bn, self.stages = knobs.block_n, knobs.stages
+        self.threads = (CONSUMERS + 1) * WARPGROUP
 
     @cute.jit
     def __call__(
@@ -83,223 +104,249 @@ class Attention:
     ):
         dtype = mQ.element_type
         self.d = mQ.shape[2]
-        if const_expr(self.d % 32 or self.d > 128):
-            raise ValueError(f"head dim {self.d}: a multiple of 32, at most 128")
         self.n = mQ.shape[1]
-        # Shared tiles in 64-element (128-byte) rows, swizzled so that ldmatrix's eight rows of
-        # 16 bytes land on distinct banks.
-        kblock = 64 if self.d % 64 == 0 else 32
-        atom = cute.make_composed_layout(
-            cute.make_swizzle(3 if kblock == 64 else 2, 3, 3), 0, cute.make_layout((8, kblock), stride=(kblock, 1))
+        if const_expr(self.d % 64 or self.d > 128):
+            raise ValueError(f"head dim {self.d}: 64 or 128")
+        K, MN = LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
+        qk = sm90.make_trivial_tiled_mma(dtype, dtype, K.sm90_mma_major_mode(), K.sm90_mma_major_mode(), Float32,
+                                         (1, 1, 1), tiler_mn=(ROWS, self.bn))  # fmt: skip
+        # V is (keys, D) with D contiguous: as the B operand (D, keys) it is MN-major
+        pv = sm90.make_trivial_tiled_mma(dtype, dtype, K.sm90_mma_major_mode(), MN.sm90_mma_major_mode(), Float32,
+                                         (1, 1, 1), tiler_mn=(ROWS, self.d), a_source=warpgroup.OperandSource.RMEM)  # fmt: skip
+        # Q: one stage per consumer warpgroup; K and V: `stages` tiles each
+        sQ_layout = sm90.make_smem_layout_a(K, (ROWS, self.bn, self.d), dtype, CONSUMERS)
+        sK_layout = sm90.make_smem_layout_b(K, (ROWS, self.bn, self.d), dtype, self.stages)
+        sV_layout = sm90.make_smem_layout_b(MN, (ROWS, self.d, self.bn), dtype, self.stages)
+        # TMA sees (sequence, D, head) for Q and K and (D, sequence, head) for V, so a tile is
+        # addressed as (block, 0, head)
+        seq_d = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 2, 0]))
+        tma_q, tQ = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), seq_d, cute.slice_(sQ_layout, (None, None, 0)), (ROWS, self.d)
         )
-        sQ_layout = cute.tile_to_shape(atom, (self.bm, self.d), (0, 1))
-        sKV_layout = cute.tile_to_shape(atom, (self.bn, self.d), (0, 1))
-        vec = COPY_BITS // dtype.width
-        threads_k = kblock // vec
-        thr = cute.make_layout((self.threads // threads_k, threads_k), stride=(threads_k, 1))
-        load = cute.make_tiled_copy_tv(
-            cute.make_copy_atom(
-                cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), dtype, num_bits_per_copy=COPY_BITS
-            ),
-            thr,
-            cute.make_layout((1, vec)),
+        seq_d = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 2, 0]))
+        tma_k, tK = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), seq_d, cute.slice_(sK_layout, (None, None, 0)), (self.bn, self.d)
         )
-        store = cute.make_tiled_copy_tv(
-            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=COPY_BITS),
-            thr,
-            cute.make_layout((1, vec)),
+        d_seq = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[2, 1, 0]))
+        tma_v, tV = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), d_seq, cute.slice_(sV_layout, (None, None, 0)), (self.d, self.bn)
         )
-        warps = self.threads // R.WARP
-        mma = cute.make_tiled_mma(
-            warp.MmaF16BF16Op(dtype, Float32, (16, 8, 16)), (warps, 1, 1), permutation_mnk=(warps * 16, 16, 16)
-        )
-        grid = [cute.ceil_div(self.n, self.bm), mQ.shape[0], 1]
+        self.tile_bytes = self.bn * self.d * dtype.width // 8
+        self.q_bytes = BLOCK_M * self.d * dtype.width // 8
+
+        @cute.struct
+        class Storage:
+            q_full: cute.struct.MemRange[cutlass.Int64, 1]
+            k_bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            v_bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 1024]
+
+        self.storage = Storage
         scale_log2 = scale * R.LOG2_E
-        self.kernel(mQ, mK, mV, mO, mLse, scale, scale_log2, sQ_layout, sKV_layout, load, store, mma).launch(
-            grid=grid, block=[self.threads, 1, 1], stream=stream
-        )
+        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLse, scale, scale_log2, qk, pv,
+                    sQ_layout, sK_layout, sV_layout).launch(
+            grid=[cute.ceil_div(self.n, BLOCK_M), mQ.shape[0], 1], block=[self.threads, 1, 1], stream=stream,
+            min_blocks_per_mp=1,
+        )  # fmt: skip
 
     @cute.kernel
     def kernel(
         self,
-        mQ: cute.Tensor,
-        mK: cute.Tensor,
-        mV: cute.Tensor,
+        tma_q: cute.CopyAtom,
+        tQ: cute.Tensor,
+        tma_k: cute.CopyAtom,
+        tK: cute.Tensor,
+        tma_v: cute.CopyAtom,
+        tV: cute.Tensor,
         mO: cute.Tensor,
         mLse: cute.Tensor,
         scale: Float32,
         scale_log2: Float32,
+        qk: cute.TiledMma,
+        pv: cute.TiledMma,
         sQ_layout: cute.ComposedLayout,
-        sKV_layout: cute.ComposedLayout,
-        load: cute.TiledCopy,
-        store: cute.TiledCopy,
-        mma: cute.TiledMma,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, _ = cute.arch.block_idx()
-        dtype = mQ.element_type
+        if const_expr(self.causal):
+            m_block = cute.arch.grid_dim()[0] - 1 - m_block  # longest first
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
         n_blocks = cute.ceil_div(self.n, self.bn)
         if const_expr(self.causal):
-            # (keys past the tile's last query are masked for every query of it)
-            n_blocks = cutlass.min(cute.ceil_div((m_block + 1) * self.bm, self.bn), n_blocks)
+            n_blocks = cutlass.min(cute.ceil_div((m_block + 1) * BLOCK_M, self.bn), n_blocks)
 
-        smem = cutlass.memory.SmemAllocator()
-        sQ = smem.allocate_tensor(dtype, sQ_layout, byte_alignment=1024)
-        sK = smem.allocate_tensor(dtype, sKV_layout, byte_alignment=1024)
-        sV = smem.allocate_tensor(dtype, sKV_layout, byte_alignment=1024)
-        # V as the second GEMM's B operand: (D, keys)
-        sVt = cute.composition(sV, cute.make_layout((self.d, self.bn), stride=(self.bn, 1)))
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.storage)
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        q_full = storage.q_full.data_ptr()
+        consumer_warps = CONSUMERS * WARPGROUP // R.WARP  # (one thread of each warp releases a stage)
+        k_pipe, v_pipe = (
+            pipeline.PipelineTmaAsync.create(
+                barrier_storage=bars,
+                num_stages=self.stages,
+                tx_count=self.tile_bytes,
+                defer_sync=True,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
+            )  # fmt: skip
+            for bars in (storage.k_bars.data_ptr(), storage.v_bars.data_ptr())
+        )
+        if warp == 0:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_init(q_full, 1)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.barrier()
 
-        gQ = cute.local_tile(mQ[head, None, None], (self.bm, self.d), (m_block, 0))
-        gK = cute.local_tile(mK[head, None, None], (self.bn, self.d), (None, 0))
-        gV = cute.local_tile(mV[head, None, None], (self.bn, self.d), (None, 0))
-        cQ = cute.local_tile(cute.make_identity_tensor((self.n, self.d)), (self.bm, self.d), (m_block, 0))
-        cKV = cute.local_tile(cute.make_identity_tensor((self.n, self.d)), (self.bn, self.d), (None, 0))
+        if wg == 0:
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp == 0:
+                self.produce(tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, q_full, k_pipe, v_pipe, m_block, head,
+                             n_blocks)  # fmt: skip
+        else:
+            cute.arch.setmaxregister_increase(CONSUMER_REGS)
+            self.consume(qk, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
+                         wg - 1, tidx % WARPGROUP, scale, scale_log2)  # fmt: skip
 
-        thr_load = load.get_slice(tidx)
-        tQgQ, tQsQ, tQcQ = thr_load.partition_S(gQ), thr_load.partition_D(sQ), thr_load.partition_S(cQ)
-        tKgK, tKsK = thr_load.partition_S(gK), thr_load.partition_D(sK)
-        tVgV, tVsV = thr_load.partition_S(gV), thr_load.partition_D(sV)
-        tKVcKV = thr_load.partition_S(cKV)
+    @cute.jit
+    def produce(self, tma_q, tQ, tma_k, tK, tma_v, tV, sQ, sK, sV, q_full, k_pipe, v_pipe, m_block, head, n_blocks):
+        """One warp: Q once (both warpgroups' halves on one barrier), then K_j and V_j as
+        stages free up."""
+        for atom in (tma_q, tma_k, tma_v):
+            cpasync.prefetch_descriptor(atom)
+        gQ = cute.local_tile(tQ[None, None, head], (ROWS, self.d), (None, 0))
+        gK = cute.local_tile(tK[None, None, head], (self.bn, self.d), (None, 0))
+        gV = cute.local_tile(tV[None, None, head], (self.d, self.bn), (0, None))
+        no_cluster = cute.make_layout(1)
+        tQsQ, tQgQ = cpasync.tma_partition(tma_q, 0, no_cluster, cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+        tKsK, tKgK = cpasync.tma_partition(tma_k, 0, no_cluster, cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+        tVsV, tVgV = cpasync.tma_partition(tma_v, 0, no_cluster, cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(q_full, self.q_bytes)
+        for half in cutlass.range_constexpr(CONSUMERS):
+            cute.copy(tma_q, tQgQ[None, m_block * CONSUMERS + half], tQsQ[None, half], tma_bar_ptr=q_full)
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        for j in cutlass.range(n_blocks, unroll=1):
+            k_pipe.producer_acquire(state)
+            cute.copy(tma_k, tKgK[None, j], tKsK[None, state.index], tma_bar_ptr=k_pipe.producer_get_barrier(state))
+            v_pipe.producer_acquire(state)
+            cute.copy(tma_v, tVgV[None, j], tVsV[None, state.index], tma_bar_ptr=v_pipe.producer_get_barrier(state))
+            state.advance()
 
-        _load_rows(load, tQgQ, tQsQ, tQcQ, self.n)
-        _load_rows(load, tKgK[None, None, None, 0], tKsK, tKVcKV[None, None, None, 0], self.n)
-        cute.arch.cp_async_commit_group()
-
-        thr_mma = mma.get_slice(tidx)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-        tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
-        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.d)), Float32)
+    @cute.jit
+    def consume(self, qk, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
+                w: Int32, t: Int32, scale: Float32, scale_log2: Float32):  # fmt: skip
+        """Warpgroup w's 64 query rows against every key tile."""
+        dtype = mO.element_type
+        rows_block = m_block * CONSUMERS + w  # this warpgroup's tile of ROWS queries
+        thr_qk, thr_pv = qk.get_slice(t), pv.get_slice(t)
+        tSrQ = qk.make_fragment_A(thr_qk.partition_A(sQ))
+        tSrK = qk.make_fragment_B(thr_qk.partition_B(sK))
+        tOrV = pv.make_fragment_B(thr_pv.partition_B(sV))
+        acc_S = cute.make_rmem_tensor(thr_qk.partition_shape_C((ROWS, self.bn)), Float32)
+        acc_O = cute.make_rmem_tensor(thr_pv.partition_shape_C((ROWS, self.d)), Float32)
         acc_O.fill(0.0)
-        ldsm = warp.LdMatrix8x8x16bOp
-        copy_Q = cute.make_tiled_copy_A(cute.make_copy_atom(ldsm(transpose=False, num_matrices=4), dtype), mma)
-        copy_K = cute.make_tiled_copy_B(cute.make_copy_atom(ldsm(transpose=False, num_matrices=4), dtype), mma)
-        copy_V = cute.make_tiled_copy_B(cute.make_copy_atom(ldsm(transpose=True, num_matrices=4), dtype), mma)
-        tSsQ, tSrQ_view = copy_Q.get_slice(tidx).partition_S(sQ), copy_Q.get_slice(tidx).retile(tSrQ)
-        tSsK, tSrK_view = copy_K.get_slice(tidx).partition_S(sK), copy_K.get_slice(tidx).retile(tSrK)
-        tOsVt, tOrVt_view = copy_V.get_slice(tidx).partition_S(sVt), copy_V.get_slice(tidx).retile(tOrVt)
-
-        # Each thread's rows of the query tile (for the mask, lse and the output's predicate)
-        cS = cute.local_tile(cute.make_identity_tensor((self.n, self.n)), (self.bm, self.bn), (m_block, 0))
-        tScS = _acc_rows_cols(thr_mma.partition_C(cS))
+        rP = cute.make_rmem_tensor_like(acc_S, dtype)
+        tOrP = _as_operand_a(rP)
+        cS = cute.local_tile(cute.make_identity_tensor((self.n, self.n)), (ROWS, self.bn), (rows_block, 0))
+        tScS = _acc_rows_cols(thr_qk.partition_C(cS))
+        s, o = _acc_rows_cols(acc_S), _acc_rows_cols(acc_O)
         rows = cute.size(tScS, mode=[0])
         row_max = cute.make_rmem_tensor(rows, Float32)
         row_sum = cute.make_rmem_tensor(rows, Float32)
+        row_scale = cute.make_rmem_tensor(rows, Float32)
         row_max.fill(-math.inf)
         row_sum.fill(0.0)
+        # (S is zeroed and accumulated into: the MMAs' accumulate flag is one value for the kernel)
+        qk.set(warpgroup.Field.ACCUMULATE, True)
+        pv.set(warpgroup.Field.ACCUMULATE, True)
+        if w == 0:
+            cute.arch.barrier_arrive(barrier_id=TURN_BARRIER, number_of_threads=2 * WARPGROUP)  # w 0 goes first
+        cute.arch.mbarrier_wait(q_full, 0)
 
-        for j in cutlass.range(n_blocks, unroll=1):
-            cute.arch.cp_async_wait_group(0)
-            cute.arch.barrier()  # K_j (and, the first time, Q) staged; V_{j-1} read by every warp
-            if j == 0:
-                cute.copy(copy_Q, tSsQ, tSrQ_view)  # Q stays in registers for every key tile
-            _load_rows(load, tVgV[None, None, None, j], tVsV, tKVcKV[None, None, None, j], self.n)
-            cute.arch.cp_async_commit_group()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        k_pipe.consumer_wait(state)
+        self.wait_turn(w)
+        acc_S.fill(0.0)
+        warpgroup.fence()
+        self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index)
+        warpgroup.commit_group()
+        self.pass_turn(w, False)
+        warpgroup.wait_group(0)
+        k_pipe.consumer_release(state)
+        fold_scores(s, row_max, row_sum, row_scale, tScS, 0, rows_block, scale_log2, ROWS, self.bn, self.n, self.causal)
+        rP.store(acc_S.load().to(dtype))
 
-            acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), Float32)
+        for j in cutlass.range(1, n_blocks, unroll=1):
+            state_v = state.clone()
+            state.advance()
+            k_pipe.consumer_wait(state)
+            self.wait_turn(w)
             acc_S.fill(0.0)
-            for k in cutlass.range_constexpr(cute.size(tSsK, mode=[2])):
-                cute.copy(copy_K, tSsK[None, None, k], tSrK_view[None, None, k])
-                cute.gemm(mma, acc_S, tSrQ[None, None, k], tSrK[None, None, k], acc_S)
-
-            cute.arch.cp_async_wait_group(0)
-            cute.arch.barrier()  # V_j staged; K_j read by every warp
-            if j + 1 < n_blocks:
-                _load_rows(load, tKgK[None, None, None, j + 1], tKsK, tKVcKV[None, None, None, j + 1], self.n)
-                cute.arch.cp_async_commit_group()
-
-            s, o = _acc_rows_cols(acc_S), _acc_rows_cols(acc_O)
-            online_softmax(s, o, row_max, row_sum, tScS, j, m_block, scale_log2, self.bm, self.bn, self.n, self.causal)
-            rP = cute.make_rmem_tensor_like(acc_S, dtype)
+            warpgroup.fence()
+            self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index)  # S_j = Q K_j^T
+            warpgroup.commit_group()
+            v_pipe.consumer_wait(state_v)
+            self.gemm(pv, acc_O, tOrP, tOrV, None, state_v.index)  # O += P_{j-1} V_{j-1}
+            warpgroup.commit_group()
+            self.pass_turn(w, False)
+            warpgroup.wait_group(1)
+            k_pipe.consumer_release(state)
+            fold_scores(s, row_max, row_sum, row_scale, tScS, j, rows_block, scale_log2, ROWS, self.bn, self.n,
+                        self.causal)  # fmt: skip
+            warpgroup.wait_group(0)
+            v_pipe.consumer_release(state_v)
             rP.store(acc_S.load().to(dtype))
-            tOrP = _as_operand_a(rP)
-            for k in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                cute.copy(copy_V, tOsVt[None, None, k], tOrVt_view[None, None, k])
-                cute.gemm(mma, acc_O, tOrP[None, None, k], tOrVt[None, None, k], acc_O)
+            rescale_rows(o, row_scale)
 
-        self.epilogue(mO, mLse, acc_O, row_max, row_sum, tScS, sQ, store, mma, tidx, m_block, head, scale)
+        v_pipe.consumer_wait(state)
+        self.wait_turn(w)
+        warpgroup.fence()
+        self.gemm(pv, acc_O, tOrP, tOrV, None, state.index)
+        warpgroup.commit_group()
+        self.pass_turn(w, True)
+        warpgroup.wait_group(0)
+        v_pipe.consumer_release(state)
+        self.epilogue(mO, mLse, acc_O, row_max, row_sum, tScS, thr_pv, rows_block, head, scale)
 
     @cute.jit
-    def epilogue(self, mO, mLse, acc_O, row_max, row_sum, tScS, sQ, store, mma, tidx, m_block, head, scale: Float32):
-        """o = acc / sum (0 for a row with no key), staged through shared memory for 16-byte
-        stores; lse = max * scale + log(sum), written by the first lane of each quad."""
+    def gemm(self, mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor, tB: cute.Tensor, a_stage, b_stage: Int32):
+        for k in cutlass.range_constexpr(cute.size(tA, mode=[2])):
+            a = tA[None, None, k] if const_expr(a_stage is None) else tA[None, None, k, a_stage]
+            cute.gemm(mma, acc, a, tB[None, None, k, b_stage], acc)
+
+    @cute.jit
+    def wait_turn(self, w: Int32):
+        cute.arch.barrier(barrier_id=TURN_BARRIER + w, number_of_threads=2 * WARPGROUP)
+
+    @cute.jit
+    def pass_turn(self, w: Int32, last: cutlass.Constexpr):
+        # (warpgroup 1's last turn has no taker: it is not passed, so no arrival is left behind)
+        if const_expr(last):
+            if w == 0:
+                cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1, number_of_threads=2 * WARPGROUP)
+        else:
+            cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - w, number_of_threads=2 * WARPGROUP)
+
+    @cute.jit
+    def epilogue(self, mO, mLse, acc_O, row_max, row_sum, tScS, thr_pv, rows_block, head, scale: Float32):
+        """o = acc / sum written straight from the accumulators (2-element stores), lse by the
+        first lane of each quad."""
         normalize_rows(_acc_rows_cols(acc_O), row_max, row_sum, tScS, mLse, head, self.n, scale)
         rO = cute.make_rmem_tensor_like(acc_O, mO.element_type)
         rO.store(acc_O.load().to(mO.element_type))
-        sO = cute.make_tensor(sQ.iterator, sQ.layout)  # (every warp read its Q before the last tile)
-        copy_C = cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mO.element_type), mma)
-        cute.copy(copy_C, copy_C.get_slice(tidx).retile(rO), copy_C.get_slice(tidx).partition_D(sO))
-        cute.arch.barrier()
-        gO = cute.local_tile(mO[head, None, None], (self.bm, self.d), (m_block, 0))
-        cO = cute.local_tile(cute.make_identity_tensor((self.n, self.d)), (self.bm, self.d), (m_block, 0))
-        thr = store.get_slice(tidx)
-        tOsO, tOgO, tOcO = thr.partition_S(sO), thr.partition_D(gO), thr.partition_D(cO)
-        tOrO = cute.make_rmem_tensor_like(tOgO, mO.element_type)
-        cute.copy(store, tOsO, tOrO)
-        for i in cutlass.range_constexpr(cute.size(tOrO, mode=[1])):
-            if tOcO[0, i, 0][0] < self.n:
-                cute.copy(store, tOrO[None, i, None], tOgO[None, i, None])
-
-
-# The softmax side, shared with attention_sm90 (its accumulators have another layout, the same
-# rows: each kernel passes (rows, cols) views of its own).
-@cute.jit
-def online_softmax(
-    s, o, row_max, row_sum, tScS, j: Int32, m_block: Int32, scale_log2: Float32,
-    bm: cutlass.Constexpr, bn: cutlass.Constexpr, n: cutlass.Constexpr, causal: cutlass.Constexpr,
-):  # fmt: skip
-    """Fold key tile j's scores `s` into the running max and sum, rescale the output `o` so
-    far, and leave exp(s - max) in `s`. Keys past N (and, causal, past the query) are -inf."""
-    masked = (j + 1) * bn > n
-    if const_expr(causal):
-        masked = masked | ((j + 1) * bn > m_block * bm)
-    for r in cutlass.range_constexpr(cute.size(s, mode=[0])):
-        if masked:
-            row = tScS[r, 0][0]
-            for c in cutlass.range_constexpr(cute.size(s, mode=[1])):
-                col = tScS[0, c][1] + j * bn
-                out = col >= n
-                if const_expr(causal):
-                    out = out | (col > row)
-                if out:
-                    s[r, c] = Float32(-math.inf)
-        (tile_max,) = R.warp_reduce((s[r, None].load().reduce(cute.ReductionOp.MAX, Float32(-math.inf), 0),), R.fmax, 4)
-        new_max = cute.arch.fmax(row_max[r], tile_max)
-        # a row with every key so far masked keeps max -inf: exp of (-inf - 0) is 0, not NaN
-        safe = cutlass.select_(new_max == Float32(-math.inf), Float32(0.0), new_max)
-        p = cute.math.exp2(s[r, None].load() * scale_log2 - safe * scale_log2, fastmath=True)
-        old = cute.math.exp2(row_max[r] * scale_log2 - safe * scale_log2, fastmath=True)
-        row_sum[r] = row_sum[r] * old + p.reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
-        o[r, None] = o[r, None].load() * old
-        row_max[r] = new_max
-        s[r, None] = p
-
-
-@cute.jit
-def normalize_rows(o, row_max, row_sum, tScS, mLse: cute.Tensor, head: Int32, n: cutlass.Constexpr, scale: Float32):
-    """o /= the row's sum (0 for a row with no key); lse = max * scale + log(sum), written by
-    the first lane of each quad (the four lanes that share a row)."""
-    lane = cute.arch.lane_idx()
-    for r in cutlass.range_constexpr(cute.size(o, mode=[0])):
-        (total,) = R.warp_reduce((row_sum[r],), R.add, 4)
-        inv = cutlass.select_(total == 0.0, Float32(0.0), cute.arch.rcp_approx(total))
-        o[r, None] = o[r, None].load() * inv
-        row = tScS[r, 0][0]
-        if lane % 4 == 0 and row < n:
-            lse = row_max[r] * scale + cute.math.log(total, fastmath=True)
-            mLse[head, row] = cutlass.select_(total == 0.0, Float32(-math.inf), lse)
-
-
-@cute.jit
-def _load_rows(load: cute.TiledCopy, tgX: cute.Tensor, tsX: cute.Tensor, tcX: cute.Tensor, n: cutlass.Constexpr):
-    """cp.async a tile's rows that lie inside the sequence; rows past it are zeroed, so their
-    scores are finite (masked later) and their values add nothing."""
-    for i in cutlass.range_constexpr(cute.size(tsX, mode=[1])):
-        if tcX[0, i, 0][0] < n:
-            cute.copy(load, tgX[None, i, None], tsX[None, i, None])
-        else:
-            tsX[None, i, None].fill(0)
+        gO = cute.local_tile(mO[head, None, None], (ROWS, self.d), (rows_block, 0))
+        cO = cute.local_tile(cute.make_identity_tensor((self.n, self.d)), (ROWS, self.d), (rows_block, 0))
+        tOgO, tOcO = thr_pv.partition_C(gO), thr_pv.partition_C(cO)
+        for i in cutlass.range_constexpr(cute.size(rO)):
+            if tOcO[i][0] < self.n:
+                tOgO[i] = rO[i]
 
 
 launch = Attention(causal=False)

@@ -24,8 +24,9 @@ def test_register_prefetch_is_a_move_only_while_looping() -> None:
 
 
 def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path: Path) -> None:
-    """Attention's offline default is its kernel as shipped, then its other tile sizes; each
-    variant keeps the spec's causality and passes the static audit, and then it stops."""
+    """Attention's offline default is its kernel as shipped, then its other tile sizes, then
+    the Ampere kernel; each variant keeps the spec's causality and passes the static audit,
+    and then it stops."""
     import os
 
     from llmcompile import contract
@@ -40,17 +41,17 @@ def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path
         assert isinstance(search, AttentionSearch)
         answers = search.propose([], [Slot(r, s) for r in range(3) for s in range(4)])
         assert len(answers) == 2 + len(ATTENTION_KNOBS) and not search.propose([], [Slot(3, 0)])
-        assert "as shipped" in answers[0].text and "warpgroup-MMA" in answers[1].text
-        sm90 = answers[1].text.split("```python\n")[1].split("```")[0]
-        assert static.check_source(sm90).ok and sm90.endswith(f"launch = AttentionSm90(causal={causal})\n")
-        for a, knobs in zip(answers[2:], ATTENTION_KNOBS):
+        assert "as shipped" in answers[0].text and "Ampere" in answers[-1].text
+        sm80 = answers[-1].text.split("```python\n")[1].split("```")[0]
+        assert static.check_source(sm80).ok and sm80.endswith(f"launch = AttentionSm80(causal={causal})\n")
+        for a, knobs in zip(answers[1:], ATTENTION_KNOBS):
             src = a.text.split("```python\n")[1].split("```")[0]
             assert static.check_source(src).ok
             assert f"launch = Attention(causal={causal}, knobs=AttentionKnobs({knobs}))" in src
     # one variant end to end: it loads as a contract module and compiles for sm_90a
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     path = tmp_path / "variant.py"
-    path.write_text(src)
+    path.write_text(src)  # (the last tile-size variant)
     entry = contract.entry_of(contract.load_module(path))
-    assert entry.causal and (entry.bm, entry.bn) == (64, 128)
+    assert entry.causal and (entry.bn, entry.stages) == (64, 2)
     assert contract.compile_entry(entry, spec, "bfloat16", 1000) is not None

@@ -108,8 +108,21 @@ class Attention:
         if const_expr(self.d % 64 or self.d > 128):
             raise ValueError(f"head dim {self.d}: 64 or 128")
         K, MN = LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
-        qk = sm90.make_trivial_tiled_mma(dtype, dtype, K.sm90_mma_major_mode(), K.sm90_mma_major_mode(), Float32,
-                                         (1, 1, 1), tiler_mn=(ROWS, self.bn))  # fmt: skip
+        # Q K^T twice over: its first k-block overwrites S, the rest accumulate. (Zeroing S
+        # instead costs a move a value, and the compiler schedules those after the WGMMA fence,
+        # where ptxas must insert another wait for them.)
+        qk, qk_first = (
+            sm90.make_trivial_tiled_mma(
+                dtype,
+                dtype,
+                K.sm90_mma_major_mode(),
+                K.sm90_mma_major_mode(),
+                Float32,
+                (1, 1, 1),
+                tiler_mn=(ROWS, self.bn),
+            )
+            for _ in range(2)
+        )
         # V is (keys, D) with D contiguous: as the B operand (D, keys) it is MN-major
         pv = sm90.make_trivial_tiled_mma(dtype, dtype, K.sm90_mma_major_mode(), MN.sm90_mma_major_mode(), Float32,
                                          (1, 1, 1), tiler_mn=(ROWS, self.d), a_source=warpgroup.OperandSource.RMEM)  # fmt: skip
@@ -145,7 +158,7 @@ class Attention:
 
         self.storage = Storage
         scale_log2 = scale * R.LOG2_E
-        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLse, scale, scale_log2, qk, pv,
+        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLse, scale, scale_log2, qk, qk_first, pv,
                     sQ_layout, sK_layout, sV_layout).launch(
             grid=[cute.ceil_div(self.n, BLOCK_M), mQ.shape[0], 1], block=[self.threads, 1, 1], stream=stream,
             min_blocks_per_mp=1,
@@ -165,6 +178,7 @@ class Attention:
         scale: Float32,
         scale_log2: Float32,
         qk: cute.TiledMma,
+        qk_first: cute.TiledMma,
         pv: cute.TiledMma,
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
@@ -195,7 +209,7 @@ class Attention:
                 defer_sync=True,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
-            )  # fmt: skip
+            )
             for bars in (storage.k_bars.data_ptr(), storage.v_bars.data_ptr())
         )
         if warp == 0:
@@ -211,7 +225,7 @@ class Attention:
                              n_blocks)  # fmt: skip
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
-            self.consume(qk, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
+            self.consume(qk, qk_first, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
                          wg - 1, tidx % WARPGROUP, scale, scale_log2)  # fmt: skip
 
     @cute.jit
@@ -240,7 +254,7 @@ class Attention:
             state.advance()
 
     @cute.jit
-    def consume(self, qk, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
+    def consume(self, qk, qk_first, pv, sQ, sK, sV, q_full, k_pipe, v_pipe, mO, mLse, m_block, head, n_blocks,
                 w: Int32, t: Int32, scale: Float32, scale_log2: Float32):  # fmt: skip
         """Warpgroup w's 64 query rows against every key tile."""
         dtype = mO.element_type
@@ -263,7 +277,8 @@ class Attention:
         row_scale = cute.make_rmem_tensor(rows, Float32)
         row_max.fill(-math.inf)
         row_sum.fill(0.0)
-        # (S is zeroed and accumulated into: the MMAs' accumulate flag is one value for the kernel)
+        # (each MMA's accumulate flag is one value for the whole kernel, not state of the loop)
+        qk_first.set(warpgroup.Field.ACCUMULATE, False)
         qk.set(warpgroup.Field.ACCUMULATE, True)
         pv.set(warpgroup.Field.ACCUMULATE, True)
         if w == 0:
@@ -273,9 +288,8 @@ class Attention:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         k_pipe.consumer_wait(state)
         self.wait_turn(w)
-        acc_S.fill(0.0)
         warpgroup.fence()
-        self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index)
+        self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index, qk_first)
         warpgroup.commit_group()
         self.pass_turn(w, False)
         warpgroup.wait_group(0)
@@ -288,11 +302,11 @@ class Attention:
             state.advance()
             k_pipe.consumer_wait(state)
             self.wait_turn(w)
-            acc_S.fill(0.0)
             warpgroup.fence()
-            self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index)  # S_j = Q K_j^T
+            self.gemm(qk, acc_S, tSrQ, tSrK, w, state.index, qk_first)  # S_j = Q K_j^T
             warpgroup.commit_group()
             v_pipe.consumer_wait(state_v)
+            warpgroup.fence()  # (the compiler may move register writes past the first fence)
             self.gemm(pv, acc_O, tOrP, tOrV, None, state_v.index)  # O += P_{j-1} V_{j-1}
             warpgroup.commit_group()
             self.pass_turn(w, False)
@@ -316,10 +330,14 @@ class Attention:
         self.epilogue(mO, mLse, acc_O, row_max, row_sum, tScS, thr_pv, rows_block, head, scale)
 
     @cute.jit
-    def gemm(self, mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor, tB: cute.Tensor, a_stage, b_stage: Int32):
+    def gemm(self, mma: cute.TiledMma, acc: cute.Tensor, tA: cute.Tensor, tB: cute.Tensor, a_stage, b_stage: Int32,
+             first: cute.TiledMma | None = None):  # fmt: skip
+        """acc (+)= A B over the k-blocks; `first`, if given, issues k-block 0 (overwriting acc)."""
         for k in cutlass.range_constexpr(cute.size(tA, mode=[2])):
             a = tA[None, None, k] if const_expr(a_stage is None) else tA[None, None, k, a_stage]
-            cute.gemm(mma, acc, a, tB[None, None, k, b_stage], acc)
+            cute.gemm(
+                first if const_expr(k == 0 and first is not None) else mma, acc, a, tB[None, None, k, b_stage], acc
+            )
 
     @cute.jit
     def wait_turn(self, w: Int32):

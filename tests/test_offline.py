@@ -53,5 +53,5 @@ def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path
     path = tmp_path / "variant.py"
     path.write_text(src)  # (the last tile-size variant)
     entry = contract.entry_of(contract.load_module(path))
-    assert entry.causal and (entry.bn, entry.stages) == (64, 2)
+    assert entry.causal and (entry.bn, entry.stages) == (64, 4)
     assert contract.compile_entry(entry, spec, "bfloat16", 1000) is not None

@@ -125,7 +125,7 @@ class TemplateSearch:
 # Tile sizes tried on attention after the shipped ones: those that build without spills or
 # ptxas-inserted warpgroup waits (key tiles of 160-192 spill, ptxas reporting the 168 registers a
 # thread that 384 threads allow; 96 and 112 get waits inserted).
-ATTENTION_KNOBS = ("stages=3", "block_n=64", "block_n=64, stages=4")
+ATTENTION_KNOBS = ("heads_first=True", "stages=3", "block_n=64", "block_n=64, stages=4")
 # The Ampere kernel (reference_kernels/attention_sm80.py, cp.async + mma.sync), offered last:
 # the one candidate for a GPU without warpgroup MMA.
 SM80 = "sm80"

@@ -78,10 +78,14 @@ def _as_operand_a(p: cute.Tensor) -> cute.Tensor:
 class AttentionKnobs:
     """block_n: keys a tile (a multiple of 16; a consumer thread holds block_n / 2 fp32 scores
     beside D / 2 of output and block_n / 4 of P). stages: K and V tiles in flight (shared
-    memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V)."""
+    memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V). heads_first: the
+    grid's fastest dimension is the head, not the query tile, so under a causal mask every
+    head's longest tiles are launched before any head's shorter ones (longest-first across the
+    whole grid, not within each head)."""
 
     block_n: int = 128
     stages: int = 2
+    heads_first: bool = False
 
 
 class Attention:
@@ -160,9 +164,12 @@ class Attention:
         scale_log2 = scale * R.LOG2_E
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLse, scale, scale_log2, qk, qk_first, pv,
                     sQ_layout, sK_layout, sV_layout).launch(
-            grid=[cute.ceil_div(self.n, BLOCK_M), mQ.shape[0], 1], block=[self.threads, 1, 1], stream=stream,
+            grid=self.grid(cute.ceil_div(self.n, BLOCK_M), mQ.shape[0]), block=[self.threads, 1, 1], stream=stream,
             min_blocks_per_mp=1,
         )  # fmt: skip
+
+    def grid(self, m_blocks, heads) -> list:
+        return [heads, m_blocks, 1] if self.knobs.heads_first else [m_blocks, heads, 1]
 
     @cute.kernel
     def kernel(
@@ -186,8 +193,12 @@ class Attention:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, head, _ = cute.arch.block_idx()
+        m_blocks = cute.arch.grid_dim()[0]
+        if const_expr(self.knobs.heads_first):
+            head, m_block, _ = cute.arch.block_idx()
+            m_blocks = cute.arch.grid_dim()[1]
         if const_expr(self.causal):
-            m_block = cute.arch.grid_dim()[0] - 1 - m_block  # longest first
+            m_block = m_blocks - 1 - m_block  # longest first
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
         n_blocks = cute.ceil_div(self.n, self.bn)

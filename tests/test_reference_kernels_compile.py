@@ -4,6 +4,7 @@ spills a few bytes there; anything larger means a heuristic table is wrong)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 
@@ -62,7 +63,9 @@ def test_every_attention_tile_size_compiles_clean(op: str, knobs: str, capfd: py
     from reference_kernels.attention import Attention, AttentionKnobs
 
     fields = dict(kv.split("=") for kv in knobs.split(", "))
-    entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**{k: int(v) for k, v in fields.items()}))
+    entry = Attention(
+        causal="causal" in op, knobs=AttentionKnobs(**{k: ast.literal_eval(v) for k, v in fields.items()})
+    )
     assert contract.compile_entry(entry, BUILTIN[op], "bfloat16", 1000, options="remarks{ptx}") is not None
     text = "".join(capfd.readouterr())
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]

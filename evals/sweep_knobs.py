@@ -2,9 +2,13 @@
 
     python -m evals.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
 
-Each knob set is a JSON object of RowKnobs fields; '{}' is the default table's choice; 'quack'
-times QuACK's kernel on the same inputs, in the same process. Every variant of ours is verified
-against the float64 reference before it is timed. A key "table:MODULE.NAME" replaces a limit
+    python -m evals.sweep_knobs attention_causal bfloat16 64x4096 '{}' '{"persistent": true}' fa4 sdpa_cudnn
+
+Each knob set is a JSON object of RowKnobs fields (AttentionKnobs for attention); '{}' is the
+default table's choice; a baseline's name (quack, fa4, sdpa_cudnn, ...: llmcompile.baselines)
+times that kernel on the same inputs, in the same process. Rates are TB/s against the copy
+bandwidth, or for a compute-bound op TFLOP/s against the dense GEMM probe, both measured first.
+Every variant of ours is verified against the float64 reference before it is timed. A key "table:MODULE.NAME" replaces a limit
 table of reference_kernels.MODULE for that variant only (a knob the tables hold and RowKnobs
 does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}'.
 """
@@ -16,13 +20,14 @@ import importlib
 import json
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from llmcompile import baselines, timing
-from llmcompile.bench import input_sets
-from llmcompile.kernels import reference_function
-from llmcompile.ops import get_op
+from llmcompile.bench import DTYPES, input_sets
+from llmcompile.kernels import KernelFunction, compiler_of, reference_function
+from llmcompile.ops import OpSpec, get_op
 from llmcompile.verify import compare, poison
 from reference_kernels.reduce import RowKnobs
 
@@ -30,27 +35,30 @@ from reference_kernels.reduce import RowKnobs
 def main(argv: list[str]) -> int:
     op, dtype, shapes, *knob_sets = argv
     spec = get_op(op)
-    copies = timing.copy_bandwidths()
-    sol = max(copies.values())
-    print(f"torch copy SOL {sol:.3f} TB/s")
+    if spec.compute_bound:
+        sol = timing.gemm_tflops(DTYPES[dtype])
+        print(f"dense GEMM probe {sol:.0f} TFLOP/s")
+    else:
+        sol = max(timing.copy_bandwidths().values())
+        print(f"torch copy SOL {sol:.3f} TB/s")
+    unit = spec.unit
     for shape in shapes.split(","):
         m, n = (int(v) for v in shape.split("x"))
-        nbytes = spec.bytes_moved(m, n, dtype)
+        work = spec.work(m, n, dtype)
         sets = input_sets(spec, m, n, dtype)
         for ks in knob_sets or ["{}"]:
-            if ks == "quack":
+            if ks in baselines.BASELINES:
                 try:
-                    calls = [baselines.quack(spec, list(s), dict(spec.scalars)) for s in sets]
-                except baselines.Unavailable as e:
-                    print(f"{op} {dtype} {m}x{n} quack: {e}")
+                    calls = [baselines.BASELINES[ks](spec, list(s), dict(spec.scalars)) for s in sets]
+                    rate = timing.tbs(work, timing.time_calls(calls).median_ms)
+                except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported
+                    print(f"{op} {dtype} {m}x{n} {ks}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
                     continue
-                bw = timing.tbs(nbytes, timing.time_calls(calls).median_ms)
-                print(f"{op} {dtype} {m}x{n} {'quack':45s} {bw:.3f} TB/s {100 * bw / sol:5.1f}%")
+                print(f"{op} {dtype} {m}x{n} {ks:45s} {rate:.3f} {unit} {100 * rate / sol:5.1f}%")
                 continue
             fields = json.loads(ks)
             tables = {k.removeprefix("table:"): v for k, v in fields.items() if k.startswith("table:")}
-            knobs = RowKnobs(**{k: v for k, v in fields.items() if not k.startswith("table:")})
-            fn = reference_function(op, knobs)
+            fn = _variant(spec, {k: v for k, v in fields.items() if not k.startswith("table:")})
             try:
                 with _tables(tables):  # (read while the kernel is traced, i.e. compiled)
                     kernel = fn.compiled(dtype, n)
@@ -63,13 +71,25 @@ def main(argv: list[str]) -> int:
             bad = compare(spec, dtype, sets[0], outs)
             outsets = [spec.alloc_outputs(m, n, dtype, "cuda") for _ in sets]
             calls = [lambda s=s, o=o, k=kernel: k(*s, *o, *spec.scalars.values()) for s, o in zip(sets, outsets)]
-            t = timing.time_calls(calls)
-            bw = timing.tbs(nbytes, t.median_ms)
+            rate = timing.tbs(work, timing.time_calls(calls).median_ms)
             verdict = "ok" if bad is None else "WRONG: " + bad.describe()
-            print(f"{op} {dtype} {m}x{n} {ks:45s} {bw:.3f} TB/s {100 * bw / sol:5.1f}% {verdict}")
+            print(f"{op} {dtype} {m}x{n} {ks:45s} {rate:.3f} {unit} {100 * rate / sol:5.1f}% {verdict}")
         del sets
         torch.cuda.empty_cache()
     return 0
+
+
+def _variant(spec: OpSpec, fields: dict) -> KernelFunction:
+    if not spec.compute_bound:
+        return reference_function(spec.name, RowKnobs(**fields))
+    return KernelFunction(spec, compiler_of(spec, _attention_entry(spec, fields)))
+
+
+def _attention_entry(spec: OpSpec, fields: dict) -> Any:
+    from reference_kernels.attention import Attention, AttentionKnobs
+
+    # (attention's entry takes its causality beside the knobs)
+    return Attention(causal=(spec.reference_module or "").endswith("_causal"), knobs=AttentionKnobs(**fields))
 
 
 @contextlib.contextmanager

@@ -261,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     unsafe = args.unsafe_no_sandbox or bool(args.resume and store.sandbox().get("unsafe_no_sandbox"))
     with Judge(target.name, gpu=not cfg.compile_only and None, unsafe_no_sandbox=unsafe) as judge:
         store.write_json("sandbox.json", judge.sandbox_facts())
-        if not judge.sandbox.layers.namespaces:
+        if unsafe and not judge.sandbox.layers.namespaces:  # (without the flag the judge refuses, and says why)
             console.print(
                 "[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)"
             )

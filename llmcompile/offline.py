@@ -122,10 +122,13 @@ class TemplateSearch:
         pass
 
 
-# Tile sizes tried on attention after the shipped ones: those that build without spills or
-# ptxas-inserted warpgroup waits (key tiles of 160-192 spill, ptxas reporting the 168 registers a
-# thread that 384 threads allow; 96 and 112 get waits inserted).
-ATTENTION_KNOBS = ("heads_first=True", "stages=3", "block_n=64", "block_n=64, stages=4")
+# Launch orders and tile sizes tried on attention after the shipped ones: head groups as large
+# as L2 holds (causal: longest first across them), of 8 and of 1 (each head in turn: the
+# non-causal default, so tried on causal ops only), then the tile sizes that build without
+# spills or ptxas-inserted warpgroup waits (key tiles of 160-192 spill, ptxas reporting the 168
+# registers a thread that 384 threads allow; 96 and 112 get waits inserted).
+ATTENTION_KNOBS = ("head_group=0", "head_group=8", "head_group=1", "stages=3", "block_n=64", "block_n=64, stages=4")
+CAUSAL_ONLY = ("head_group=1",)
 # The Ampere kernel (reference_kernels/attention_sm80.py, cp.async + mma.sync), offered last:
 # the one candidate for a GPU without warpgroup MMA.
 SM80 = "sm80"
@@ -141,7 +144,8 @@ class AttentionSearch:
 
     def __init__(self, spec: OpSpec) -> None:
         self.spec = spec
-        self.variants = ["", *ATTENTION_KNOBS, SM80]
+        causal = (spec.reference_module or "").endswith("_causal")
+        self.variants = ["", *(k for k in ATTENTION_KNOBS if causal or k not in CAUSAL_ONLY), SM80]
         self.next = 0
 
     def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
@@ -156,7 +160,7 @@ class AttentionSearch:
                 note = "the Ampere kernel (cp.async, mma.sync)"
             elif knobs:
                 src = prompting.attention_variant(self.spec, knobs, f"r{slot.round}s{slot.sample}")
-                note = f"tile sizes AttentionKnobs({knobs})"
+                note = f"AttentionKnobs({knobs})"
             else:
                 src, note = (
                     prompting.reference_source(self.spec.reference_module or ""),

@@ -11,7 +11,7 @@ Two overlaps keep the tensor cores fed:
   forth (ping-pong), so one warpgroup's softmax runs under the other's MMAs.
 
 Causal: a CTA's key tiles stop at its last query; the CTAs with the most tiles are launched
-first, so the short ones fill the tail.
+first (across a group of heads whose keys and values L2 holds), so the short ones fill the tail.
 
 Kernel contract entry: `launch(mQ, mK, mV, mO, mLse, scale, stream)`; mQ, mK, mV, mO (M, N, D)
 with M the (batch x head) pairs, N the sequence length, D the head dim (64 or 128); mLse (M, N)
@@ -78,14 +78,36 @@ def _as_operand_a(p: cute.Tensor) -> cute.Tensor:
 class AttentionKnobs:
     """block_n: keys a tile (a multiple of 16; a consumer thread holds block_n / 2 fp32 scores
     beside D / 2 of output and block_n / 4 of P). stages: K and V tiles in flight (shared
-    memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V). heads_first: the
-    grid's fastest dimension is the head, not the query tile, so under a causal mask every
-    head's longest tiles are launched before any head's shorter ones (longest-first across the
-    whole grid, not within each head)."""
+    memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V). head_group: how many
+    heads' query tiles interleave in launch order, 0 for as many as L2 holds the keys and values
+    of (a power of two), None for the mask's default. Under a causal mask the tiles of a group
+    come longest first, so the short ones fill the tail; 1 keeps each head's tiles together
+    (what a CTA's neighbours read is its own K and V), and a group larger than L2 holds makes
+    every CTA stream its own (non-causal, 0 ran 3-11% slower than 1 at N = 2K-8K)."""
 
     block_n: int = 128
     stages: int = 2
-    heads_first: bool = False
+    head_group: int | None = None
+
+
+# Causal: 4 heads' tiles, longest first across them. On the H100 (bf16, D = 128, N = 2K-16K,
+# evals/results/h100-2026-11-24) groups of 4 ran 0-4% faster than 1 at 2K-8K and within noise
+# of the others (0: whole L2, 8); the offline search tries 0, 8 and 1.
+CAUSAL_HEAD_GROUP = 4
+L2_BYTES = 50 << 20  # the H100's L2 (and the H200's): K and V of a head group should fit
+
+
+def tile_of(pos, heads, m_blocks: int, group: int, causal: bool):
+    """The (query tile, head) launched pos-th (in a kernel on Int32s, or on ints in a test):
+    launch order runs over groups of `group` heads, in a group over the query tiles (longest
+    first when causal) and over the group's heads fastest. The last group may hold fewer."""
+    first = pos // (group * m_blocks) * group  # the group's first head
+    size = cutlass.min(heads - first, group)
+    within = pos - first * m_blocks
+    m_block, head = within // size, first + within % size
+    if causal:
+        m_block = m_blocks - 1 - m_block
+    return m_block, head
 
 
 class Attention:
@@ -163,13 +185,35 @@ class Attention:
         self.storage = Storage
         scale_log2 = scale * R.LOG2_E
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLse, scale, scale_log2, qk, qk_first, pv,
-                    sQ_layout, sK_layout, sV_layout).launch(
-            grid=self.grid(cute.ceil_div(self.n, BLOCK_M), mQ.shape[0]), block=[self.threads, 1, 1], stream=stream,
+                    sQ_layout, sK_layout, sV_layout, mQ.shape[0]).launch(
+            grid=self.grid(cute.ceil_div(self.n, BLOCK_M), mQ.shape[0], self.head_group(dtype.width // 8)),
+            block=[self.threads, 1, 1], stream=stream,
             min_blocks_per_mp=1,
         )  # fmt: skip
 
-    def grid(self, m_blocks, heads) -> list:
-        return [heads, m_blocks, 1] if self.knobs.heads_first else [m_blocks, heads, 1]
+    def head_group(self, dtype_bytes: int) -> int:
+        group = self.knobs.head_group
+        if group is None:
+            group = CAUSAL_HEAD_GROUP if self.causal else 1
+        if group:
+            return group
+        fit = L2_BYTES // (2 * self.n * self.d * dtype_bytes)
+        return 1 << max(fit.bit_length() - 1, 0)
+
+    def grid(self, m_blocks, heads, group: int) -> list:
+        # (a group of one: the query tile and the head are the block's x and y, decoded from
+        # nothing; that leaves ptxas a few registers more than the 1-D order's divisions do)
+        return [m_blocks, heads, 1] if group == 1 else [m_blocks * heads, 1, 1]
+
+    @cute.jit
+    def tile(self, heads: Int32, group: cutlass.Constexpr):
+        m_blocks = cute.ceil_div(self.n, BLOCK_M)
+        if const_expr(group == 1):
+            m_block, head, _ = cute.arch.block_idx()
+            if const_expr(self.causal):
+                m_block = m_blocks - 1 - m_block
+            return m_block, head
+        return tile_of(cute.arch.block_idx()[0], heads, m_blocks, group, self.causal)
 
     @cute.kernel
     def kernel(
@@ -190,15 +234,10 @@ class Attention:
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
+        heads: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
-        m_block, head, _ = cute.arch.block_idx()
-        m_blocks = cute.arch.grid_dim()[0]
-        if const_expr(self.knobs.heads_first):
-            head, m_block, _ = cute.arch.block_idx()
-            m_blocks = cute.arch.grid_dim()[1]
-        if const_expr(self.causal):
-            m_block = m_blocks - 1 - m_block  # longest first
+        m_block, head = self.tile(heads, self.head_group(mO.element_type.width // 8))
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
         n_blocks = cute.ceil_div(self.n, self.bn)

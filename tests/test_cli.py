@@ -57,3 +57,24 @@ def test_list_shows_custom_problems(capsys: pytest.CaptureFixture[str], tmp_path
     bad.write_text("x = 1\n")
     assert main(["list", str(bad)]) == 2
     assert "Model, get_inputs and get_init_inputs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("unsafe", (False, True))
+def test_no_namespaces_warns_only_when_the_flag_is_passed(
+    unsafe: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """On a machine without bubblewrap the agent refuses (exit 4, saying why) unless told
+    --unsafe-no-sandbox; only then does it warn that candidates run without isolation."""
+    from llmcompile.harness import sandbox
+
+    monkeypatch.setattr(sandbox, "detect", lambda gpu=False: sandbox.Layers(problems=["no bwrap binary (test)"]))
+    args = ["softmax", "--target", "h100", "--compile-only", "--rounds", "1", "--samples", "1"]
+    rc = main([*args, "--out", str(tmp_path / "run"), *(["--unsafe-no-sandbox"] if unsafe else [])])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert ("WITHOUT isolation" in text) is unsafe
+    if unsafe:
+        assert rc == 0
+    else:
+        # (4: the judge could not run, its own trouble, not a verdict on a candidate)
+        assert rc == 4 and "no bwrap binary (test)" in text and "--unsafe-no-sandbox" in text

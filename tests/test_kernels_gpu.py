@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from llmcompile.offline import ATTENTION_KNOBS
 from llmcompile.ops import BUILTIN
 from llmcompile.verify import compare, poison
 
@@ -186,20 +187,16 @@ def test_attention_public_function(op: str) -> None:
             torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
 
 
-@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
-@pytest.mark.parametrize("op", ("attention", "attention_causal", "attention_causal_d64"))
-def test_ampere_attention_matches_float64_reference(op: str, dtype: str) -> None:
-    """The Ampere kernel (reference_kernels/attention_sm80.py, an offline candidate) against
-    float64, on the same shapes as the reference attention."""
+def _attention_failures(entry, op: str, dtype: str, shapes=ATTENTION_SHAPES) -> list[str]:
+    """`entry` (a kernel object, not the op's reference) against float64 on poisoned outputs."""
     import torch
 
     from llmcompile import contract
-    from reference_kernels.attention_sm80 import AttentionSm80
 
     spec = BUILTIN[op]
     failures = []
-    for i, (m, n) in enumerate(ATTENTION_SHAPES):
-        fn = contract.compile_entry(AttentionSm80(causal="causal" in op), spec, dtype, n)
+    for i, (m, n) in enumerate(shapes):
+        fn = contract.compile_entry(entry, spec, dtype, n)
         for case in spec.cases:
             inputs = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(13 * i + n), case, "cuda")
             outs = spec.alloc_outputs(m, n, dtype, "cuda")
@@ -209,4 +206,35 @@ def test_ampere_attention_matches_float64_reference(op: str, dtype: str) -> None
             bad = compare(spec, dtype, inputs, outs)
             if bad:
                 failures.append(f"M={m} N={n} {case}: {bad.describe()}")
+    return failures
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+@pytest.mark.parametrize("op", ("attention", "attention_causal", "attention_causal_d64"))
+def test_ampere_attention_matches_float64_reference(op: str, dtype: str) -> None:
+    """The Ampere kernel (reference_kernels/attention_sm80.py, an offline candidate) against
+    float64, on the same shapes as the reference attention."""
+    from reference_kernels.attention_sm80 import AttentionSm80
+
+    failures = _attention_failures(AttentionSm80(causal="causal" in op), op, dtype)
+    assert not failures, "\n".join(failures)
+
+
+# head groups with a partial last one: 7 heads at N = 3000 (a group of 32 when L2 sets it), 40
+# at N = 4096 (groups of 16 or 8)
+KNOB_SHAPES = (*ATTENTION_SHAPES, (7, 3000), (40, 4096))
+
+
+@pytest.mark.parametrize("knobs", ATTENTION_KNOBS)
+@pytest.mark.parametrize("op", ("attention", "attention_causal", "attention_causal_d64"))
+def test_attention_search_knobs_match_float64_reference(op: str, knobs: str) -> None:
+    """Every AttentionKnobs set the offline search offers (launch orders, tile sizes) against
+    float64, bf16."""
+    import ast
+
+    from reference_kernels.attention import Attention, AttentionKnobs
+
+    fields = {k: ast.literal_eval(v) for k, v in (kv.split("=") for kv in knobs.split(", "))}
+    entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**fields))
+    failures = _attention_failures(entry, op, "bfloat16", KNOB_SHAPES)
     assert not failures, "\n".join(failures)

@@ -25,6 +25,9 @@ MAX_SPILL_BYTES_BWD_LONG = 512
 # twice a tile, and layernorm's backward spills 920 B.
 MAX_SPILL_BYTES_BWD_LATE_W = 1024
 
+# ptxas's warnings on warpgroup MMAs (C75xx: "Potential Performance Loss", serialised or waited on)
+WGMMA_LOSS = re.compile(r"\(C75\d\d\)|Potential Performance Loss")
+
 
 def spill_budget(op: str, n: int, dtype: str = "bfloat16") -> int:
     if op not in ("rmsnorm_bwd", "layernorm_bwd") or n < 65536:
@@ -51,8 +54,9 @@ def test_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[st
         assert spills and max(spills) <= spill_budget(op, n, dtype), (
             f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
         )
-        # a warpgroup MMA whose registers were written after its fence: ptxas adds a wait
-        assert "(C7519)" not in text, f"{op} {dtype} N={n}: ptxas injected a warpgroup wait\n{text[-2000:]}"
+        # a warpgroup MMA whose registers were written after its fence (ptxas adds a wait, C7519),
+        # or too few registers to pipeline them (ptxas serialises them, C7512)
+        assert not WGMMA_LOSS.search(text), f"{op} {dtype} N={n}: WGMMA serialised\n{text[-2000:]}"
 
 
 @pytest.mark.parametrize("knobs", ATTENTION_KNOBS)
@@ -69,7 +73,7 @@ def test_every_attention_tile_size_compiles_clean(op: str, knobs: str, capfd: py
     assert contract.compile_entry(entry, BUILTIN[op], "bfloat16", 1000, options="remarks{ptx}") is not None
     text = "".join(capfd.readouterr())
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
-    assert spills and max(spills) == 0 and "(C7519)" not in text, text[-1500:]
+    assert spills and max(spills) == 0 and not WGMMA_LOSS.search(text), text[-1500:]
 
 
 @pytest.mark.parametrize("mode", ["early", "late", "smem"])

@@ -34,9 +34,15 @@ NUM_SMS = 132  # H100 SXM and H200
 # 2.15, 2.79); past 16K the grid is more CTAs than stay resident, and the spare ones fill the
 # SMs whose rows finished first.
 CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (4096, 4), (16384, 2), (None, 4))
-# Threads per row: one vector of 8 (16-bit) a thread at N = 1024, as the forward's table
-# would give a row with twice the registers behind each value (see ROW_ARRAYS).
-THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = ((256, 32), (512, 64), (2048, 128), (8192, 256), (None, 512))
+# Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table
+# would give a row with twice the registers behind each value (see ROW_ARRAYS). At 2048 and
+# 4096 that is 256 and 512 threads (64 registers, not 86-128: more rows in flight). H100, TB/s
+# at the old 128 / 256 threads -> 256 / 512 (evals/results/h100-2026-11-24, sweep-tpr.txt):
+# layernorm bf16 2.36 -> 2.55 at 131072x2048, 2.29 -> 2.41 at 65536x4096; fp32 2.47 -> 2.84
+# at 4096; rmsnorm 1-3% up. 1024 threads at 16384 lost 1-33%: from 8192 on, 256 and 512 stay.
+THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
+    (256, 32), (512, 64), (1024, 128), (2048, 256), (4096, 512), (8192, 256), (None, 512)
+)  # fmt: skip
 # Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N. Rows are
 # staged in shared memory and read twice, so a thread holds the fp32 column sums and w
 # across the reduction; held in registers instead (unstaged: odd N at 16 bits), each value
@@ -88,7 +94,11 @@ class NormBackward:
         # grid-strided and dynamic (row_loop > 1 gives each tile's reduction its own stage,
         # see `RowTiling.stages`).
         knobs = self.knobs
-        if knobs.row_loop is None:
+        # Every CTA loops over several row tiles whatever row_loop says, so the row reduction
+        # needs its two stages: with one, a cluster peer already on the next tile sends its
+        # partials into the buffer (and onto the barrier) of this one (H100, row_loop=1 at
+        # cluster 2-4: "unspecified launch failure", evals/results/h100-2026-11-24).
+        if knobs.row_loop is None or knobs.row_loop < 2:
             knobs = dataclasses.replace(knobs, row_loop=2)
         if knobs.stage_smem is None:
             knobs = dataclasses.replace(knobs, stage_smem=True)

@@ -11,7 +11,7 @@ from llmcompile.verify import compare, poison
 pytestmark = pytest.mark.gpu
 
 # N: powers of two, the long-vocabulary sizes, one not a multiple of 8, one odd (scalar path)
-NS = (256, 1024, 4096, 5000, 16384, 65536, 128256, 151936, 262144, 4100, 5001)
+NS = (256, 1024, 2048, 4096, 5000, 16384, 65536, 128256, 151936, 262144, 4100, 5001)
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_ELEMS = 1 << 24
 # the row kernels; attention (fixed (M, N, D) layout, its own grid) is tested below

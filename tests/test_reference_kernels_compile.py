@@ -162,6 +162,22 @@ def test_norm_backward_plans_within_shared_memory(bias: bool) -> None:
     assert t.cluster_n == 16 and not t.stage_smem
 
 
+def test_norm_backward_keeps_two_reduction_stages(capfd: pytest.CaptureFixture[str]) -> None:
+    """The norm backward loops over row tiles in every CTA, so its row reduction keeps two
+    stages even when a knob set asks for row_loop=1 (one stage crashed the H100 at cluster 2-4:
+    a peer's partials for the next tile landed on the current tile's buffer and barrier)."""
+    from reference_kernels import reduce as R
+    from reference_kernels.layernorm_bwd import LayerNormBackward
+
+    spec = BUILTIN["layernorm_bwd"]
+    for knobs in (R.RowKnobs(row_loop=1), R.RowKnobs()):
+        kernel = LayerNormBackward(knobs)
+        fn = contract.compile_entry(kernel, spec, "bfloat16", 16384, workspace=contract.workspace_of(
+            importlib.import_module("reference_kernels.layernorm_bwd")))  # fmt: skip
+        assert fn is not None and kernel.tiling.cluster_n > 1 and kernel.tiling.stages == 2
+    capfd.readouterr()
+
+
 def test_fused_cross_entropy_tells_every_thread_its_target() -> None:
     """dlogits need the target column in every thread of a row; below 3072 the plain forward
     reads the target through the row leader alone (the H100 found the fused kernel's short

@@ -105,6 +105,20 @@ def time_calls(
     return Timing(statistics.median(samples), min(samples), len(samples), used_graph, wall)
 
 
+# Seconds the GPU is left idle after float64 work before anything is timed. H100, layernorm_bwd
+# bf16 65536x4096: 2.69 TB/s before a float64 check of its output, 2.40 right after it, 2.68
+# five seconds later (evals/results/h100-2026-11-24): the check's power draw lowers the clocks
+# that the next timing runs at.
+SETTLE_S = 5.0
+
+
+def settle(seconds: float = SETTLE_S) -> None:
+    """Wait out the clock drop that float64 verification leaves behind, before timing."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        time.sleep(seconds)
+
+
 def copy_bandwidths(
     copies: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] | None = None,
     elems: int = 1 << 28,

@@ -46,3 +46,34 @@ def test_unknown_baseline_is_refused_by_name() -> None:
     assert _baselines("fa4,sdpa_flash") == ["fa4", "sdpa_flash"]
     with pytest.raises(OpError, match="unknown baseline fa5; known: eager, compile, quack, liger, sdpa_flash"):
         _baselines("fa4,fa5")
+
+
+def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float64 check of what our timed calls wrote lowers the GPU's clocks for seconds, so
+    it runs after the baselines are timed (not between ours and theirs), and the GPU settles
+    before anything else is timed; a wrong output still marks our row."""
+    from llmcompile import timing
+    from llmcompile.ops import get_op
+
+    events: list[str] = []
+    monkeypatch.setattr(bench, "input_sets", lambda *a, **k: [["x"]])
+    monkeypatch.setitem(bench.BASELINES, "quack", lambda spec, s, sc: lambda: events.append("quack call"))
+
+    def fake_time(calls, graph=True):
+        for c in calls:
+            c()
+        events.append("timed")
+        return timing.Timing(1.0, 1.0, 1, graph)
+
+    monkeypatch.setattr(timing, "time_calls", fake_time)
+    monkeypatch.setattr(timing, "settle", lambda seconds=0.0: events.append("settle"))
+
+    def check(sets):
+        events.append("check")
+        return "row 3 differs"
+
+    rows = bench.bench_one(
+        get_op("softmax"), lambda *s: events.append("ours call"), 4, 1024, "bfloat16", 3.0, ["quack"], check=check
+    )
+    assert events == ["ours call", "timed", "quack call", "timed", "check", "settle"]
+    assert "WRONG TIMED OUTPUT: row 3 differs" in rows[0].note and not rows[1].note

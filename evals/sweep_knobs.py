@@ -2,15 +2,15 @@
 
     python -m evals.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
 
-    python -m evals.sweep_knobs attention_causal bfloat16 64x4096 '{}' '{"persistent": true}' fa4 sdpa_cudnn
+    python -m evals.sweep_knobs attention_causal bfloat16 64x4096 '{}' '{"head_group": 0}' fa4 sdpa_cudnn
 
 Each knob set is a JSON object of RowKnobs fields (AttentionKnobs for attention); '{}' is the
 default table's choice; a baseline's name (quack, fa4, sdpa_cudnn, ...: llmcompile.baselines)
 times that kernel on the same inputs, in the same process. Rates are TB/s against the copy
 bandwidth, or for a compute-bound op TFLOP/s against the dense GEMM probe, both measured first.
-Every variant of ours is verified against the float64 reference before it is timed. A key "table:MODULE.NAME" replaces a limit
-table of reference_kernels.MODULE for that variant only (a knob the tables hold and RowKnobs
-does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}'.
+Every variant of ours is verified against the float64 reference before it is timed. A key
+"table:MODULE.NAME" replaces a limit table of reference_kernels.MODULE for that variant only
+(a knob the tables hold and RowKnobs does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}'.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _attention_entry(spec: OpSpec, fields: dict) -> Any:
     from reference_kernels.attention import Attention, AttentionKnobs
 
     # (attention's entry takes its causality beside the knobs)
-    return Attention(causal=(spec.reference_module or "").endswith("_causal"), knobs=AttentionKnobs(**fields))
+    return Attention(causal=spec.causal, knobs=AttentionKnobs(**fields))
 
 
 @contextlib.contextmanager

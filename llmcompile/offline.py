@@ -10,6 +10,7 @@ the reason says which part of its graph no template covers.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 from collections.abc import Sequence
@@ -129,6 +130,14 @@ class TemplateSearch:
 # registers a thread that 384 threads allow; 96 and 112 get waits inserted).
 ATTENTION_KNOBS = ("head_group=0", "head_group=8", "head_group=1", "stages=3", "block_n=64", "block_n=64, stages=4")
 CAUSAL_ONLY = ("head_group=1",)
+
+
+def knob_fields(knobs: str) -> dict[str, Any]:
+    """One of ATTENTION_KNOBS ("block_n=64, stages=4": AttentionKnobs fields as the variant's
+    source writes them) as keyword arguments."""
+    return {k: ast.literal_eval(v) for k, v in (kv.split("=") for kv in knobs.split(", "))}
+
+
 # The Ampere kernel (reference_kernels/attention_sm80.py, cp.async + mma.sync), offered last:
 # the one candidate for a GPU without warpgroup MMA.
 SM80 = "sm80"
@@ -144,8 +153,7 @@ class AttentionSearch:
 
     def __init__(self, spec: OpSpec) -> None:
         self.spec = spec
-        causal = (spec.reference_module or "").endswith("_causal")
-        self.variants = ["", *(k for k in ATTENTION_KNOBS if causal or k not in CAUSAL_ONLY), SM80]
+        self.variants = ["", *(k for k in ATTENTION_KNOBS if spec.causal or k not in CAUSAL_ONLY), SM80]
         self.next = 0
 
     def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:

@@ -178,6 +178,11 @@ class OpSpec(HasTensors):
         return self.flops is not None
 
     @property
+    def causal(self) -> bool:
+        """A causal attention op (its reference module is the `_causal` one)."""
+        return (self.reference_module or "").endswith("_causal")
+
+    @property
     def unit(self) -> str:
         """What the op's rate is counted in: TFLOP/s (compute-bound) or TB/s."""
         return "TFLOP/s" if self.compute_bound else "TB/s"

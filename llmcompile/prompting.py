@@ -128,21 +128,21 @@ def attention_variant(spec: OpSpec, knobs: str, tag: str) -> str:
     """The reference attention kernel of `spec` with other tile sizes (`knobs`: AttentionKnobs
     fields, as source), as a contract module."""
     assert spec.compute_bound and spec.reference_module
-    causal = spec.reference_module.endswith("_causal")
     return render(
         "attention_variant.py.j2",
         reference_source=reference_source(spec.reference_module).rstrip(),
         knobs=knobs,
         tag=tag,
-        causal=causal,
+        causal=spec.causal,
     )
 
 
 def attention_sm80_variant(spec: OpSpec) -> str:
     """The Ampere attention kernel as a contract module for `spec` (its causality)."""
     assert spec.compute_bound and spec.reference_module
-    causal = spec.reference_module.endswith("_causal")
-    return render("attention_sm80_variant.py.j2", source=reference_source("attention_sm80").rstrip(), causal=causal)
+    return render(
+        "attention_sm80_variant.py.j2", source=reference_source("attention_sm80").rstrip(), causal=spec.causal
+    )
 
 
 def offline_variant(spec: OpSpec, knobs_by_n: dict[int, str], tag: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmcompile.offline import ATTENTION_KNOBS
+from llmcompile.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.ops import BUILTIN
 from llmcompile.verify import compare, poison
 
@@ -230,11 +230,8 @@ KNOB_SHAPES = (*ATTENTION_SHAPES, (7, 3000), (40, 4096))
 def test_attention_search_knobs_match_float64_reference(op: str, knobs: str) -> None:
     """Every AttentionKnobs set the offline search offers (launch orders, tile sizes) against
     float64, bf16."""
-    import ast
-
     from reference_kernels.attention import Attention, AttentionKnobs
 
-    fields = {k: ast.literal_eval(v) for k, v in (kv.split("=") for kv in knobs.split(", "))}
-    entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**fields))
+    entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**knob_fields(knobs)))
     failures = _attention_failures(entry, op, "bfloat16", KNOB_SHAPES)
     assert not failures, "\n".join(failures)

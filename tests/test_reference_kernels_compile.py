@@ -4,14 +4,13 @@ spills a few bytes there; anything larger means a heuristic table is wrong)."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import re
 
 import pytest
 
 from llmcompile import contract
-from llmcompile.offline import ATTENTION_KNOBS
+from llmcompile.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.ops import BUILTIN
 
 NS = (256, 1024, 4096, 5000, 5001, 16384, 65536, 128256, 151936, 262144)
@@ -66,10 +65,7 @@ def test_every_attention_tile_size_compiles_clean(op: str, knobs: str, capfd: py
     and without ptxas-injected warpgroup waits."""
     from reference_kernels.attention import Attention, AttentionKnobs
 
-    fields = dict(kv.split("=") for kv in knobs.split(", "))
-    entry = Attention(
-        causal="causal" in op, knobs=AttentionKnobs(**{k: ast.literal_eval(v) for k, v in fields.items()})
-    )
+    entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**knob_fields(knobs)))
     assert contract.compile_entry(entry, BUILTIN[op], "bfloat16", 1000, options="remarks{ptx}") is not None
     text = "".join(capfd.readouterr())
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]

@@ -15,6 +15,8 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
   GroupNorm, LayerNorm over trailing dims, x rewritten with a statistic of its last dim), or a
   value a group (a matrix-vector product: rows folded against the vector);
 - pool: max and average pooling modules over 1-3 spatial dims;
+- attention_tf32: scaled_dot_product_attention of fp32 inputs with wide heads and short rows (the
+  bf16/fp16 reference kernels are built-in ops of their own);
 - softmax / log_softmax along the last dim of a 2-D input: the reference kernels themselves.
 
 A match renders a kernel module (prompts/candidates/*.py.j2) that the judge treats like any
@@ -38,7 +40,7 @@ from llmcompile.ops import OpSpec
 
 @dataclass(frozen=True)
 class Match:
-    pattern: str  # the reference_kernels template it instantiates (map, strided, scan, total, norm, pool) | softmax | log_softmax
+    pattern: str  # the reference_kernels template it instantiates (map, strided, scan, total, norm, pool, attention_tf32) | softmax | log_softmax
     summary: str  # what was matched, in a line
     source: str  # the kernel module
     jinja: str = ""  # the template that wrote it (prompts/candidates/), "" for a reference kernel
@@ -731,6 +733,39 @@ def _match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: 
     }
 
 
+_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+def _match_attention(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """`F.scaled_dot_product_attention(q, k, v)` of three (B, H, N, D) fp32 inputs, no mask:
+    the fp32 attention kernel for wide heads (reference_kernels/attention_tf32.py)."""
+    ph, calls, (out,) = _nodes(gm)
+    if len(calls) != 1 or calls[0].target is not F.scaled_dot_product_attention or _results(out) != [calls[0]]:
+        return None
+    node = calls[0]
+    if list(node.args[:3]) != ph or len(ph) != 3 or len(given) != 3:
+        return None
+    names = list(_SDPA_DEFAULTS)
+    opts = {**_SDPA_DEFAULTS, **dict(zip(names, node.args[3:])), **node.kwargs}
+    other = {k: v for k, v in opts.items() if k != "scale" and v != _SDPA_DEFAULTS[k]}
+    shape = tuple(shapes[ph[0]])
+    if other or not (opts["scale"] is None or isinstance(opts["scale"], (int, float))):
+        raise _Unsupported(f"`scaled_dot_product_attention` with {sorted(other) or ['a tensor scale']}")
+    from reference_kernels.attention_tf32 import check_shape
+
+    why = check_shape(shape[-2], shape[-1]) if len(shape) == 4 else "inputs of rank 4"
+    if any(tuple(shapes[n]) != shape for n in ph) or any(g.dtype != torch.float32 for g in given) or why:
+        raise _Unsupported(
+            f"`scaled_dot_product_attention` of {[tuple(shapes[n]) for n in ph]} (the fp32 kernel takes {why or 'three equal fp32 shapes'})"
+        )
+    scale = 1.0 / math.sqrt(shape[-1]) if opts["scale"] is None else float(opts["scale"])
+    return {
+        "what": f"softmax attention over {shape[2]} keys, head dim {shape[3]}, fp32 (TF32 tensor cores)",
+        "scale": _lit(scale),
+        "ins": [t.name for t in spec.tensors[:3]],
+    }
+
+
 def _match_triplet(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """`nn.TripletMarginLoss` (p = 2) of three (M, D) inputs: each row's loss from its two
     distances, then their mean or sum."""
@@ -883,6 +918,7 @@ _WHOLE_GRAPH = (
     (_match_cross_entropy, "total", "cross_entropy_total"),
     (_match_gemv, "norm", ""),
     (_match_pool, "pool", ""),
+    (_match_attention, "attention_tf32", ""),
 )
 
 

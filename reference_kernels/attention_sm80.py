@@ -20,7 +20,7 @@ from cutlass import Float32, const_expr
 from cutlass.cute.nvgpu import cpasync, warp
 
 from reference_kernels import reduce as R
-from reference_kernels.attention_softmax import normalize_rows, online_softmax
+from reference_kernels.attention_softmax import mma_rows_cols, normalize_rows, online_softmax
 
 OP = "attention"
 COPY_BITS = 128
@@ -38,17 +38,6 @@ class AttentionSm80Knobs:
     @property
     def num_threads(self) -> int:
         return self.block_m // 16 * 32
-
-
-def _acc_rows_cols(acc: cute.Tensor) -> cute.Tensor:
-    """An mma accumulator ((2, 2), MMA_M, MMA_N) seen as (rows, cols) of the thread's values:
-    an m16n8 atom gives a thread 2 rows (8 apart) of 2 adjacent columns."""
-    flat = cute.make_layout(acc.layout.shape)
-    rows_cols = cute.make_layout(
-        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
-        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])),
-    )
-    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, rows_cols))
 
 
 def _as_operand_a(p: cute.Tensor) -> cute.Tensor:
@@ -180,7 +169,7 @@ class AttentionSm80:
 
         # Each thread's rows of the query tile (for the mask, lse and the output's predicate)
         cS = cute.local_tile(cute.make_identity_tensor((self.n, self.n)), (self.bm, self.bn), (m_block, 0))
-        tScS = _acc_rows_cols(thr_mma.partition_C(cS))
+        tScS = mma_rows_cols(thr_mma.partition_C(cS))
         rows = cute.size(tScS, mode=[0])
         row_max = cute.make_rmem_tensor(rows, Float32)
         row_sum = cute.make_rmem_tensor(rows, Float32)
@@ -207,7 +196,7 @@ class AttentionSm80:
                 _load_rows(load, tKgK[None, None, None, j + 1], tKsK, tKVcKV[None, None, None, j + 1], self.n)
                 cute.arch.cp_async_commit_group()
 
-            s, o = _acc_rows_cols(acc_S), _acc_rows_cols(acc_O)
+            s, o = mma_rows_cols(acc_S), mma_rows_cols(acc_O)
             online_softmax(s, o, row_max, row_sum, tScS, j, m_block, scale_log2, self.bm, self.bn, self.n, self.causal)
             rP = cute.make_rmem_tensor_like(acc_S, dtype)
             rP.store(acc_S.load().to(dtype))
@@ -222,7 +211,7 @@ class AttentionSm80:
     def epilogue(self, mO, mLse, acc_O, row_max, row_sum, tScS, sQ, store, mma, tidx, m_block, head, scale: Float32):
         """o = acc / sum (0 for a row with no key), staged through shared memory for 16-byte
         stores; lse = max * scale + log(sum), written by the first lane of each quad."""
-        normalize_rows(_acc_rows_cols(acc_O), row_max, row_sum, tScS, mLse, head, self.n, scale)
+        normalize_rows(mma_rows_cols(acc_O), row_max, row_sum, tScS, mLse, head, self.n, scale)
         rO = cute.make_rmem_tensor_like(acc_O, mO.element_type)
         rO.store(acc_O.load().to(mO.element_type))
         sO = cute.make_tensor(sQ.iterator, sQ.layout)  # (every warp read its Q before the last tile)

@@ -1,7 +1,8 @@
 """Flash attention's softmax, on a kernel's score and output accumulators in registers: the
 running max and sum of each query row, the output's rescaling, and the final normalisation with
 the log-sum-exp. Written once for the attention kernels (mma.sync and WGMMA accumulators have
-other layouts, the same rows: each kernel passes (rows, cols) views of its own)."""
+other layouts, the same rows: each kernel passes (rows, cols) views of its own; `mma_rows_cols`
+makes that view of an mma.sync accumulator)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 from reference_kernels import reduce as R
+
+
+def mma_rows_cols(acc: cute.Tensor) -> cute.Tensor:
+    """An mma accumulator ((2, 2), MMA_M, MMA_N) seen as (rows, cols) of the thread's values:
+    an m16n8 atom gives a thread 2 rows (8 apart) of 2 adjacent columns."""
+    flat = cute.make_layout(acc.layout.shape)
+    rows_cols = cute.make_layout(
+        ((flat.shape[0][1], flat.shape[1]), (flat.shape[0][0], flat.shape[2])),
+        stride=((flat.stride[0][1], flat.stride[1]), (flat.stride[0][0], flat.stride[2])),
+    )
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, rows_cols))
 
 
 @cute.jit

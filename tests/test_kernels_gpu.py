@@ -235,3 +235,44 @@ def test_attention_search_knobs_match_float64_reference(op: str, knobs: str) -> 
     entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**knob_fields(knobs)))
     failures = _attention_failures(entry, op, "bfloat16", KNOB_SHAPES)
     assert not failures, "\n".join(failures)
+
+
+# (M, N, D): one query tile, three, 97's own shape (N = 512, D = 1024), an odd head count
+TF32_ATTENTION_SHAPES = ((3, 64, 128), (5, 192, 384), (2, 512, 1024), (7, 448, 256))
+# max |error| / max |reference| allowed: TF32 operands (rounded to nearest, 2^-11) through a
+# dot product of D terms and a softmax; `peaked` logits (std ~8) magnify the scores' rounding
+TF32_ATTENTION_TOL = {"rand": 2e-4, "randn": 2e-3, "peaked": 2e-2}
+
+
+@pytest.mark.parametrize("warps_m", (1, 2, 4))
+@pytest.mark.parametrize("case", tuple(TF32_ATTENTION_TOL))
+def test_fp32_attention_matches_float64_reference(case: str, warps_m: int) -> None:
+    """reference_kernels/attention_tf32.py (97_ScaledDotProductAttention's kernel) against
+    float64 softmax attention, outputs poisoned first: uniform inputs as 97 makes them, normal
+    ones, and logits scaled up to a near one-hot softmax; each warp layout."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from llmcompile import contract
+    from reference_kernels.attention_tf32 import AttentionTf32
+
+    from .test_reference_kernels_compile import tf32_attention_signature
+
+    failures = []
+    for i, (m, n, d) in enumerate(TF32_ATTENTION_SHAPES):
+        gen = torch.Generator().manual_seed(17 * i + n)
+        make = torch.rand if case == "rand" else torch.randn
+        q, k, v = (make((m, n, d), generator=gen).cuda() for _ in range(3))
+        scale = (8.0 if case == "peaked" else 1.0) / math.sqrt(d)
+        fn = contract.compile_entry(AttentionTf32(warps_m), tf32_attention_signature(d), "float32", n)
+        o = torch.empty_like(q)
+        poison([o])
+        fn(q, k, v, o, scale)
+        torch.cuda.synchronize()
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=scale)
+        err = (o.double() - ref).abs().max().item() / ref.abs().max().item()
+        if not err <= TF32_ATTENTION_TOL[case]:  # NaN (an unwritten element) fails too
+            failures.append(f"M={m} N={n} D={d}: max error {err:.3g} of the largest output")
+    assert not failures, "\n".join(failures)

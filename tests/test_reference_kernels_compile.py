@@ -203,3 +203,38 @@ def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.
         text = "".join(capfd.readouterr())
         spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
         assert spills and max(spills) == 0, f"{op} {dtype} N={n}\n{text[-1500:]}"
+
+
+def tf32_attention_signature(d: int) -> contract.Signature:
+    """attention_tf32's entry: q, k, v, o (M, N, D) fp32, then the scale."""
+    return contract.Signature((contract.TensorSig(("M", "N", str(d)), "float32"),) * 4, {"scale": 0.125})
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "warps_m"), [(64, 128, 2), (192, 384, 2), (512, 1024, 1), (512, 1024, 2), (512, 1024, 4)]
+)
+def test_fp32_attention_compiles_for_sm90a(n: int, d: int, warps_m: int, capfd: pytest.CaptureFixture[str]) -> None:
+    """The fp32 attention for wide heads (97_ScaledDotProductAttention's kernel) builds at one
+    query tile, at 64 x 3 keys and at 97's own shape in every warp layout, its 128 scores a
+    thread in registers."""
+    from reference_kernels.attention_tf32 import AttentionTf32
+
+    entry = AttentionTf32(warps_m)
+    assert contract.compile_entry(entry, tf32_attention_signature(d), "float32", n, options="remarks{ptx}")
+    text = "".join(capfd.readouterr())
+    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+    assert spills and max(spills) == 0, f"N={n} D={d}\n{text[-1500:]}"
+
+
+def test_fp32_attention_says_which_shapes_it_takes() -> None:
+    from reference_kernels.attention_tf32 import AttentionTf32, check_shape, smem_floats
+
+    assert check_shape(512, 1024) == "" and check_shape(64, 128) == ""
+    assert "at most 512" in check_shape(1024, 1024) and "multiple of 64" in check_shape(500, 1024)
+    assert "head dim 96" in check_shape(512, 96)
+    for d in (128, 1024):  # one CTA an SM, within Hopper's opt-in shared memory
+        assert smem_floats(512, d) * 4 <= 227 * 1024
+    with pytest.raises(ValueError, match="warps_m=3"):
+        AttentionTf32(3)
+    with pytest.raises(Exception, match="at most 512"):
+        contract.compile_entry(AttentionTf32(), tf32_attention_signature(128), "float32", 1024)

@@ -30,6 +30,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.layernorm",
     "reference_kernels.rmsnorm_bwd",  # a norm's backward, or with LayerNorm's mean and db
     "reference_kernels.attention",  # attention forward, causal or not
+    "reference_kernels.attention_tf32",  # fp32 attention for wide heads (two phases, TF32 MMA)
 )
 ALLOWED_MODULES = (
     "__future__",

@@ -80,7 +80,7 @@ class AttentionKnobs:
     beside D / 2 of output and block_n / 4 of P). stages: K and V tiles in flight (shared
     memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V). head_group: how many
     heads' query tiles interleave in launch order, 0 for as many as L2 holds the keys and values
-    of (a power of two), None for the mask's default. Under a causal mask the tiles of a group
+    of (a power of two), None for the mask's default (CAUSAL_HEAD_GROUP by N, or 1). Under a causal mask the tiles of a group
     come longest first, so the short ones fill the tail; 1 keeps each head's tiles together
     (what a CTA's neighbours read is its own K and V), and a group larger than L2 holds makes
     every CTA stream its own (non-causal, 0 ran 3-11% slower than 1 at N = 2K-8K)."""
@@ -90,10 +90,12 @@ class AttentionKnobs:
     head_group: int | None = None
 
 
-# Causal: 4 heads' tiles, longest first across them. On the H100 (bf16, D = 128, N = 2K-16K,
-# evals/results/h100-2026-11-24) groups of 4 ran 0-4% faster than 1 at 2K-8K and within noise
-# of the others (0: whole L2, 8); the offline search tries 0, 8 and 1.
-CAUSAL_HEAD_GROUP = 4
+# Causal: heads whose tiles interleave, longest first across them, by N. On the H100 (bf16,
+# D = 128) groups of 4 ran 0-4% faster than 1 at 2K-8K (evals/results/h100-2026-11-24); at
+# N <= 2K, where a head has few tiles to fill the tail with, 8 ran 1.4% and 1.9% faster than 4
+# in two sessions (-24, -24b: 490 / 483 and 486 / 477 TFLOP/s at 2K), at 8K 3% slower. The
+# offline search tries 0, 8 and 1.
+CAUSAL_HEAD_GROUP = ((2048, 8), (None, 4))
 L2_BYTES = 50 << 20  # the H100's L2 (and the H200's): K and V of a head group should fit
 
 
@@ -194,7 +196,7 @@ class Attention:
     def head_group(self, dtype_bytes: int) -> int:
         group = self.knobs.head_group
         if group is None:
-            group = CAUSAL_HEAD_GROUP if self.causal else 1
+            group = R.pick(CAUSAL_HEAD_GROUP, self.n) if self.causal else 1
         if group:
             return group
         fit = L2_BYTES // (2 * self.n * self.d * dtype_bytes)

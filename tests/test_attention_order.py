@@ -43,9 +43,11 @@ def test_automatic_group_fits_l2(n: int, dtype_bytes: int, group: int) -> None:
 
 
 def test_default_group_by_mask() -> None:
-    """Causal: a few heads longest first (CAUSAL_HEAD_GROUP); otherwise each head in turn."""
-    from reference_kernels import attention, attention_causal
-
-    assert attention.launch.head_group(2) == 1
-    assert attention_causal.launch.head_group(2) == attention.CAUSAL_HEAD_GROUP == 4
-    assert Attention(causal=True, knobs=AttentionKnobs(stages=3)).head_group(2) == 4
+    """Causal: a few heads longest first (CAUSAL_HEAD_GROUP, 8 up to N = 2K, then 4);
+    otherwise each head in turn."""
+    for n, group in ((1024, 8), (2048, 8), (2049, 4), (16384, 4)):
+        causal, plain = Attention(causal=True), Attention()
+        staged = Attention(causal=True, knobs=AttentionKnobs(stages=3))
+        for kernel in (causal, plain, staged):
+            kernel.n, kernel.d = n, 128
+        assert causal.head_group(2) == staged.head_group(2) == group and plain.head_group(2) == 1

@@ -55,5 +55,6 @@ def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path
     path = tmp_path / "variant.py"
     path.write_text(src)  # (the last tile-size variant)
     entry = contract.entry_of(contract.load_module(path))
-    assert entry.causal and (entry.bn, entry.stages) == (64, 4) and entry.head_group(2) == 4
+    assert entry.causal and (entry.bn, entry.stages) == (64, 4)
     assert contract.compile_entry(entry, spec, "bfloat16", 1000) is not None
+    assert entry.head_group(2) == 8  # the causal default at N = 1000

@@ -28,6 +28,11 @@ from reference_kernels.attention_tf32 import AttentionTf32
 BACKENDS = {"sdpa math": SDPBackend.MATH, "sdpa efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
+def signature(d: int) -> contract.Signature:
+    """AttentionTf32's entry at head dim `d`: q, k, v, o (M, N, D) fp32, then the scale."""
+    return contract.Signature((contract.TensorSig(("M", "N", str(d)), "float32"),) * 4, {"scale": 0.125})
+
+
 def tf32_gemm_tflops() -> float:
     """torch.matmul of fp32 8192^3 with TF32 allowed: cuBLAS on the TF32 tensor cores."""
     before = torch.backends.cuda.matmul.allow_tf32
@@ -63,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
     impls: dict[str, Callable[[], object]] = {"ours (TF32)": lambda: fn(q, k, v, out)}
     rows = (b * h, s, d)
-    sig = contract.Signature((contract.TensorSig(("M", "N", str(d)), "float32"),) * 4, {"scale": 0.0})
     for w in filter(None, args.warps_m.split(",")):
-        f = contract.compile_entry(AttentionTf32(int(w)), sig, "float32", s)
+        f = contract.compile_entry(AttentionTf32(int(w)), signature(d), "float32", s)
         impls[f"ours, warps_m={w}"] = lambda f=f: f(q.view(rows), k.view(rows), v.view(rows), out.view(rows), d**-0.5)
     ref = F.scaled_dot_product_attention(q, k, v)
     for name, call in impls.items():

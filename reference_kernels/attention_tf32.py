@@ -102,7 +102,7 @@ class AttentionTf32:
         if const_expr(why):
             raise ValueError(why)
         vec = 128 // Float32.width
-        # cp.async of 16 bytes: Q and K slices 8 threads a row, V tiles 32 threads a row
+        # cp.async of 16 bytes: Q and K slices 8 threads a row, V tiles slice_d / 4 threads a row
         atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), Float32, num_bits_per_copy=128
         )
@@ -160,8 +160,8 @@ class AttentionTf32:
         sMax = cute.make_tensor(stats, cute.make_layout((BLOCK_M, self.warps_n), stride=(self.warps_n, 1)))
         sSum = cute.make_tensor(stats + BLOCK_M * WARPS, sMax.layout)
 
-        gQ = cute.local_tile(mQ[head, None, None], (BLOCK_M, SLICE_K), (m_block, None))  # (64, 16, D/16)
-        gK = cute.local_tile(mK[head, None, None], (n, SLICE_K), (0, None))  # (N, 16, D/16)
+        gQ = cute.local_tile(mQ[head, None, None], (BLOCK_M, SLICE_K), (m_block, None))  # (64, 32, D/32)
+        gK = cute.local_tile(mK[head, None, None], (n, SLICE_K), (0, None))  # (N, 32, D/32)
         gV = cute.local_tile(mV[head, None, None], (KEYS_TILE, sd), (None, None))  # (32, sd, N/32, D/sd)
         thr_qk, thr_v = load_qk.get_slice(tidx), load_v.get_slice(tidx)
         tQgQ, tQsQ = thr_qk.partition_S(gQ), thr_qk.partition_D(sQ)
@@ -203,7 +203,7 @@ class AttentionTf32:
                 cute.copy(load_v, tVgV[None, None, None, t % tiles, t // tiles], tVsV[None, None, None, t])
             cute.arch.cp_async_commit_group()
 
-        # ---- the softmax of whole rows: max and sum over the 4 warps along the keys
+        # ---- the softmax of whole rows: max and sum over the warps along the keys
         s = mma_rows_cols(acc_S)
         tScS = mma_rows_cols(thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, n))))
         col_warp = (tScS[0, 0][1] // 8) % self.warps_n  # an m16n8 atom a warp, warps along N side by side

@@ -255,10 +255,9 @@ def test_fp32_attention_matches_float64_reference(case: str, warps_m: int) -> No
     import torch
     import torch.nn.functional as F
 
+    from evals.attention_fp32 import signature
     from llmcompile import contract
     from reference_kernels.attention_tf32 import AttentionTf32
-
-    from .test_reference_kernels_compile import tf32_attention_signature
 
     failures = []
     for i, (m, n, d) in enumerate(TF32_ATTENTION_SHAPES):
@@ -266,7 +265,7 @@ def test_fp32_attention_matches_float64_reference(case: str, warps_m: int) -> No
         make = torch.rand if case == "rand" else torch.randn
         q, k, v = (make((m, n, d), generator=gen).cuda() for _ in range(3))
         scale = (8.0 if case == "peaked" else 1.0) / math.sqrt(d)
-        fn = contract.compile_entry(AttentionTf32(warps_m), tf32_attention_signature(d), "float32", n)
+        fn = contract.compile_entry(AttentionTf32(warps_m), signature(d), "float32", n)
         o = torch.empty_like(q)
         poison([o])
         fn(q, k, v, o, scale)

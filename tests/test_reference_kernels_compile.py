@@ -205,11 +205,6 @@ def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.
         assert spills and max(spills) == 0, f"{op} {dtype} N={n}\n{text[-1500:]}"
 
 
-def tf32_attention_signature(d: int) -> contract.Signature:
-    """attention_tf32's entry: q, k, v, o (M, N, D) fp32, then the scale."""
-    return contract.Signature((contract.TensorSig(("M", "N", str(d)), "float32"),) * 4, {"scale": 0.125})
-
-
 @pytest.mark.parametrize(
     ("n", "d", "warps_m"), [(64, 128, 2), (192, 384, 2), (512, 1024, 1), (512, 1024, 2), (512, 1024, 4)]
 )
@@ -217,16 +212,18 @@ def test_fp32_attention_compiles_for_sm90a(n: int, d: int, warps_m: int, capfd: 
     """The fp32 attention for wide heads (97_ScaledDotProductAttention's kernel) builds at one
     query tile, at 64 x 3 keys and at 97's own shape in every warp layout, its 128 scores a
     thread in registers."""
+    from evals.attention_fp32 import signature as tf32_signature
     from reference_kernels.attention_tf32 import AttentionTf32
 
     entry = AttentionTf32(warps_m)
-    assert contract.compile_entry(entry, tf32_attention_signature(d), "float32", n, options="remarks{ptx}")
+    assert contract.compile_entry(entry, tf32_signature(d), "float32", n, options="remarks{ptx}")
     text = "".join(capfd.readouterr())
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
     assert spills and max(spills) == 0, f"N={n} D={d}\n{text[-1500:]}"
 
 
 def test_fp32_attention_says_which_shapes_it_takes() -> None:
+    from evals.attention_fp32 import signature as tf32_signature
     from reference_kernels.attention_tf32 import AttentionTf32, check_shape, smem_floats
 
     assert check_shape(512, 1024) == "" and check_shape(64, 128) == ""
@@ -237,4 +234,4 @@ def test_fp32_attention_says_which_shapes_it_takes() -> None:
     with pytest.raises(ValueError, match="warps_m=3"):
         AttentionTf32(3)
     with pytest.raises(Exception, match="at most 512"):
-        contract.compile_entry(AttentionTf32(), tf32_attention_signature(128), "float32", 1024)
+        contract.compile_entry(AttentionTf32(), tf32_signature(128), "float32", 1024)

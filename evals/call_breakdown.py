@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from evals.host_overhead import interleaved_us, per_call_us
-from llmcompile import kernels
+from llmcompile import callpath, kernels, native_call
 
 
 def empty_kernel(x: torch.Tensor) -> Any:
@@ -44,7 +44,8 @@ def main() -> int:
 
     print(
         f"torch {torch.__version__}, apache-tvm-ffi {tvm_ffi.__version__}, "
-        f"torch.Tensor.__dlpack_c_exchange_api__: {hasattr(torch.Tensor, '__dlpack_c_exchange_api__')}",
+        f"torch.Tensor.__dlpack_c_exchange_api__: {hasattr(torch.Tensor, '__dlpack_c_exchange_api__')}, "
+        f"native_call: {native_call.available() or native_call.reason()}",
         flush=True,
     )
     x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
@@ -54,6 +55,7 @@ def main() -> int:
     raw = fn.compiled("bfloat16", 1024)
     plan = fn._plans[(torch.bfloat16, 1024)]
     fast = fn._fast[(torch.bfloat16, 1024, 2)]
+    py_fast = callpath._fast_function(plan)
     bare = getattr(raw, "__tvm_ffi_object__", lambda: raw)()
     nop = tvm_ffi.get_global_func("testing.nop")
     empty = empty_kernel(x)
@@ -63,7 +65,8 @@ def main() -> int:
         "kernels.softmax(x)": lambda: fn(x),
         "compiled fn(x, out), outputs preallocated": lambda: raw(x, out),
         "plan.fn(x, out)": lambda: plan.fn(x, out),
-        "the plan's fast function((x,))": lambda: fast((x,)),
+        "the plan's fast function(x) (outputs made in C where native_call builds)": lambda: fast(x),
+        "the plan's Python fast function(x) (torch.empty_like)": lambda: py_fast(x),
         "its tvm_ffi.Function(x, out), no Python wrapper": lambda: bare(x, out),
         "CuTe DSL empty kernel(x), TVM-FFI": lambda: empty(x),
         "TVM-FFI testing.nop()": lambda: nop(),

@@ -4,7 +4,8 @@ the kernel itself takes a few microseconds, so the host's time per call is what 
     python -m evals.host_overhead [--shape 8x1024] [--calls 2000] [--out DIR]
 
 For softmax, rmsnorm, layernorm and cross_entropy (bf16): `llmcompile.kernels.<op>` (the lean
-call path), the same reference kernel exported and loaded through TVM-FFI alone
+call path, outputs made in C), the same kernel with its outputs made from Python (the path
+before `native_call`), the same reference kernel exported and loaded through TVM-FFI alone
 (`llmcompile.loader`), QuACK and torch eager, in one process on the same inputs. Each figure is
 the median over `--repeats` batches of `--calls` back-to-back calls, the functions' batches
 interleaved, wall clock around a synchronize, after a warm-up. Then, in a fresh process that cannot import CuTe DSL
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from llmcompile import baselines, export, kernels, loader
+from llmcompile import baselines, callpath, export, kernels, loader, native_call
 from llmcompile.ops import get_op, parse_shape
 
 OPS = ("softmax", "rmsnorm", "layernorm", "cross_entropy")
@@ -82,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             torch.equal(a, b)
             for a, b in zip(want if isinstance(want, list) else [want], got if isinstance(got, list) else [got])
         )
+        kfn = kernels.BY_NAME[op]
+        py_fast = callpath._fast_function(kfn._plans[(ins[0].dtype, n)])
         impls: dict[str, Callable[[], object]] = {
-            "llmcompile.kernels": lambda f=kernels.BY_NAME[op], i=ins: f(*i),
+            "llmcompile.kernels": lambda f=kfn, i=ins: f(*i),
+            "outputs from Python": lambda f=py_fast, i=ins: f(*i),
             "exported (TVM-FFI only)": lambda f=shipped, i=ins: f(*i),
         }
         for name in ("quack", "eager"):
@@ -104,10 +108,13 @@ def main(argv: list[str] | None = None) -> int:
             f" (rc {done.returncode}: {done.stderr[-400:]})" if done.returncode else ""
         )
         print("fresh process:", op, fresh[op], flush=True)
-    names = ["llmcompile.kernels", "exported (TVM-FFI only)", "quack", "eager"]
+    names = ["llmcompile.kernels", "outputs from Python", "exported (TVM-FFI only)", "quack", "eager"]
     lines = [
         f"Host time per eager call (us, median of {args.repeats} x {args.calls} calls, no CUDA graph), "
         f"{args.dtype} {m} x {n}, {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
+        "",
+        f"llmcompile.kernels makes a call's outputs in C: {native_call.available() or native_call.reason()}; "
+        "'outputs from Python' is the same kernel called with torch.empty_like's outputs",
         "",
         "| op | " + " | ".join(names) + " | exported == kernels |",
         "|---|" + "---|" * (len(names) + 1),

@@ -3,10 +3,11 @@ and a loaded artifact are.
 
 At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
 little Python as it can: everything that depends only on (dtype, N) is decided once, in a
-`_Plan`. A call on rows (a 2-D x) finds its plan, allocates the outputs like the inputs and calls
-the TVM-FFI function itself on the torch tensors (the current stream is taken in C), whose own
-checks, in C, refuse what does not fit (dtypes, shapes, strides, alignment) before the launch; a
-refused call is taken again on the checked path: full validation with clear errors, and copies
+`_Plan`. A call on rows (a 2-D x) finds its plan and makes one TVM-FFI call (`native_call`: the
+outputs allocated in C by torch's allocator, then the kernel's TVM-FFI function, the current
+stream taken in C; where no C compiler built it, the outputs are made from Python). The kernel's
+own checks, in C, refuse what does not fit (dtypes, shapes, strides, alignment) before the
+launch; a refused call is taken again on the checked path: full validation with clear errors, and copies
 where an input is not contiguous or aligned. Leading dims cost a view each way. Under
 torch.compile a call is traced into the torch.library op, which has a fake implementation.
 
@@ -23,9 +24,12 @@ from typing import Any
 
 import torch
 
+from llmcompile import native_call
+from llmcompile.contract import WithWorkspace
 from llmcompile.ops import DTYPES, MAX_ELEMS, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
 
 _LIB = torch.library.Library("llmcompile", "FRAGMENT")
+_is_grad_enabled, _is_compiling = torch.is_grad_enabled, torch.compiler.is_compiling
 _ALIGN = 16
 
 
@@ -69,17 +73,17 @@ def _schema(spec: CallSpec) -> str:
 class _Plan:
     """A flat-rows op at one (dtype, N): what a fast call needs, decided once."""
 
-    fn: Any  # the TVM-FFI function itself, no Python wrapper around it
+    fn: Any  # the TVM-FFI function itself, no Python wrapper around it (but a workspace's)
     n: int
-    rest: tuple[tuple[str, torch.dtype], ...]  # inputs after x: ("MN" | "M" | "N", dtype)
-    outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M"
+    rest: tuple[tuple[str, torch.dtype], ...]  # inputs after x: ("MN" | "M" | "N" | "fixed", dtype)
+    outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M" | "N"
     values: tuple[float | int, ...]  # the scalars' defaults, in order
     alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
     arity: int  # inputs a call takes
     one: bool  # one output: alloc makes a tensor, not a tuple
 
 
-def _maker(kind: str, dt: torch.dtype, m_input: int | None) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
+def _maker(kind: str, dt: torch.dtype, like: dict[str, int]) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
     """One output made the cheapest way torch has: like an input of its shape (torch.empty_like
     costs 1.8 us of host time on the H100 machine, torch.empty(shape, dtype=, device=) 3.4)."""
     empty_like = torch.empty_like
@@ -87,16 +91,20 @@ def _maker(kind: str, dt: torch.dtype, m_input: int | None) -> Callable[[tuple[t
         return lambda ins: empty_like(ins[0])
     if kind == "MN":
         return lambda ins: empty_like(ins[0], dtype=dt)
-    if m_input is not None:
-        return lambda ins: empty_like(ins[m_input], dtype=dt)
-    return lambda ins: ins[0].new_empty((ins[0].shape[0],), dtype=dt)
+    if kind in like:
+        i = like[kind]
+        return lambda ins: empty_like(ins[i], dtype=dt)
+    axis = 0 if kind == "M" else 1
+    return lambda ins: ins[0].new_empty((ins[0].shape[axis],), dtype=dt)
 
 
 def _allocator(
     rest: tuple[tuple[str, torch.dtype], ...], outs: tuple[tuple[str, torch.dtype], ...]
 ) -> Callable[[tuple[torch.Tensor, ...]], Any]:
-    m_input = next((i + 1 for i, (kind, _) in enumerate(rest) if kind == "M"), None)
-    makers = [_maker(kind, dt, m_input) for kind, dt in outs]
+    like: dict[str, int] = {}  # an input of shape (M,) or (N,), which an output of that shape is made like
+    for i, (kind, _) in enumerate(rest):
+        like.setdefault(kind, i + 1)
+    makers = [_maker(kind, dt, like) for kind, dt in outs]
     if len(makers) == 1:
         return makers[0]
     return lambda ins: tuple(mk(ins) for mk in makers)
@@ -106,14 +114,37 @@ class _NotFast(Exception):
     """A call the fast function does not take (no rows, too many elements, a wrong count)."""
 
 
-def _fast_function(plan: _Plan) -> Callable[[tuple[torch.Tensor, ...]], Any]:
+def _native_function(plan: _Plan) -> Callable[..., Any] | None:
+    """The whole fast call in C (`native_call`): the outputs allocated there, not from Python
+    (2-4 us of a call's host time on the H100 machine). None where it cannot be built here, or
+    where the kernel is not a TVM-FFI function (a Python wrapper would gain nothing)."""
+    fn, bound = plan.fn, ()
+    if isinstance(fn, WithWorkspace):  # the workspace its first checked call made, bound to the caller
+        if len(fn.buffers) != 1:
+            return None
+        fn, bound = fn.fn, tuple(fn.buffers.values())
+        fn = getattr(fn, "__tvm_ffi_object__", lambda: fn)()
+    if not native_call.is_function(fn) or not native_call.available():
+        return None
+    dims = {"M": "first", "N": "last"}
+    outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
+    try:
+        caller = native_call.make_caller(fn, plan.arity, outs, plan.values, bound)
+    except (OSError, TypeError, ValueError):  # a dtype or scalar TVM-FFI cannot carry: Python allocates
+        return None
+    if plan.one:
+        return caller
+    return lambda *ins: list(caller(*ins))
+
+
+def _fast_function(plan: _Plan) -> Callable[..., Any]:
     """The whole fast call of one plan as one small function, specialised where it pays (one input
     and one output of x's shape: softmax), so a call runs as few Python lines as possible."""
     fn, values, alloc, arity, limit = plan.fn, plan.values, plan.alloc, plan.arity, MAX_ELEMS
     empty_like = torch.empty_like
     if arity == 1 and plan.one and plan.outs[0][0] == "like" and not values:
 
-        def rows_like(ins: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        def rows_like(*ins: torch.Tensor) -> torch.Tensor:
             x = ins[0]
             if len(ins) != 1 or not 0 < x.numel() < limit:
                 raise _NotFast
@@ -124,7 +155,7 @@ def _fast_function(plan: _Plan) -> Callable[[tuple[torch.Tensor, ...]], Any]:
         return rows_like
     if plan.one:
 
-        def rows_one(ins: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        def rows_one(*ins: torch.Tensor) -> torch.Tensor:
             if len(ins) != arity or not 0 < ins[0].numel() < limit:
                 raise _NotFast
             out = alloc(ins)
@@ -133,7 +164,7 @@ def _fast_function(plan: _Plan) -> Callable[[tuple[torch.Tensor, ...]], Any]:
 
         return rows_one
 
-    def rows_many(ins: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    def rows_many(*ins: torch.Tensor) -> list[torch.Tensor]:
         if len(ins) != arity or not 0 < ins[0].numel() < limit:
             raise _NotFast
         outs = alloc(ins)
@@ -155,13 +186,9 @@ def _shaped(
     return shaped[0] if len(shaped) == 1 else shaped
 
 
-def _requires_grad(t: torch.Tensor) -> bool:
-    # (a function, not operator.attrgetter: dynamo cannot trace an attrgetter's call, and
-    # torch.compile(fullgraph=True) of a model calling us would break on it)
-    return t.requires_grad
-
-
 def _kind(t: TensorDesc) -> str | None:
+    if all(d.isdigit() for d in t.dims):
+        return "fixed"  # a shape of its own, as a cross-entropy's upstream scale (1,)
     return {("M", "N"): "MN", ("M",): "M", ("N",): "N"}.get(t.dims)
 
 
@@ -183,7 +210,8 @@ class KernelFunction:
         self.compiler = compile
         self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
-        self._fast: dict[tuple[torch.dtype, int, int], Callable[[tuple[torch.Tensor, ...]], Any]] = {}
+        self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
+        self._fast: dict[tuple[torch.dtype, int, int], Callable[..., Any]] = {}
         self._lock = threading.Lock()
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
@@ -212,9 +240,11 @@ class KernelFunction:
     # ------------------------------------------------------------------ the fast call
 
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
-        if self.grad_fn is not None and any(map(_requires_grad, inputs)) and torch.is_grad_enabled():
-            return self.grad_fn(*inputs, **scalars)
-        if torch.compiler.is_compiling():
+        if self.grad_fn is not None and _is_grad_enabled():
+            for t in inputs:  # (a loop, not any(map(...)): 0.1 us less a call)
+                if t.requires_grad:
+                    return self.grad_fn(*inputs, **scalars)
+        if _is_compiling():
             return self._traced_call(inputs, scalars)
         x = inputs[0]
         try:
@@ -224,7 +254,7 @@ class KernelFunction:
         if fast is None or scalars:
             return self._rows_call(inputs, scalars)
         try:
-            return fast(inputs)
+            return fast(*inputs)
         except (ValueError, TypeError, _NotFast):
             # the function checks in C what else can differ from call to call (dtypes, devices'
             # type, shapes, one M across all tensors, strides, 16-byte alignment) and refuses a
@@ -257,7 +287,7 @@ class KernelFunction:
                 if v.numel() != m:
                     return self._checked_call(inputs, scalars)
                 v = v.view(m)
-            elif v.dim() != 1 or v.shape[0] != n:
+            elif kind != "N" or v.dim() != 1 or v.shape[0] != n:  # (a fixed shape: the checked path's word)
                 return self._checked_call(inputs, scalars)
             ins.append(v)
         outs = plan.alloc(tuple(ins))
@@ -267,13 +297,15 @@ class KernelFunction:
 
     def _plan(self, dtype: str, n: int) -> None:
         """Decide once what fast calls at (dtype, N) need; ops whose tensors are not all rows,
-        row vectors or per-row values (fixed-shape problems) always take the checked path."""
+        row vectors, per-row values or small inputs of a fixed shape (fixed-shape problems)
+        always take the checked path."""
         spec = self.spec
         kinds = [_kind(t) for t in spec.tensors]
-        if not spec.flat_rows or None in kinds or any(k == "N" for k, t in zip(kinds, spec.tensors) if t.output):
+        n_in = len(spec.inputs)
+        if not spec.flat_rows or None in kinds or kinds[0] != "MN" or "fixed" in kinds[n_in:]:
+            self._unplanned.add((DTYPES[dtype], n))
             return
         pairs = [(k, t.torch_dtype(dtype)) for k, t in zip(kinds, spec.tensors)]
-        n_in = len(spec.inputs)
         pairs = pairs[:n_in] + [("like", dt) if (k, dt) == pairs[0] else (k, dt) for k, dt in pairs[n_in:]]
         fn = self.compiled(dtype, n)
         # CuTe DSL wraps a function with defaults in Python (0.4 us a call): call what it wraps
@@ -293,7 +325,7 @@ class KernelFunction:
         # with several GPUs each tensor's device is checked in Python (`_rows_call`): the C
         # checks see a device's type only
         if torch.cuda.device_count() <= 1:
-            self._fast[(DTYPES[dtype], n, 2)] = _fast_function(plan)
+            self._fast[(DTYPES[dtype], n, 2)] = _native_function(plan) or _fast_function(plan)
 
     # ------------------------------------------------------------------ the checked call
 
@@ -399,7 +431,7 @@ class KernelFunction:
             return outs[0] if len(outs) == 1 else outs
         if m > 0:
             self._run(ins, outs, vals)
-            if (DTYPES[dtype], n) not in self._plans:
+            if (DTYPES[dtype], n) not in self._plans and (DTYPES[dtype], n) not in self._unplanned:
                 self._plan(dtype, n)
         else:  # no rows: a sum over them (a norm backward's dw) is 0
             for o, rows in zip(outs, self._row_outputs):

@@ -99,17 +99,36 @@ def test_a_call_the_function_refuses_is_taken_again_on_the_checked_path() -> Non
     assert len(rec.calls) == 1
 
 
-def test_sums_over_rows_keep_their_shape_and_take_the_checked_path() -> None:
+def test_sums_over_rows_keep_their_shape_on_the_fast_path_too() -> None:
     """A norm backward's dw (N,) is not a row output: leading dims of x do not reshape it (they
-    once tried to), and the op has no fast plan."""
+    once tried to), and a fast call makes it of shape (N,)."""
     from llmcompile.callpath import _shaped
 
     dx, dw = _shaped([torch.zeros(6, 4), torch.ones(4)], torch.Size([2, 3]), (True, False))
     assert dx.shape == (2, 3, 4) and dw.shape == (4,)
-    fn = KernelFunction(get_op("rmsnorm_bwd"), lambda dtype, n: "kernel")
+    rec = _Recorder()
+    fn = KernelFunction(get_op("rmsnorm_bwd"), lambda dtype, n: rec)
     assert fn._row_outputs == (True, False)
-    fn._plan("bfloat16", 1024)
-    assert not fn._plans
+    fn._plan("float32", 16)
+    assert fn._plans[(torch.float32, 16)].outs == (("like", torch.float32), ("N", torch.float32))
+    dy, x, w, rstd = torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.rand(4)
+    dx, dw = fn(dy, x, w, rstd)
+    assert dx.shape == (4, 16) and dw.shape == (16,) and dw.dtype == torch.float32
+    ((*ins, out_dx, out_dw),) = rec.calls
+    assert out_dx is dx and out_dw is dw and ins == [dy, x, w, rstd]
+
+
+def test_a_small_input_of_its_own_shape_keeps_the_fast_call() -> None:
+    """The fused cross-entropy's upstream scale (1,) fits no rows: the C checks see its shape."""
+    rec = _Recorder()
+    fn = KernelFunction(get_op("cross_entropy_fused"), lambda dtype, n: rec)
+    fn._plan("bfloat16", 64)
+    plan = fn._plans[(torch.bfloat16, 64)]
+    assert plan.rest == (("M", torch.int64), ("fixed", torch.float32))
+    logits, target, scale = torch.randn(5, 64, dtype=torch.bfloat16), torch.arange(5), torch.ones(1)
+    loss, dx = fn(logits, target, scale)
+    assert loss.shape == (5,) and loss.dtype == torch.float32 and dx.shape == logits.shape
+    assert rec.calls[0][:3] == (logits, target, scale) and rec.calls[0][5:] == (-100,)
 
 
 def test_fixed_shape_problems_always_take_the_checked_path() -> None:
@@ -117,7 +136,7 @@ def test_fixed_shape_problems_always_take_the_checked_path() -> None:
     spec = CallSpec("p", (TensorDesc("x", ("M", "3", "N")), out), {}, ("float32",))
     fn = KernelFunction(spec, lambda dtype, n: "kernel")
     fn._plan("float32", 8)
-    assert not fn._plans
+    assert not fn._plans and (torch.float32, 8) in fn._unplanned  # decided once, not at every call
 
 
 def test_the_checked_path_says_what_is_wrong() -> None:
@@ -179,6 +198,17 @@ def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() ->
         fn(rows, w[:512])
     with pytest.raises(OpError, match="CUDA device"):
         fn(rows.cpu(), w)
+    # the fast calls' outputs are made in C where native_call builds (it does on the H100 machine)
+    from llmcompile import native_call
+
+    assert native_call.available(), native_call.reason()
+    assert native_call.is_function(fn._fast[(torch.bfloat16, 1024, 2)])
+    assert native_call.is_function(ce._fast[(torch.bfloat16, 4096, 2)])
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # the env stream TVM-FFI sets is the caller's current one
+        on_side = fn(rows, w)
+    side.synchronize()
+    assert torch.equal(on_side, want)
 
 
 @pytest.mark.gpu

@@ -35,6 +35,7 @@ class PoolKnobs:
     num_threads: int = 256
     rows: int | None = None  # output rows a thread computes; None: 4 where windows overlap along rows, else 1
     cols: int = 4  # output columns a thread computes, num_threads apart
+    stage: bool | None = None  # input rows through shared memory; None: where windows overlap along a row at stride 1
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class PoolShape:
     rows: int
     num_threads: int
     cols: int
+    stage: bool
+
+    @property
+    def staged_cols(self) -> int:
+        """Input columns a staged tile holds a row: its outputs' windows, end to end."""
+        return (self.num_threads * self.cols - 1) * self.stride[2] + (self.kernel[2] - 1) * self.dilation[2] + 1
 
     @property
     def row_blocks(self) -> int:
@@ -99,7 +106,10 @@ def resolve_shape(knobs: PoolKnobs, spatial: tuple[int, ...], kernel, stride, pa
     # narrow outputs: fewer columns a thread, then fewer threads, so that a CTA is not mostly idle
     cols = max(1, min(knobs.cols, math.ceil(out[2] / knobs.num_threads)))
     threads = min(knobs.num_threads, math.ceil(out[2] / WARP) * WARP)
-    return PoolShape(size, out, k, s, p, d, min(rows, out[1]), threads, cols)
+    # at stride 1 a window's taps are consecutive lanes' loads of one row: from L1 each costs a
+    # load of the whole warp (two cache lines where unaligned), from shared memory one wavefront
+    stage = knobs.stage if knobs.stage is not None else (s[2] == 1 and k[2] > 1)
+    return PoolShape(size, out, k, s, p, d, min(rows, out[1]), threads, cols, stage)
 
 
 class Pool:
@@ -152,6 +162,31 @@ class Pool:
         fill = Float32(-math.inf) if const_expr(is_max) else Float32(0.0)
         offsets = const_expr(sh.row_offsets())
         ih0 = oh0 * sh_ - ph
+        tile = sh.num_threads * sh.cols
+        iw_tile = (ct * tile) * sw - pw  # the tile's first window's first column
+        sX = None
+        if const_expr(sh.stage):
+            # every input row the tile's windows touch, their columns end to end, loaded once
+            # (consecutive lanes, consecutive columns) and padded with the fill
+            span = const_expr(sh.staged_cols)
+            smem = cutlass.memory.SmemAllocator()
+            sX = smem.allocate_tensor(Float32, cute.make_layout((kd_n * len(offsets), span), stride=(span, 1)), 16)
+            for kd in cutlass.range_constexpr(kd_n):
+                idd = od * sd - pd + kd * dd
+                d_ok = live & (idd >= 0) & (idd < D)
+                for o in cutlass.range_constexpr(len(offsets)):
+                    ih = ih0 + offsets[o]
+                    row_ok = d_ok & (ih >= 0) & (ih < H)
+                    base = ((plane * D + idd) * H + ih) * W + iw_tile
+                    for i in cutlass.range_constexpr(math.ceil(span / sh.num_threads)):
+                        j = i * sh.num_threads + tidx
+                        iw = iw_tile + j
+                        v = fill
+                        if row_ok & (iw >= 0) & (iw < W) & (j < span):
+                            v = Float32(_at(mX, base + j, 1)[0])
+                        if j < span:
+                            sX[kd * len(offsets) + o, j] = v
+            cute.arch.barrier()
         for c in cutlass.range_constexpr(sh.cols):
             ow = ct * (sh.num_threads * sh.cols) + c * sh.num_threads + tidx
             col_ok = live & (ow < Wo)
@@ -170,7 +205,9 @@ class Pool:
                         iw = iw0 + kw * dw
                         ok = row_ok & (iw >= 0) & (iw < W)
                         v = fill
-                        if ok:
+                        if const_expr(sh.stage):
+                            v = sX[kd * len(offsets) + o, (c * sh.num_threads + tidx) * sw + kw * dw]
+                        elif ok:
                             v = Float32(_at(mX, base + kw * dw, 1)[0])
                         vals.append((ok, v))
                     # fold the row into every window of the thread that covers it
@@ -179,8 +216,7 @@ class Pool:
                         if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
                             for ok, v in vals:
                                 if const_expr(is_max):
-                                    take = (v > acc[v_i]) | (v != v)  # NaN wins, as in torch
-                                    acc[v_i] = cutlass.select_(take, v, acc[v_i])
+                                    acc[v_i] = cute.arch.fmax(acc[v_i], v, nan=True)  # NaN wins, as in torch
                                 else:
                                     acc[v_i] = acc[v_i] + v
                                     cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))

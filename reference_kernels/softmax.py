@@ -6,6 +6,7 @@ Kernel contract entry: `launch(mX, mO, stream)`; mX, mO of shape (M, N), same dt
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import cutlass
 import cutlass.cute as cute
@@ -22,7 +23,10 @@ class Softmax:
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, mO: cute.Tensor, stream):
-        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], mO.element_type.width)
+        width, n = mX.element_type.width, mX.shape[1]
+        self.tiling = R.resolve_tiling(self.knobs, width, n, mO.element_type.width)
+        if const_expr(self.tiling.stage_smem and R.pick(STAGE_SMEM, staged_bytes(self.tiling, width)) == 0):
+            self.tiling = R.resolve_tiling(replace(self.knobs, stage_smem=False), width, n, mO.element_type.width)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream)
 
@@ -44,6 +48,15 @@ class Softmax:
         R.store_row(ctx, e * cute.arch.rcp_approx(s), mO)
 
 
+def staged_bytes(t: R.RowTiling, width: int) -> int:
+    """Shared memory a CTA's staged row tile takes."""
+    return t.rows_per_cta * t.cols_per_cta * width // 8
+
+
 # Staging through shared memory pays for softmax even on clustered rows (H100, bf16,
-# N=262144: 2.98 TB/s staged vs 2.77 direct), unlike the template's default.
+# N=262144: 2.98 TB/s staged vs 2.77 direct), unlike the template's default; but not where
+# the staged tile is large (fp32, N=393216: 96 KB a CTA of a 16-CTA cluster, 90.2% of the copy
+# staged against log_softmax's 103.0% direct on the same rows, KernelBench 23 and 24). By the
+# staged bytes a CTA: 1 stage, 0 go direct (fp32 N=262144 stages 64 KB a CTA at 102%).
+STAGE_SMEM: tuple[tuple[int | None, int], ...] = ((65536, 1), (None, 0))
 launch = Softmax(R.RowKnobs(stage_smem=True))

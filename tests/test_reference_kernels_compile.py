@@ -235,3 +235,13 @@ def test_fp32_attention_says_which_shapes_it_takes() -> None:
         AttentionTf32(3)
     with pytest.raises(Exception, match="at most 512"):
         contract.compile_entry(AttentionTf32(), tf32_signature(128), "float32", 1024)
+
+
+def test_softmax_stages_its_rows_unless_the_staged_tile_is_large() -> None:
+    """fp32 rows of 393216 (KernelBench 23) stage 96 KB a CTA: those go direct, from registers."""
+    from reference_kernels import softmax as S
+
+    spec = BUILTIN["softmax"]
+    for dtype, n, staged in (("float32", 393216, False), ("float32", 262144, True), ("bfloat16", 393216, True)):
+        contract.compile_entry(S.launch, spec, dtype, n)
+        assert S.launch.tiling.stage_smem is staged, (dtype, n)

@@ -141,12 +141,24 @@ class Pool:
         ctas = planes * sh.out[0] * sh.row_blocks * sh.col_tiles
         self.kernel_(mX, mO, planes).launch(grid=[Int32(ctas), 1, 1], block=[sh.num_threads, 1, 1], stream=stream)
 
+    def _rows_touched(self, plane: Int64, od, ih0, ok, iw_start):
+        """(slot, offset index, row in the input, flat offset of column `iw_start`) of every input
+        row the thread's windows touch, depth-major: traced in Python, a row a slot."""
+        sh = self.shape
+        (D, H, W), offsets = sh.size, sh.row_offsets()
+        for kd in range(sh.kernel[0]):
+            idd = od * sh.stride[0] - sh.padding[0] + kd * sh.dilation[0]
+            d_ok = ok & (idd >= 0) & (idd < D)
+            for o, off in enumerate(offsets):
+                ih = ih0 + off
+                yield kd * len(offsets) + o, o, d_ok & (ih >= 0) & (ih < H), ((plane * D + idd) * H + ih) * W + iw_start
+
     @cute.kernel
     def kernel_(self, mX: cute.Tensor, mO: cute.Tensor, planes: Int64):
         sh = self.shape
-        (D, H, W), (Do, Ho, Wo) = sh.size, sh.out
-        (kd_n, kh_n, kw_n), (sd, sh_, sw) = sh.kernel, sh.stride
-        (pd, ph, pw), (dd, dh, dw) = sh.padding, sh.dilation
+        W, (Do, Ho, Wo) = sh.size[2], sh.out
+        (kd_n, kh_n, kw_n), (sh_, sw) = sh.kernel, sh.stride[1:]
+        (ph, pw), (dh, dw) = sh.padding[1:], sh.dilation[1:]
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         # the CTA's tile: (plane, od, row block, column tile), the column tile fastest
@@ -171,21 +183,15 @@ class Pool:
             span = const_expr(sh.staged_cols)
             smem = cutlass.memory.SmemAllocator()
             sX = smem.allocate_tensor(Float32, cute.make_layout((kd_n * len(offsets), span), stride=(span, 1)), 16)
-            for kd in cutlass.range_constexpr(kd_n):
-                idd = od * sd - pd + kd * dd
-                d_ok = live & (idd >= 0) & (idd < D)
-                for o in cutlass.range_constexpr(len(offsets)):
-                    ih = ih0 + offsets[o]
-                    row_ok = d_ok & (ih >= 0) & (ih < H)
-                    base = ((plane * D + idd) * H + ih) * W + iw_tile
-                    for i in cutlass.range_constexpr(math.ceil(span / sh.num_threads)):
-                        j = i * sh.num_threads + tidx
-                        iw = iw_tile + j
-                        v = fill
-                        if row_ok & (iw >= 0) & (iw < W) & (j < span):
-                            v = Float32(_at(mX, base + j, 1)[0])
-                        if j < span:
-                            sX[kd * len(offsets) + o, j] = v
+            for slot, _, row_ok, base in self._rows_touched(plane, od, ih0, live, iw_tile):
+                for i in cutlass.range_constexpr(math.ceil(span / sh.num_threads)):
+                    j = i * sh.num_threads + tidx
+                    iw = iw_tile + j
+                    v = fill
+                    if row_ok & (iw >= 0) & (iw < W) & (j < span):
+                        v = Float32(_at(mX, base + j, 1)[0])
+                    if j < span:
+                        sX[slot, j] = v
             cute.arch.barrier()
         for c in cutlass.range_constexpr(sh.cols):
             ow = ct * (sh.num_threads * sh.cols) + c * sh.num_threads + tidx
@@ -193,33 +199,27 @@ class Pool:
             iw0 = ow * sw - pw
             acc = [fill for _ in range(sh.rows)]
             cnt = [Int32(0) for _ in range(sh.rows)]  # elements inside the input (count_include_pad off)
-            for kd in cutlass.range_constexpr(kd_n):
-                idd = od * sd - pd + kd * dd
-                d_ok = col_ok & (idd >= 0) & (idd < D)
-                for o in cutlass.range_constexpr(len(offsets)):
-                    ih = ih0 + offsets[o]
-                    row_ok = d_ok & (ih >= 0) & (ih < H)
-                    base = ((plane * D + idd) * H + ih) * W + iw0
-                    vals = []
-                    for kw in cutlass.range_constexpr(kw_n):
-                        iw = iw0 + kw * dw
-                        ok = row_ok & (iw >= 0) & (iw < W)
-                        v = fill
-                        if const_expr(sh.stage):
-                            v = sX[kd * len(offsets) + o, (c * sh.num_threads + tidx) * sw + kw * dw]
-                        elif ok:
-                            v = Float32(_at(mX, base + kw * dw, 1)[0])
-                        vals.append((ok, v))
-                    # fold the row into every window of the thread that covers it
-                    for v_i in cutlass.range_constexpr(sh.rows):
-                        kh = const_expr((offsets[o] - v_i * sh_) // dh)
-                        if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
-                            for ok, v in vals:
-                                if const_expr(is_max):
-                                    acc[v_i] = cute.arch.fmax(acc[v_i], v, nan=True)  # NaN wins, as in torch
-                                else:
-                                    acc[v_i] = acc[v_i] + v
-                                    cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))
+            for slot, o, row_ok, base in self._rows_touched(plane, od, ih0, col_ok, iw0):
+                vals = []
+                for kw in cutlass.range_constexpr(kw_n):
+                    iw = iw0 + kw * dw
+                    ok = row_ok & (iw >= 0) & (iw < W)
+                    v = fill
+                    if const_expr(sh.stage):
+                        v = sX[slot, (c * sh.num_threads + tidx) * sw + kw * dw]
+                    elif ok:
+                        v = Float32(_at(mX, base + kw * dw, 1)[0])
+                    vals.append((ok, v))
+                # fold the row into every window of the thread that covers it
+                for v_i in cutlass.range_constexpr(sh.rows):
+                    kh = const_expr((offsets[o] - v_i * sh_) // dh)
+                    if const_expr(0 <= kh < kh_n and v_i * sh_ + kh * dh == offsets[o]):
+                        for ok, v in vals:
+                            if const_expr(is_max):
+                                acc[v_i] = cute.arch.fmax(acc[v_i], v, nan=True)  # NaN wins, as in torch
+                            else:
+                                acc[v_i] = acc[v_i] + v
+                                cnt[v_i] = cnt[v_i] + cutlass.select_(ok, Int32(1), Int32(0))
             for v_i in cutlass.range_constexpr(sh.rows):
                 oh = oh0 + v_i
                 res = acc[v_i]

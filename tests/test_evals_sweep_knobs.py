@@ -35,3 +35,32 @@ def test_attention_variant_keeps_causality_and_knobs() -> None:
         kernel = sweep_knobs._attention_entry(get_op(op), {"head_group": 0, "block_n": 64})
         assert kernel.causal is causal and kernel.knobs == AttentionKnobs(block_n=64, head_group=0)
         assert sweep_knobs._variant(get_op(op), {}).spec.name == op
+
+
+def test_every_variant_is_checked_before_any_is_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Float64 checks lower the clocks for seconds: a sweep checks all variants, settles once,
+    then times them and the baselines back to back (a variant timed right after its own check
+    once read 14% low against a baseline timed after none)."""
+    from types import SimpleNamespace
+
+    from llmcompile import baselines
+
+    events: list[str] = []
+    spec = SimpleNamespace(
+        compute_bound=False, unit="TB/s", work=lambda m, n, d: 1e6, alloc_outputs=lambda *a: [], scalars={}
+    )
+    monkeypatch.setattr(sweep_knobs, "get_op", lambda op: spec)
+    monkeypatch.setattr(sweep_knobs.timing, "copy_bandwidths", lambda *a, **k: {"torch": 3.0})
+    monkeypatch.setattr(sweep_knobs, "input_sets", lambda *a, **k: [["x"]])
+    monkeypatch.setattr(sweep_knobs, "_variant", lambda spec, fields: SimpleNamespace(compiled=lambda d, n: fields))
+    monkeypatch.setattr(sweep_knobs, "_check", lambda spec, kernel, m, n, d: events.append(f"check {kernel}") or "ok")
+    monkeypatch.setattr(sweep_knobs.timing, "settle", lambda *a: events.append("settle"))
+
+    def time_calls(calls: list) -> SimpleNamespace:
+        events.append("time")
+        return SimpleNamespace(median_ms=1.0)
+
+    monkeypatch.setattr(sweep_knobs.timing, "time_calls", time_calls)
+    monkeypatch.setitem(baselines.BASELINES, "fake", lambda spec, s, scalars: lambda: None)
+    assert sweep_knobs.main(["softmax", "bfloat16", "8x16", "{}", "fake", '{"num_threads": 64}']) == 0
+    assert events == ["check {}", "check {'num_threads': 64}", "settle", "time", "time", "time"]

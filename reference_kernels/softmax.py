@@ -54,9 +54,11 @@ def staged_bytes(t: R.RowTiling, width: int) -> int:
 
 
 # Staging through shared memory pays for softmax even on clustered rows (H100, bf16,
-# N=262144: 2.98 TB/s staged vs 2.77 direct), unlike the template's default; but not where
-# the staged tile is large (fp32, N=393216: 96 KB a CTA of a 16-CTA cluster, 90.2% of the copy
-# staged against log_softmax's 103.0% direct on the same rows, KernelBench 23 and 24). By the
-# staged bytes a CTA: 1 stage, 0 go direct (fp32 N=262144 stages 64 KB a CTA at 102%).
+# N=262144: 2.98 TB/s staged vs 2.79 direct, one sweep), unlike the template's default; but not
+# where the staged tile is large. fp32 rows of 393216 stage 96 KB a CTA of a 16-CTA cluster: the
+# judge gave that 90.2% of the copy (KernelBench 23; 88.9% in the first level-1 eval) and the
+# direct path 102.7%, as log_softmax's on the same rows (103.0%); a sweep timing both back to
+# back found them equal (3.021 / 3.020 TB/s). Direct is never the slower there. By the staged bytes a CTA:
+# 1 stages, 0 goes direct (fp32 N=262144 stages 64 KB a CTA at 102%).
 STAGE_SMEM: tuple[tuple[int | None, int], ...] = ((65536, 1), (None, 0))
 launch = Softmax(R.RowKnobs(stage_smem=True))

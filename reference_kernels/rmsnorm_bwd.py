@@ -51,6 +51,13 @@ THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
 # (128 registers) rather than 16 at 1024 (64 registers, spilling).
 ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (None, 4))
 WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
+# 16-bit rows staged in shared memory (1) or held in registers (0), by N. H100 bf16, TB/s staged /
+# in registers (QuACK), every variant checked first and all timed back to back
+# (evals/results/h100-2026-11-24c, sweep-normbwd-fixed.txt): rmsnorm 65536x4096 2.785 / 2.592
+# (2.914), 32768x8192 2.649 / 2.718 (2.731), 16384x16384 2.521 / 2.562 (2.556); layernorm
+# 4096 2.690 / 2.077 (2.834), 8192 2.565 / 2.553 (2.641), 16384 2.324 / 2.392 (2.476). Past
+# 16K a row slice in registers spills (228 B a thread at 32768): staged again.
+STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (16384, 0), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
 # are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
@@ -100,9 +107,9 @@ class NormBackward:
         # cluster 2-4: "unspecified launch failure", evals/results/h100-2026-11-24).
         if knobs.row_loop is None or knobs.row_loop < 2:
             knobs = dataclasses.replace(knobs, row_loop=2)
-        if knobs.stage_smem is None:
-            knobs = dataclasses.replace(knobs, stage_smem=True)
         widths = (mX.element_type.width, mdY.element_type.width, mW.element_type.width)
+        if knobs.stage_smem is None:
+            knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(STAGE_16BIT, n) == 1)
         self.tiling, self.weight_in = self.plan(knobs, n, widths, widest)
         t = self.tiling
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates

@@ -33,7 +33,10 @@ NUM_SMS = 132  # H100 SXM and H200
 # 4096x65536, TB/s at 1 / 2 / 4 a SM: rmsnorm bf16 1.74/2.14/2.21, fp32 2.07/2.39/2.46 (QuACK
 # 2.15, 2.79); past 16K the grid is more CTAs than stay resident, and the spare ones fill the
 # SMs whose rows finished first.
-CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (4096, 4), (16384, 2), (None, 4))
+# 2 a SM from 2049 on: H100 65536x4096 bf16, TB/s at 4 / 2, every variant checked first, all timed
+# back to back (evals/results/h100-2026-11-24c, sweep-normbwd-4k.txt): layernorm 2.694 / 2.800
+# (QuACK 2.827), rmsnorm 2.768 / 2.785 (QuACK 2.895).
+CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
 # Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table
 # would give a row with twice the registers behind each value (see ROW_ARRAYS). At 2048 and
 # 4096 that is 256 and 512 threads (64 registers, not 86-128: more rows in flight). H100, TB/s

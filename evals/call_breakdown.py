@@ -56,7 +56,7 @@ def main() -> int:
     plan = fn._plans[(torch.bfloat16, 1024)]
     fast = fn._fast[(torch.bfloat16, 1024, 2)]
     py_fast = callpath._fast_function(plan)
-    bare = getattr(raw, "__tvm_ffi_object__", lambda: raw)()
+    bare = callpath.bare_function(raw)
     nop = tvm_ffi.get_global_func("testing.nop")
     empty = empty_kernel(x)
     stream = torch.cuda.Stream()

@@ -217,6 +217,9 @@ class KernelFunction:
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
         self._fast: dict[tuple[torch.dtype, int, int], Callable[..., Any]] = {}
+        # the fast function of the one (dtype, N) called so far, while there is only one
+        self._only: Callable[..., Any] | None = None
+        self._single = True
         self._lock = threading.Lock()
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
@@ -251,6 +254,16 @@ class KernelFunction:
                     return self.grad_fn(*inputs, **scalars)
         if _is_compiling():
             return self._traced_call(inputs, scalars)
+        only = self._only
+        if only is not None and not scalars:
+            # One (dtype, N) so far: its fast function alone, with no key to build (0.2-0.4 us);
+            # the kernel checks in C all that the key would (dtype, N, dims). The first call it refuses (another dtype or
+            # N, or a call for the checked path) ends the shortcut for good, so a workload that
+            # alternates shapes pays for one refusal, not one a call.
+            try:
+                return only(*inputs)
+            except (ValueError, TypeError, _NotFast):
+                self._only, self._single = None, False
         x = inputs[0]
         try:
             fast = self._fast.get((x.dtype, x.shape[-1], x.dim()))
@@ -259,12 +272,17 @@ class KernelFunction:
         if fast is None or scalars:
             return self._rows_call(inputs, scalars)
         try:
-            return fast(*inputs)
+            out = fast(*inputs)
         except (ValueError, TypeError, _NotFast):
             # the function checks in C what else can differ from call to call (dtypes, devices'
             # type, shapes, one M across all tensors, strides, 16-byte alignment) and refuses a
             # call before its launch: that call is taken again on the checked path
             return self._checked_call(inputs, scalars)
+        if self._single:
+            # (only a call made in C: a Python fast function leaves the dims to the key)
+            self._only = fast if len(self._fast) == 1 and native_call.is_function(fast) else None
+            self._single = self._only is not None
+        return out
 
     def _rows_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         """Rows with leading dims (viewed as (M, N)), or several GPUs: the plan's call with the

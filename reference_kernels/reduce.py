@@ -327,11 +327,23 @@ def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
     )
 
 
-def allocate_staging(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric]):
-    """The row tile's shared-memory buffer when staged, else None."""
+def allocate_staging(
+    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, dtype: type[cutlass.Numeric], depth: int = 1
+):
+    """The row tile's shared-memory buffer when staged, else None; with `depth` > 1, that many
+    tiles' buffers (a third mode; `staged_tile` picks one)."""
     if not tiling.stage_smem:
         return None
-    return smem.allocate_tensor(dtype, cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0)), byte_alignment=16)
+    if depth == 1:
+        layout = cute.make_ordered_layout(tiling.tiler_mn, order=(1, 0))
+    else:
+        layout = cute.make_ordered_layout((*tiling.tiler_mn, depth), order=(1, 0, 2))
+    return smem.allocate_tensor(dtype, layout, byte_alignment=16)
+
+
+def staged_tile(sX: cute.Tensor, depth: int, k) -> cute.Tensor:  # noqa: ANN001
+    """Buffer `k` (a dynamic index is fine) of a staging allocated with `depth` tiles."""
+    return sX if depth == 1 else sX[None, None, k]
 
 
 @dataclass

@@ -43,8 +43,11 @@ CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384,
 # at the old 128 / 256 threads -> 256 / 512 (evals/results/h100-2026-11-24, sweep-tpr.txt):
 # layernorm bf16 2.36 -> 2.55 at 131072x2048, 2.29 -> 2.41 at 65536x4096; fp32 2.47 -> 2.84
 # at 4096; rmsnorm 1-3% up. 1024 threads at 16384 lost 1-33%: from 8192 on, 256 and 512 stay.
+# With two tiles staged (STAGING_DEPTH), 256 at 4096 (evals/results/h100-2026-11-24d,
+# sweep-depth2.txt, TB/s at 256 / 512, QuACK): layernorm bf16 2.980 / 2.760 (2.838), rmsnorm
+# 2.831 / 2.832 (2.912), fp32 2.862 / 2.847 and 2.865 / 2.860.
 THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
-    (256, 32), (512, 64), (1024, 128), (2048, 256), (4096, 512), (8192, 256), (None, 512)
+    (256, 32), (512, 64), (1024, 128), (2048, 256), (8192, 256), (None, 512)
 )  # fmt: skip
 # Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N. Rows are
 # staged in shared memory and read twice, so a thread holds the fp32 column sums and w
@@ -59,8 +62,20 @@ WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"
 # (evals/results/h100-2026-11-24c, sweep-normbwd-fixed.txt): rmsnorm 65536x4096 2.785 / 2.592
 # (2.914), 32768x8192 2.649 / 2.718 (2.731), 16384x16384 2.521 / 2.562 (2.556); layernorm
 # 4096 2.690 / 2.077 (2.834), 8192 2.565 / 2.553 (2.641), 16384 2.324 / 2.392 (2.476). Past
-# 16K a row slice in registers spills (228 B a thread at 32768): staged again.
-STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (16384, 0), (None, 1))
+# 16K a row slice in registers spills (228 B a thread at 32768): staged again. With two tiles in
+# flight (STAGING_DEPTH), 8192 stages too: 2.735 / 2.712 (2.712) (evals/results/h100-2026-11-24d).
+STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((8192, 1), (16384, 0), (None, 1))
+# Row tiles a staged CTA of 16-bit rows keeps in shared memory at once, by N (fp32 rows: 1). At 1
+# the next tile's copy is issued once the current tile is read for the last time (in flight only
+# while dx is written); at 2 it is issued before the current tile is waited on (in flight through
+# its whole reduction), for twice the staging; kept to 1 where 2 CTAs of 2 would not fit an SM.
+# H100, TB/s at 2 / 1 (QuACK), every variant checked first, all timed back to back
+# (evals/results/h100-2026-11-24d, sweep-depth*.txt): layernorm bf16 524288x512 2.832 / 2.775
+# (QuACK 2.094), 262144x1024 2.812 / 2.775, 65536x4096 (512 threads a row) 2.750 / 2.796
+# (2.820), 32768x8192 2.626 / 2.550 (2.642), 16384x16384 2.483 / 2.339 (2.484); rmsnorm bf16
+# 512 2.908 / 2.888, 2048 2.856 / 2.884 (2.755), 4096 2.832 / 2.798 (2.912); fp32 layernorm
+# 4096 2.636 / 2.860, 8192 2.878 / 2.896 (2.841).
+STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
 # are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
@@ -112,8 +127,8 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, row_loop=2)
         widths = (mX.element_type.width, mdY.element_type.width, mW.element_type.width)
         if knobs.stage_smem is None:
-            knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(STAGE_16BIT, n) == 1)
-        self.tiling, self.weight_in = self.plan(knobs, n, widths, widest)
+            knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
+        self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
@@ -134,8 +149,16 @@ class NormBackward:
                 grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * self.finish_warps, 1, 1], stream=stream
             )
 
-    def plan(self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int) -> tuple[R.RowTiling, str]:
-        """The tiling and where w is read from, within SMEM_BUDGET (`widths`: x, dy, w bits)."""
+    @staticmethod
+    def stage_16bit() -> tuple[tuple[int | None, int], ...]:
+        """The op's table of which 16-bit rows are staged (read when traced: a sweep may swap it)."""
+        return STAGE_16BIT
+
+    def plan(
+        self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int
+    ) -> tuple[R.RowTiling, str, int]:
+        """The tiling, where w is read from and the staging depth, within SMEM_BUDGET (`widths`:
+        x, dy, w bits)."""
         weight_in = self.knobs.columns or R.pick(WEIGHT_IN, n)
         wider = self.knobs.cluster_n is None
         while True:
@@ -145,7 +168,11 @@ class NormBackward:
             # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
             widens = wider and self._cluster(wide, n, widths, widest) > t.cluster_n
             if need <= SMEM_TWO_A_SM or (need <= SMEM_BUDGET and not widens):
-                return t, weight_in  # type: ignore[return-value]
+                # the depth never changes the tiling: deeper only where two CTAs still fit an SM
+                depth = R.pick(STAGING_DEPTH, n) if t.stage_smem and widths[0] <= 16 else 1
+                if self.shared_bytes(t, weight_in, widths, depth) > SMEM_TWO_A_SM:
+                    depth = 1
+                return t, weight_in, depth  # type: ignore[return-value]
             if widens:
                 knobs = wide
             elif weight_in == "smem" and self.knobs.columns is None:
@@ -161,13 +188,13 @@ class NormBackward:
     def _cluster(knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int) -> int:
         return R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW).cluster_n
 
-    def shared_bytes(self, t: R.RowTiling, weight_in: str, widths: tuple[int, int, int]) -> int:
+    def shared_bytes(self, t: R.RowTiling, weight_in: str, widths: tuple[int, int, int], depth: int = 1) -> int:
         """What `kernel` allocates in shared memory, less the scratch (see SMEM_BUDGET)."""
         tile = t.rows_per_cta * t.cols_per_cta
         sums = 2 if self.bias else 1
         total = tile * 4 * sums if t.rows_per_cta > 1 else 0
         if t.stage_smem:
-            total += tile * (widths[0] + widths[1]) // 8
+            total += tile * (widths[0] + widths[1]) // 8 * depth
         if weight_in == "smem":
             total += t.cols_per_cta * widths[2] // 8
         return total
@@ -197,10 +224,11 @@ class NormBackward:
         if const_expr(t.rows_per_cta > 1):
             layout = cute.make_ordered_layout(t.tiler_mn, order=(1, 0))
             sAcc = [smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(sums)]
+        depth = self.depth
         sX = sdY = None
         if const_expr(t.stage_smem):
-            sX = R.allocate_staging(smem, t, mX.element_type)
-            sdY = R.allocate_staging(smem, t, mdY.element_type)
+            sX = R.allocate_staging(smem, t, mX.element_type, depth)
+            sdY = R.allocate_staging(smem, t, mdY.element_type, depth)
         first = R.RowContext.make(t, copy, mX, tidx, bidx)
         # w in registers for every tile ("early"), or staged once and read from shared memory
         # each tile ("smem"), or loaded from L2 each tile ("late")
@@ -220,9 +248,20 @@ class NormBackward:
 
         tiles = cute.ceil_div(mX.shape[0], t.rows_per_cta)
         if const_expr(t.stage_smem):
-            _copy_rows(R.RowContext.make(t, copy, mX, tidx, bidx), (mX, mdY), (sX, sdY))
+            for k in cutlass.range_constexpr(max(depth - 1, 1)):
+                ahead = R.RowContext.make(t, copy, mX, tidx, bidx + k * grid_m)
+                _copy_rows(ahead, (mX, mdY), (R.staged_tile(sX, depth, k), R.staged_tile(sdY, depth, k)))
         for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
             ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
+            sXi = sdYi = None
+            if const_expr(t.stage_smem):
+                sXi, sdYi = R.staged_tile(sX, depth, i % depth), R.staged_tile(sdY, depth, i % depth)
+            if const_expr(t.stage_smem and depth > 1):
+                # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
+                # alone: each thread reads back only what its own copies wrote)
+                j = i + depth - 1
+                ahead = R.RowContext.make(t, copy, mX, tidx, bidx + j * grid_m)
+                _copy_rows(ahead, (mX, mdY), (R.staged_tile(sX, depth, j % depth), R.staged_tile(sdY, depth, j % depth)))
             if const_expr(not t.stage_smem):
                 tXrX = R.load_row(ctx, mX, None, 0.0)
                 tXrdY = R.load_row(ctx, mdY, None, 0.0)
@@ -234,9 +273,10 @@ class NormBackward:
                     stats[1] = mMean[ctx.row]
             rstd, mean = stats[0], stats[1]
             if const_expr(t.stage_smem):
-                cute.arch.cp_async_wait_group(0)
-                tXrX = R.read_staged_row(ctx, sX, 0.0)
-                tXrdY = R.read_staged_row(ctx, sdY, 0.0)
+                # (two commit groups a tile: those of the tiles still ahead may stay in flight)
+                cute.arch.cp_async_wait_group(2 * (depth - 1))
+                tXrX = R.read_staged_row(ctx, sXi, 0.0)
+                tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
             x = tXrX.load().to(Float32)
             dy = tXrdY.load().to(Float32)
             xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
@@ -256,12 +296,12 @@ class NormBackward:
             if const_expr(t.stage_smem):
                 # x and dy again from shared memory rather than held in registers across the
                 # reduction (its barriers keep the compiler from reusing the first reads)
-                x = R.read_staged_row(ctx, sX, 0.0).load().to(Float32)
-                dy = R.read_staged_row(ctx, sdY, 0.0).load().to(Float32)
+                x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
+                dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
                 xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
                 g = dy * self.weight(first, mW, tXrW)
             dx = (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd
-            if const_expr(t.stage_smem):
+            if const_expr(t.stage_smem and depth == 1):
                 # the next tile's rows stream in while this one's dx is written (each thread
                 # overwrites only what it has read itself)
                 nxt = R.RowContext.make(t, copy, mX, tidx, bidx + (i + 1) * grid_m)

@@ -109,6 +109,29 @@ def test_a_call_the_kernel_refuses_in_c_is_taken_again_on_the_checked_path() -> 
     assert len(k.calls) == 1
 
 
+def test_one_shape_so_far_skips_the_lookup_and_a_second_ends_that_for_good() -> None:
+    """While one (dtype, N) has been called, a call goes straight to its C function (no key
+    built); the first call that function refuses turns that off, and the call still lands."""
+    calls: list[int] = []
+
+    def kernel(x: object, out: object) -> None:  # refuses what the compiled kernel's C checks would
+        t = torch.from_dlpack(x)
+        if t.dim() != 2 or t.shape[-1] != 16:
+            raise ValueError("Mismatched Tensor on argument #0")
+        calls.append(t.shape[0])
+        torch.from_dlpack(out).copy_(t * 2)
+
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: tvm_ffi.convert(kernel))
+    fn._plan("float32", 16)
+    x = torch.randn(4, 16)
+    assert torch.equal(fn(x), x * 2) and fn._only is fn._fast[(torch.float32, 16, 2)]
+    assert torch.equal(fn(x[:3]), x[:3] * 2) and calls == [4, 3] and fn._only is not None
+    with pytest.raises(OpError, match="CUDA device"):  # N = 8: refused in C, then the checked path
+        fn(torch.randn(4, 8))
+    assert fn._only is None and not fn._single
+    assert torch.equal(fn(x), x * 2) and calls == [4, 3, 4] and fn._only is None  # the keyed call
+
+
 def test_python_stand_ins_keep_the_python_allocation() -> None:
     fn = KernelFunction(get_op("softmax"), lambda dtype, n: _Kernel())
     fn._plan("float32", 16)

@@ -3,7 +3,8 @@ and a loaded artifact are.
 
 At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
 little Python as it can: everything that depends only on (dtype, N) is decided once, in a
-`_Plan`. A call on rows (a 2-D x) finds its plan and makes one TVM-FFI call (`native_call`: the
+`_Plan`. A call on rows (a 2-D x) finds its plan (while only one (dtype, N) has been called,
+it skips even that lookup) and makes one TVM-FFI call (`native_call`: the
 outputs allocated in C by torch's allocator, then the kernel's TVM-FFI function, the current
 stream taken in C; where no C compiler built it, the outputs are made from Python). The kernel's
 own checks, in C, refuse what does not fit (dtypes, shapes, strides, alignment) before the

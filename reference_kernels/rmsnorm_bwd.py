@@ -65,17 +65,22 @@ WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"
 # 16K a row slice in registers spills (228 B a thread at 32768): staged again. With two tiles in
 # flight (STAGING_DEPTH), 8192 stages too: 2.735 / 2.712 (2.712) (evals/results/h100-2026-11-24d).
 STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((8192, 1), (16384, 0), (None, 1))
-# Row tiles a staged CTA of 16-bit rows keeps in shared memory at once, by N (fp32 rows: 1). At 1
-# the next tile's copy is issued once the current tile is read for the last time (in flight only
-# while dx is written); at 2 it is issued before the current tile is waited on (in flight through
-# its whole reduction), for twice the staging; kept to 1 where 2 CTAs of 2 would not fit an SM.
+# Row tiles a staged CTA keeps in shared memory at once, by N, for 16-bit and for 32-bit rows. At
+# 1 the next tile's copy is issued once the current tile is read for the last time (in flight
+# only while dx is written); at 2 it is issued before the current tile is waited on (in flight
+# through its whole reduction), for twice the staging (kept to 1 where that does not fit).
 # H100, TB/s at 2 / 1 (QuACK), every variant checked first, all timed back to back
 # (evals/results/h100-2026-11-24d, sweep-depth*.txt): layernorm bf16 524288x512 2.832 / 2.775
 # (QuACK 2.094), 262144x1024 2.812 / 2.775, 65536x4096 (512 threads a row) 2.750 / 2.796
 # (2.820), 32768x8192 2.626 / 2.550 (2.642), 16384x16384 2.483 / 2.339 (2.484); rmsnorm bf16
 # 512 2.908 / 2.888, 2048 2.856 / 2.884 (2.755), 4096 2.832 / 2.798 (2.912); fp32 layernorm
-# 4096 2.636 / 2.860, 8192 2.878 / 2.896 (2.841).
-STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (None, 1))
+# 4096 2.636 / 2.860, 8192 2.878 / 2.896 (2.841). Long rows, where one CTA of 512 threads fills
+# an SM's registers (sweep-long.txt): bf16 4096x65536 layernorm 1.924 / 1.828 (1.885), rmsnorm
+# 2.499 / 2.441 (2.166), 2048x131072 1.800 / 1.793 and 2.407 / 2.369; fp32 rmsnorm 65536 2.795 /
+# 2.665 (2.795), 131072 2.730 / 2.538 (2.457), layernorm 2.559 / 2.574 and 2.402 / 2.405.
+# (262144: not measured, left at 1.)
+STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (131072, 2), (None, 1))
+STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((32768, 1), (131072, 2), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
 # are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
@@ -168,9 +173,9 @@ class NormBackward:
             # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
             widens = wider and self._cluster(wide, n, widths, widest) > t.cluster_n
             if need <= SMEM_TWO_A_SM or (need <= SMEM_BUDGET and not widens):
-                # the depth never changes the tiling: deeper only where two CTAs still fit an SM
-                depth = R.pick(STAGING_DEPTH, n) if t.stage_smem and widths[0] <= 16 else 1
-                if self.shared_bytes(t, weight_in, widths, depth) > SMEM_TWO_A_SM:
+                # the depth never changes the tiling, and is dropped where it does not fit
+                depth = R.pick(STAGING_DEPTH if widths[0] <= 16 else STAGING_DEPTH_32BIT, n) if t.stage_smem else 1
+                if self.shared_bytes(t, weight_in, widths, depth) > SMEM_BUDGET:
                     depth = 1
                 return t, weight_in, depth  # type: ignore[return-value]
             if widens:
@@ -261,7 +266,9 @@ class NormBackward:
                 # alone: each thread reads back only what its own copies wrote)
                 j = i + depth - 1
                 ahead = R.RowContext.make(t, copy, mX, tidx, bidx + j * grid_m)
-                _copy_rows(ahead, (mX, mdY), (R.staged_tile(sX, depth, j % depth), R.staged_tile(sdY, depth, j % depth)))
+                _copy_rows(
+                    ahead, (mX, mdY), (R.staged_tile(sX, depth, j % depth), R.staged_tile(sdY, depth, j % depth))
+                )
             if const_expr(not t.stage_smem):
                 tXrX = R.load_row(ctx, mX, None, 0.0)
                 tXrdY = R.load_row(ctx, mdY, None, 0.0)

@@ -144,7 +144,7 @@ def test_norm_backward_plans_within_shared_memory(bias: bool) -> None:
     import dataclasses
 
     from reference_kernels import reduce as R
-    from reference_kernels.rmsnorm_bwd import SMEM_BUDGET, SMEM_TWO_A_SM, NormBackward
+    from reference_kernels.rmsnorm_bwd import SMEM_BUDGET, NormBackward
 
     kernel = NormBackward(R.RowKnobs(), bias=bias)
     knobs = dataclasses.replace(R.RowKnobs(), row_loop=2, stage_smem=True)
@@ -153,7 +153,6 @@ def test_norm_backward_plans_within_shared_memory(bias: bool) -> None:
             t, weight_in, depth = kernel.plan(knobs, n, widths, max(widths))
             need = kernel.shared_bytes(t, weight_in, widths, depth)
             assert need <= SMEM_BUDGET, (widths, n, t, weight_in, depth)
-            assert depth == 1 or need <= SMEM_TWO_A_SM, (widths, n, t, weight_in, depth)
     t, weight_in, depth = kernel.plan(knobs, 151936, (32, 32, 32), 32)
     assert (t.cluster_n, t.stage_smem, weight_in, depth) == (8, True, "late", 1)
     t, weight_in, _ = kernel.plan(knobs, R.MAX_N, (32, 32, 32), 32)

@@ -258,9 +258,9 @@ class KernelFunction:
         only = self._only
         if only is not None and not scalars:
             # One (dtype, N) so far: its fast function alone, with no key to build (0.2-0.4 us);
-            # the kernel checks in C all that the key would (dtype, N, dims). The first call it refuses (another dtype or
-            # N, or a call for the checked path) ends the shortcut for good, so a workload that
-            # alternates shapes pays for one refusal, not one a call.
+            # the kernel checks in C all that the key would (dtype, N, dims). The first call it
+            # refuses (another dtype or N, or a call for the checked path) ends the shortcut for
+            # good, so a workload that alternates shapes pays for one refusal, not one a call.
             try:
                 return only(*inputs)
             except (ValueError, TypeError, _NotFast):

@@ -341,7 +341,7 @@ def allocate_staging(
     return smem.allocate_tensor(dtype, layout, byte_alignment=16)
 
 
-def staged_tile(sX: cute.Tensor, depth: int, k) -> cute.Tensor:  # noqa: ANN001
+def staged_tile(sX: cute.Tensor, depth: int, k: Int32 | int) -> cute.Tensor:
     """Buffer `k` (a dynamic index is fine) of a staging allocated with `depth` tiles."""
     return sX if depth == 1 else sX[None, None, k]
 

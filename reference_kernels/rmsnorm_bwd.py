@@ -252,10 +252,10 @@ class NormBackward:
             cute.arch.cluster_wait()  # every peer's barriers are armed
 
         tiles = cute.ceil_div(mX.shape[0], t.rows_per_cta)
+        rows, staging = (mX, mdY), (sX, sdY)
         if const_expr(t.stage_smem):
             for k in cutlass.range_constexpr(max(depth - 1, 1)):
-                ahead = R.RowContext.make(t, copy, mX, tidx, bidx + k * grid_m)
-                _copy_rows(ahead, (mX, mdY), (R.staged_tile(sX, depth, k), R.staged_tile(sdY, depth, k)))
+                _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
         for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
             ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
             sXi = sdYi = None
@@ -265,10 +265,7 @@ class NormBackward:
                 # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
                 # alone: each thread reads back only what its own copies wrote)
                 j = i + depth - 1
-                ahead = R.RowContext.make(t, copy, mX, tidx, bidx + j * grid_m)
-                _copy_rows(
-                    ahead, (mX, mdY), (R.staged_tile(sX, depth, j % depth), R.staged_tile(sdY, depth, j % depth))
-                )
+                _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
             if const_expr(not t.stage_smem):
                 tXrX = R.load_row(ctx, mX, None, 0.0)
                 tXrdY = R.load_row(ctx, mdY, None, 0.0)
@@ -311,8 +308,7 @@ class NormBackward:
             if const_expr(t.stage_smem and depth == 1):
                 # the next tile's rows stream in while this one's dx is written (each thread
                 # overwrites only what it has read itself)
-                nxt = R.RowContext.make(t, copy, mX, tidx, bidx + (i + 1) * grid_m)
-                _copy_rows(nxt, (mX, mdY), (sX, sdY))
+                _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
             R.store_row(ctx, dx, mdX)
 
         # Fold the CTA's rows' shares of each column sum (in row order, in shared memory)
@@ -366,9 +362,21 @@ class NormBackward:
             mOut[col] = total.to(mOut.element_type)
 
 
-def _copy_rows(ctx: R.RowContext, tensors: tuple, staging: tuple) -> None:
-    for m, s in zip(tensors, staging):
-        R.copy_row_async(ctx, m, s)
+def _copy_tile(
+    t: R.RowTiling,
+    copy: cute.TiledCopy,
+    tidx: Int32,
+    tile: Int32,
+    rows: tuple,
+    staging: tuple,
+    depth: int,
+    k: Int32 | int,
+) -> None:
+    """cp.async row tile `tile` of each of `rows` into buffer `k` of its staging (one commit group
+    a tensor)."""
+    ctx = R.RowContext.make(t, copy, rows[0], tidx, tile)
+    for m, s in zip(rows, staging):
+        R.copy_row_async(ctx, m, R.staged_tile(s, depth, k))
 
 
 launch = NormBackward(R.RowKnobs())

@@ -22,8 +22,14 @@ OP = "cross_entropy"
 # row. "registers": every thread reads the index, and the one holding that column takes the
 # logit from its registers; on a long row the leader's chain would hold up the whole row's
 # reduction. H100 bf16, TB/s (load / registers, from two runs a few minutes apart): 32768x512
-# 2.56/2.46, 32768x1024 2.70/2.68, 4096x65536 2.99/3.06, 1024x262144 2.87/2.98.
-TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((3072, "load"), (None, "registers"))
+# 2.56/2.46, 32768x1024 2.70/2.68, 4096x65536 2.99/3.06, 1024x262144 2.87/2.98. "smem": the
+# leader reads the index while the row is in flight and the logit from the staged row once it
+# has landed (no second trip to memory); only where a row is one warp's, staged, one tile a
+# CTA ("load" elsewhere). H100 32768xN bf16, TB/s load / smem, each twice (QuACK)
+# (evals/results/h100-2026-11-24e, ce3.txt): 256 2.118, 2.112 / 1.952, 1.951 (2.191); 512 2.387,
+# 2.386 / 2.488, 2.493 (2.563); 1024 2.733, 2.716 / 2.782, 2.766 (2.781); 2048 2.906, 2.919 /
+# 2.936, 2.944 (2.947).
+TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
 
 
 class CrossEntropy:
@@ -46,7 +52,13 @@ class CrossEntropy:
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         # (dlogits need every thread of the row to know its target: "load" tells the leader only)
-        self.from_registers = self.write_dx or R.pick(TARGET_LOGIT, self.tiling.n) == "registers"
+        t = self.tiling
+        self.logit_from = "registers" if self.write_dx else R.pick(TARGET_LOGIT, t.n)
+        if self.logit_from == "smem" and not (
+            t.stage_smem and t.row_loop == 1 and t.cluster_n == 1 and t.threads_per_row <= R.WARP
+        ):
+            self.logit_from = "load"
+        self.from_registers = self.logit_from == "registers"
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
         R.launch_rows(kernel, self.tiling, mX.shape[0], stream)
@@ -77,15 +89,19 @@ class CrossEntropy:
         x_target[0] = Float32(0.0)
         if cutlass.const_expr(self.from_registers):
             fetch = functools.partial(load_target, mTarget, target)
+        elif cutlass.const_expr(self.logit_from == "smem"):
+            fetch = functools.partial(load_target_index, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
         scale = Float32(mScale[0]) if cutlass.const_expr(self.write_dx) else Float32(0.0)
-        row = functools.partial(self.row, mLoss, mLse, mdX, scale, ignore_index, scratch_a, scratch_b, target, x_target)
+        row = functools.partial(
+            self.row, mLoss, mLse, mdX, sX, scale, ignore_index, scratch_a, scratch_b, target, x_target
+        )
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
 
     @cute.jit
     def row(
-        self, mLoss, mLse, mdX, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
+        self, mLoss, mLse, mdX, sX, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
         ctx: R.RowContext, tXrX,
     ):  # fmt: skip
         t = self.tiling
@@ -97,6 +113,14 @@ class CrossEntropy:
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
         m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
+        if cutlass.const_expr(self.logit_from == "smem"):
+            # each lane has waited on its own copies; the warp barrier lets the leader see the
+            # others' (the row is this warp's, and nothing refills the buffer: one tile a CTA).
+            # Read last, as "load" uses its logit: the index's latency hides behind the row's.
+            cute.arch.sync_warp()
+            if ctx.row_leader & ctx.row_ok:
+                at = Int32(cutlass.max(cutlass.min(target[0], Int64(t.n - 1)), Int64(0)))
+                x_target[0] = Float32(sX[ctx.row - ctx.tile[0] * t.rows_per_cta, at])
         if cutlass.const_expr(self.save_lse or self.write_dx):
             lse = m + cute.math.log(s, fastmath=True)
             if cutlass.const_expr(self.save_lse):
@@ -118,6 +142,13 @@ class CrossEntropy:
 def load_target(mTarget, target, ctx: R.RowContext):
     """Every thread's copy of its row's target index, read while the row is in flight."""
     if ctx.row_ok:
+        target[0] = mTarget[ctx.row]
+
+
+@cute.jit
+def load_target_index(mTarget, target, ctx: R.RowContext):
+    """The row leader's copy of its row's target index, read while the row is in flight."""
+    if ctx.row_leader & ctx.row_ok:
         target[0] = mTarget[ctx.row]
 
 

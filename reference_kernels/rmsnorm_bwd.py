@@ -36,7 +36,14 @@ NUM_SMS = 132  # H100 SXM and H200
 # 2 a SM from 2049 on: H100 65536x4096 bf16, TB/s at 4 / 2, every variant checked first, all timed
 # back to back (evals/results/h100-2026-11-24c, sweep-normbwd-4k.txt): layernorm 2.694 / 2.800
 # (QuACK 2.827), rmsnorm 2.768 / 2.785 (QuACK 2.895).
+# 32-bit rows take half as many a SM below 2K: H100 32768xN fp32, TB/s at 8 / 4 / 2 (QuACK)
+# (evals/results/h100-2026-11-24e, ctas32.txt, ctas2.txt): rmsnorm 256 2.259 / 2.352 / - (2.186),
+# 512 2.429 / 2.618 / 2.181 (2.423), 1024 2.562 / 2.758 / 2.294 (2.611), 2048 2.703 / 2.769 /
+# 2.820 (2.582); layernorm 256 1.902 / 1.943 / - (1.777), 1024 2.356 / 2.600 / 2.147 (2.316),
+# 2048 2.615 / 2.486 / 2.738 (2.491). (16-bit rows at 512 and 1024 split: rmsnorm 1024 gains at
+# 4, layernorm loses 10%; left at 8.)
 CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
+CTAS_PER_SM_32BIT: tuple[tuple[int | None, int], ...] = ((1024, 4), (16384, 2), (None, 4))
 # Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table
 # would give a row with twice the registers behind each value (see ROW_ARRAYS). At 2048 and
 # 4096 that is 256 and 512 threads (64 registers, not 86-128: more rows in flight). H100, TB/s
@@ -64,7 +71,10 @@ WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"
 # 4096 2.690 / 2.077 (2.834), 8192 2.565 / 2.553 (2.641), 16384 2.324 / 2.392 (2.476). Past
 # 16K a row slice in registers spills (228 B a thread at 32768): staged again. With two tiles in
 # flight (STAGING_DEPTH), 8192 stages too: 2.735 / 2.712 (2.712) (evals/results/h100-2026-11-24d).
-STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((8192, 1), (16384, 0), (None, 1))
+# With each tile's rstd loaded a tile ahead (see the kernel), 16384 stages and 8192 does not
+# (evals/results/h100-2026-11-24e, ahead2.txt): 16384 2.928 / 2.564 (2.559), 8192 2.626 / 2.722
+# (2.718; staged with rstd loaded in its own tile 2.741).
+STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (8192, 0), (None, 1))
 # Row tiles a staged CTA keeps in shared memory at once, by N, for 16-bit and for 32-bit rows. At
 # 1 the next tile's copy is issued once the current tile is read for the last time (in flight
 # only while dx is written); at 2 it is issued before the current tile is waited on (in flight
@@ -137,7 +147,8 @@ class NormBackward:
         t = self.tiling
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
-        self.cap = max(1, min(NUM_SMS * R.pick(CTAS_PER_SM, n) // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
+        per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
+        self.cap = max(1, min(NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
         copy = R.row_tiled_copy(mX.element_type, t)
         grid_m = cutlass.min(cute.ceil_div(mX.shape[0], t.rows_per_cta), Int32(self.cap))
         self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy).launch(
@@ -252,6 +263,20 @@ class NormBackward:
             cute.arch.cluster_wait()  # every peer's barriers are armed
 
         tiles = cute.ceil_div(mX.shape[0], t.rows_per_cta)
+        # A tile staged a whole tile ahead (depth 2) is ready as its turn begins: its rstd (and
+        # mean), loaded only then, made each tile wait one memory latency more. They are loaded
+        # a tile ahead too. A depth-1 tile's copy is issued at the end of the tile before, and its
+        # scalars' latency hides behind it; rows held in registers load in their own turn and
+        # take the scalars ahead as well (rmsnorm bf16 32768x8192: 2.722, QuACK 2.718).
+        # H100, TB/s ahead / in the tile's turn (QuACK) (evals/results/h100-2026-11-24e,
+        # ahead.txt): layernorm bf16 32768x8192 2.893 / 2.641 (2.655), 16384x16384 2.824 / 2.490
+        # (2.477), 4096x65536 2.214 / 1.927 (1.898), fp32 4096x65536 2.726 / 2.559 (2.651);
+        # rmsnorm bf16 4096x65536 2.616 / 2.500 (2.159); fp32 depth 1, layernorm 16384 2.880 /
+        # 2.897.
+        ahead = const_expr(depth > 1 or not t.stage_smem)
+        stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of the tile to come
+        if const_expr(ahead):
+            _load_stats(mRstd, mMean, stats, first.row, mX.shape[0], self.bias)
         rows, staging = (mX, mdY), (sX, sdY)
         if const_expr(t.stage_smem):
             for k in cutlass.range_constexpr(max(depth - 1, 1)):
@@ -269,13 +294,12 @@ class NormBackward:
             if const_expr(not t.stage_smem):
                 tXrX = R.load_row(ctx, mX, None, 0.0)
                 tXrdY = R.load_row(ctx, mdY, None, 0.0)
-            stats = cute.make_rmem_tensor(2, Float32)
-            stats.fill(0.0)
-            if ctx.row_ok:
-                stats[0] = mRstd[ctx.row]
-                if const_expr(self.bias):
-                    stats[1] = mMean[ctx.row]
-            rstd, mean = stats[0], stats[1]
+            if const_expr(ahead):
+                rstd, mean = stats[0], stats[1]
+                _load_stats(mRstd, mMean, stats, ctx.row + grid_m * t.rows_per_cta, mX.shape[0], self.bias)
+            else:
+                _load_stats(mRstd, mMean, stats, ctx.row, mX.shape[0], self.bias)
+                rstd, mean = stats[0], stats[1]
             if const_expr(t.stage_smem):
                 # (two commit groups a tile: those of the tiles still ahead may stay in flight)
                 cute.arch.cp_async_wait_group(2 * (depth - 1))
@@ -360,6 +384,16 @@ class NormBackward:
             for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
+
+
+@cute.jit
+def _load_stats(mRstd: cute.Tensor, mMean: cute.Tensor, stats: cute.Tensor, row: Int32, m: Int32, bias: bool):
+    """rstd (and with `bias`, the mean) of `row` into `stats`; 0 past M."""
+    stats.fill(0.0)
+    if row < m:
+        stats[0] = mRstd[row]
+        if const_expr(bias):
+            stats[1] = mMean[row]
 
 
 def _copy_tile(

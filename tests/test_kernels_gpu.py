@@ -126,10 +126,11 @@ def test_second_call_gives_new_results() -> None:
     assert not torch.equal(a, b)
 
 
-@pytest.mark.parametrize("n", (1000, 65536))  # the two ways to the target logit (TARGET_LOGIT)
+@pytest.mark.parametrize("n", (256, 1000, 65536))  # the three ways to the target logit (TARGET_LOGIT)
 def test_cross_entropy_targets_outside_and_ignored(n: int) -> None:
     """Out-of-range targets give NaN (torch raises), an in-range ignore_index gives 0, and
-    every other row the exact loss, whether the logit is loaded or taken from registers."""
+    every other row the exact loss, whether the logit is loaded, read from the staged row or
+    taken from registers."""
     import torch
     import torch.nn.functional as F
 

@@ -190,6 +190,42 @@ def test_fused_cross_entropy_tells_every_thread_its_target() -> None:
     assert not entry.from_registers
 
 
+@pytest.mark.parametrize(
+    ("n", "knobs", "mode"),
+    [(256, {}, "load"), (1000, {}, "smem"), (2048, {}, "smem"), (4096, {}, "registers"),
+     (1024, {"stage_smem": False}, "load"), (1024, {"row_loop": 2}, "load")],
+)  # fmt: skip
+def test_cross_entropy_takes_the_target_logit_from_the_staged_row_only_where_it_may(
+    n: int, knobs: dict, mode: str
+) -> None:
+    """The target logit comes from the staged row ("smem", after a warp barrier) only where the
+    row is one warp's and its buffer holds one tile for good: unstaged rows, and a loop whose
+    next tile refills the buffer, take it from memory."""
+    from reference_kernels.cross_entropy import CrossEntropy
+    from reference_kernels.reduce import RowKnobs
+
+    entry = CrossEntropy(RowKnobs(**knobs))
+    assert contract.compile_entry(entry, BUILTIN["cross_entropy"], "bfloat16", n) is not None
+    assert entry.logit_from == mode
+
+
+def test_norm_backward_keeps_fewer_fp32_ctas_a_sm_on_short_rows() -> None:
+    """Short 32-bit rows (N <= 1024) keep 4 CTAs a SM in the grid, not the 8 of 16-bit rows
+    (CTAS_PER_SM_32BIT; H100 32768x1024 fp32 rmsnorm_bwd 2.758 TB/s at 4, 2.562 at 8)."""
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    caps = {}
+    for dtype in ("bfloat16", "float32"):
+        entry = rmsnorm_bwd.NormBackward(RowKnobs())
+        assert (
+            contract.compile_entry(entry, BUILTIN["rmsnorm_bwd"], dtype, 1024, workspace=rmsnorm_bwd.WORKSPACE)
+            is not None
+        )
+        caps[dtype] = entry.cap
+    assert caps == {"bfloat16": rmsnorm_bwd.NUM_SMS * 8, "float32": rmsnorm_bwd.NUM_SMS * 4}
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
 def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[str]) -> None:

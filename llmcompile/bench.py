@@ -20,6 +20,7 @@ import torch
 from llmcompile import timing
 from llmcompile.baselines import BASELINES, Unavailable
 from llmcompile.ops import DTYPES, OpSpec, get_op
+from llmcompile.plots import save_png
 
 
 @dataclass
@@ -282,7 +283,7 @@ def plot(result: BenchResult, path: Path) -> None:
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"{result.gpu}: rate vs N (cold L2)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 

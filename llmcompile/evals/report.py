@@ -10,6 +10,7 @@ from typing import Any
 
 from llmcompile.evals import metrics as M
 from llmcompile.evals.suite import SuiteError
+from llmcompile.plots import save_png
 from llmcompile.runs import write_json_atomic
 
 DEFINITIONS = """\
@@ -165,7 +166,7 @@ def plot_sol(res: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     ax.set_title(f"{res['eval']['suite']['name']}: best kernel per problem ({res['eval']['options']['llm']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -190,7 +191,7 @@ def plot_speedup(res: dict[str, Any], path: Path) -> None:
     else:
         ax.text(0.5, 0.5, "no correct, timed kernel", transform=ax.transAxes, ha="center")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 

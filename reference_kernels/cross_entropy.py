@@ -50,18 +50,17 @@ class CrossEntropy:
         # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
-        self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
+        self.tiling = t = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         # (dlogits need every thread of the row to know its target: "load" tells the leader only)
-        t = self.tiling
         self.logit_from = "registers" if self.write_dx else R.pick(TARGET_LOGIT, t.n)
         if self.logit_from == "smem" and not (
             t.stage_smem and t.row_loop == 1 and t.cluster_n == 1 and t.threads_per_row <= R.WARP
         ):
             self.logit_from = "load"
         self.from_registers = self.logit_from == "registers"
-        copy = R.row_tiled_copy(mX.element_type, self.tiling)
+        copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
-        R.launch_rows(kernel, self.tiling, mX.shape[0], stream)
+        R.launch_rows(kernel, t, mX.shape[0], stream)
 
     @cute.kernel
     def kernel(
@@ -119,7 +118,7 @@ class CrossEntropy:
             # Read last, as "load" uses its logit: the index's latency hides behind the row's.
             cute.arch.sync_warp()
             if ctx.row_leader & ctx.row_ok:
-                at = Int32(cutlass.max(cutlass.min(target[0], Int64(t.n - 1)), Int64(0)))
+                at = clamped_column(target[0], t.n)
                 x_target[0] = Float32(sX[ctx.row - ctx.tile[0] * t.rows_per_cta, at])
         if cutlass.const_expr(self.save_lse or self.write_dx):
             lse = m + cute.math.log(s, fastmath=True)
@@ -145,6 +144,12 @@ def load_target(mTarget, target, ctx: R.RowContext):
         target[0] = mTarget[ctx.row]
 
 
+def clamped_column(target: Int64, n: int) -> Int32:
+    """The target as a column inside [0, N), where the logit is read from whatever the target
+    (one outside is answered with NaN later, not read outside the row)."""
+    return Int32(cutlass.max(cutlass.min(target, Int64(n - 1)), Int64(0)))
+
+
 @cute.jit
 def load_target_index(mTarget, target, ctx: R.RowContext):
     """The row leader's copy of its row's target index, read while the row is in flight."""
@@ -158,8 +163,7 @@ def load_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, 
     row is in flight; an out-of-range target is clamped here and answered with NaN later."""
     if ctx.row_leader & ctx.row_ok:
         target[0] = mTarget[ctx.row]
-        col = Int32(cutlass.max(cutlass.min(target[0], Int64(n - 1)), Int64(0)))
-        x_target[0] = Float32(mX[ctx.row, col])
+        x_target[0] = Float32(mX[ctx.row, clamped_column(target[0], n)])
 
 
 @cute.jit

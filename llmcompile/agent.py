@@ -77,7 +77,12 @@ def run_agent(
     t_start = time.perf_counter()
     target = get_target(cfg.target)
     stages = ("static", "compile") if cfg.compile_only else ("static", "compile", "verify", "profile")
-    opts = JudgeOptions(stages=stages, profile_shapes=cfg.profile_shapes())
+    # A budget of one candidate: its profile times the baselines beside it, so the report need
+    # not profile it again for them (half of an offline eval problem's wall time)
+    alone = cfg.rounds * cfg.samples == 1 and not cfg.compile_only
+    opts = JudgeOptions(
+        stages=stages, profile_shapes=cfg.profile_shapes(), baselines=list(cfg.baselines) if alone else []
+    )
     ctx = prompting.PromptContext(spec, cfg.dtype, target, cfg.target_pct, shapes=cfg.profile_shapes())
     system = prompting.system_prompt(ctx)
     task = prompting.task_prompt(ctx)

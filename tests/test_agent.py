@@ -161,3 +161,28 @@ def test_unknown_model_is_clear(monkeypatch) -> None:
 def test_replay_without_transcript_is_clear(tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match="no transcript"):
         ReplayProvider(tmp_path)
+
+
+class _RecordingJudge:
+    """Records the options each candidate is judged with (the scripted judge gives verdicts)."""
+
+    def __init__(self, inner: ScriptedGPUJudge) -> None:
+        self.inner, self.baselines = inner, []
+
+    def evaluate_many(self, sources, spec, dtype, opts):
+        self.baselines.append(list(opts.baselines))
+        return self.inner.evaluate_many(sources, spec, dtype, opts)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_single_candidate_budget_times_the_baselines_in_its_own_profile(tmp_path: Path, judge, rounds) -> None:
+    """With one candidate in the budget its profile is the final word, so it carries the
+    baselines (the report then need not profile it again); with more, candidates are timed alone."""
+    rec = RunStore(tmp_path / "rec")
+    for i in range(2):
+        rec.transcript(kind="answer", round=i, sample=0, text=ANSWERS[3], usage={}, meta={})
+    cfg = _cfg("replay")
+    cfg.rounds, cfg.baselines = rounds, ["eager"]
+    rj = _RecordingJudge(judge)
+    run_agent(get_op("softmax"), cfg, ReplayProvider(tmp_path / "rec"), rj, RunStore(tmp_path / "run"))
+    assert rj.baselines and all(b == (["eager"] if rounds == 1 else []) for b in rj.baselines)

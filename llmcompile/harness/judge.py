@@ -294,9 +294,9 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         p = v.profile
         per = ", ".join(f"N={s.n}: {s.tbs:.2f} {p.unit} ({s.pct_sol:.0f}%)" for s in p.shapes)
         v.status = PROFILED
+        checked = f"correct on {v.verify.runs} checked runs" if v.verify else "timed outputs correct (not re-verified)"
         v.message = (
-            f"correct on {v.verify.runs if v.verify else 0} checked runs; speed vs the {p.limit} "
-            f"({p.sol_tbs:.2f} {p.unit}): {per}; slowest {p.min_pct_sol:.0f}% of SOL"
+            f"{checked}; speed vs the {p.limit} ({p.sol_tbs:.2f} {p.unit}): {per}; slowest {p.min_pct_sol:.0f}% of SOL"
         )
         return v
     if v.verify:

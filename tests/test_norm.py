@@ -1,0 +1,176 @@
+"""The grouped-normalization template's on-chip path (reference_kernels/norm.py): which groups
+take it, that it compiles for sm_90a with its barrier, and on the GPU that it matches a float64
+LayerNorm / GroupNorm, gives the same bits every run, and falls back where the workspace is short."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reference_kernels import norm as N
+
+EPS = 1e-5
+
+
+def test_on_chip_split_of_kernelbench_groups() -> None:
+    knobs = N.NormKnobs()
+    # GroupNorm 35: 8 channels x 512 x 512 fp32 a group: 86 chunks of 95 KB, 264 CTAs resident
+    assert N.resident_split(knobs, 32, 8 * 512 * 512, 4) == (86, 24388, 264)
+    # LayerNorm 40 over (64, 256, 256): 171 chunks, still under the 264 CTAs resident at once
+    k, per, grid = N.resident_split(knobs, 32, 64 * 256 * 256, 4)
+    assert (k, grid) == (171, 264) and k * per >= 64 * 256 * 256 and per * 4 <= knobs.resident_bytes
+    # 16-bit groups: twice the elements a chunk
+    assert N.resident_split(knobs, 16, 64 * 256 * 256, 8)[0] == 86
+    # a group of more chunks than CTAs resident at once never takes it (its barrier would not open)
+    assert N.resident_split(knobs, 32, 264 * 24576 + 4, 4) == (0, 0, 0)
+    assert N.resident_split(N.NormKnobs(resident_bytes=0), 32, 1 << 20, 4) == (0, 0, 0)
+    # an odd group: scalar vectors, the chunks still cover it
+    k, per, _ = N.resident_split(knobs, 32, 50001, 1)
+    assert k == 3 and k * per >= 50001
+
+
+def _norm(seg_len: int, gpi: int, param_mul: int, param_div: int, knobs: N.NormKnobs) -> Any:
+    import cutlass.cute as cute
+
+    from reference_kernels import strided as S
+
+    def apply(x, s, p):
+        return (x - s[0]) * s[1] * p[0] + p[1]
+
+    norm = N.GroupedNorm(
+        N.shifted_moments,
+        S.add,
+        (0.0, 0.0),
+        N.mean_rstd(EPS),
+        apply,
+        "groups",
+        gpi,
+        seg_len,
+        param_mul,
+        param_div,
+        knobs,
+    )
+
+    @cute.jit
+    def launch(x, w, b, o, ws, stream):  # no annotations: this module's are strings cute.jit cannot resolve
+        norm(x, (w, b), o, ws, stream)
+
+    return launch
+
+
+def _compile(launch: Any, width: int, params: int, workspace: int, options: str = "") -> Any:
+    import cutlass
+    import cutlass.cute as cute
+
+    from llmcompile import contract
+
+    contract.ensure_arch()
+
+    def fake(shape: tuple) -> Any:
+        order = tuple(reversed(range(len(shape))))
+        return cute.runtime.make_fake_compact_tensor(cutlass.Float32, shape, stride_order=order, assumed_align=16)
+
+    x = fake((cute.sym_int(), width))
+    args = [x, fake((params,)), fake((params,)), fake((cute.sym_int(), width)), fake((workspace,))]
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute.compile(launch, *args, stream, options=f"--enable-tvm-ffi {options}".strip())
+
+
+def test_on_chip_path_compiles_with_its_barrier(tmp_path) -> None:
+    """The PTX holds the arrival (a release), the wait (acquire loads) and the ticket counter."""
+    seg = 4 * 24576
+    _compile(_norm(seg, 1, 1, seg // 4, N.NormKnobs()), seg, 4, N.WORKSPACE, f"--keep-ptx --dump-dir={tmp_path}")
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    assert "kernel_cutlass_resident" in ptx and "kernel_cutlass_clear" in ptx
+    assert "atom.global.release.add" in ptx and "ld.acquire.gpu" in ptx
+    assert "kernel_cutlass_partials" in ptx  # the split path, for an M whose counters do not fit
+
+
+def test_a_weight_per_element_keeps_the_split_path(tmp_path) -> None:
+    """A LayerNorm's weight over every normalized element: each group would read as many
+    parameters as elements again, so the on-chip path is not taken."""
+    seg = 4 * 24576
+    _compile(_norm(seg, 1, 0, 1, N.NormKnobs()), seg, seg, N.WORKSPACE, f"--keep-ptx --dump-dir={tmp_path}")
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    assert "kernel_cutlass_partials" in ptx and "kernel_cutlass_resident" not in ptx
+
+
+def _reference(x: Any, w: Any, b: Any, gpi: int, param_div: int) -> Any:
+    """float64 GroupNorm of (M, gpi * L) rows: weight and bias at element e are w[e // param_div]."""
+    import torch
+
+    m = x.shape[0]
+    g = x.double().reshape(m, gpi, -1)
+    mean = g.mean(-1, keepdim=True)
+    var = g.var(-1, unbiased=False, keepdim=True)
+    y = ((g - mean) / torch.sqrt(var + EPS)).reshape(m, -1)
+    idx = torch.arange(x.shape[1], device=x.device) // param_div
+    return y * w.double()[idx] + b.double()[idx]
+
+
+CASES = [
+    # (L a group, groups an item, param_mul, param_div, M): 4 channels of an odd length (a
+    # parameter per element read), the last chunk short, more chunks than CTAs; a GroupNorm with
+    # a weight per channel; an odd group (scalar loads)
+    (3 * 24576 + 100, 1, 4, 18457, (1, 7, 300)),
+    (2 * 40000, 4, 2, 40000, (1, 5)),
+    (50001, 1, 7, 7143, (3,)),
+    # groups of 200 chunks (of 264 CTAs resident): a CTA's chunks often fall in one group, where
+    # taking the next chunk before the wait deadlocked
+    (200 * 24576, 1, 8, 200 * 24576 // 8, (1, 4)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=["channels", "groupnorm", "odd", "long"])
+def test_on_chip_path_matches_float64_and_repeats_its_bits(case: tuple) -> None:
+    import torch
+
+    seg, gpi, mul, div, ms = case
+    width = seg * gpi
+    nparams = width if mul == 0 else width // div
+    fn = _compile(_norm(seg, gpi, mul, div, N.NormKnobs()), width, nparams, N.WORKSPACE)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(nparams, device="cuda", generator=gen)
+    b = torch.randn(nparams, device="cuda", generator=gen)
+    k, _, grid = N.resident_split(N.NormKnobs(), 32, seg, 1 if seg % 4 else 4)
+    for m in ms:
+        x = torch.randn(m, width, device="cuda", generator=gen) * 3 + 5  # a mean far from 0
+        ws = torch.full((N.WORKSPACE,), float("nan"), device="cuda")  # undefined on entry
+        outs = []
+        for _ in range(2):
+            o = torch.full_like(x, float("nan"))
+            fn(x, w, b, o, ws)
+            outs.append(o)
+        torch.cuda.synchronize()
+        want = _reference(x, w, b, gpi, div)
+        torch.testing.assert_close(outs[0].double(), want, rtol=1e-4, atol=1e-4)
+        assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32)), f"M={m}: bits differ"
+        # the ticket counter: one ticket a chunk, then one failed take a CTA
+        tickets = m * gpi * k
+        at = tickets * N.MAX_ARITY
+        assert int(ws[at : at + 1].view(torch.int32)) == tickets + min(tickets, grid)
+
+
+@pytest.mark.gpu
+def test_on_chip_path_falls_back_where_the_workspace_is_short(monkeypatch) -> None:
+    """An M whose partials and counters the workspace cannot hold takes the split path, in the
+    same compiled kernel."""
+    import torch
+
+    seg = 2 * 24576
+    monkeypatch.setattr(N, "WORKSPACE", 64)  # k = 2: 5 words a group, 12 groups fit
+    fn = _compile(_norm(seg, 1, 1, seg // 2, N.NormKnobs()), seg, 2, 1 << 16)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    w = torch.randn(2, device="cuda", generator=gen)
+    b = torch.randn(2, device="cuda", generator=gen)
+    for m, resident in ((12, True), (13, False)):
+        x = torch.randn(m, seg, device="cuda", generator=gen)
+        ws = torch.full((1 << 16,), -1.0, device="cuda")
+        o = torch.full_like(x, float("nan"))
+        fn(x, w, b, o, ws)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(o.double(), _reference(x, w, b, 1, seg // 2), rtol=1e-4, atol=1e-4)
+        counter = int(ws[m * 2 * N.MAX_ARITY : m * 2 * N.MAX_ARITY + 1].view(torch.int32))
+        assert (counter == m * 2 + m * 2) == resident, (m, counter)

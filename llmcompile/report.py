@@ -9,7 +9,7 @@ from typing import Any
 
 from llmcompile import bench
 from llmcompile.agent import RunResult
-from llmcompile.harness import Judge, JudgeOptions
+from llmcompile.harness import Judge, JudgeOptions, profiled_message
 from llmcompile.harness.verdict import Verdict
 from llmcompile.ops import OpSpec
 from llmcompile.runs import RunConfig, RunStore
@@ -70,13 +70,8 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             if again.passed:
                 # the verification it passed when judged, not this profile-only rerun's none
                 again.verify = b.verdict.verify
-                again.message = (
-                    again.message.replace(
-                        "timed outputs correct (not re-verified)", f"correct on {b.verdict.verify.runs} checked runs"
-                    )
-                    if b.verdict.verify
-                    else again.message
-                )
+                if again.profile:
+                    again.message = profiled_message(again)
                 final = again
         artifact = final.artifact
         if artifact is None or not Path(artifact).is_dir():  # a verdict from an earlier process

@@ -49,6 +49,7 @@ input twice, so its speed of light is 2/3 of a copy's where the groups miss L2.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -130,7 +131,7 @@ def resolve_tiling(knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str) 
 
 def with_resident(t: NormTiling, knobs: NormKnobs, elem_bits: int, seg_len: int) -> NormTiling:
     k, per, grid = resident_split(knobs, elem_bits, seg_len, t.vec)
-    return NormTiling(t.vec, t.num_threads, t.unroll, t.chunk, t.fused, k, per, grid)
+    return dataclasses.replace(t, resident_k=k, resident_per=per, resident_grid=grid)
 
 
 class GroupedNorm:
@@ -337,15 +338,7 @@ class GroupedNorm:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         g = Int64(bidx)
-        arity = const_expr(len(self.identity))
-        acc = tuple(Float32(v) for v in self.identity)
-        # thread t folds partials t, t + T, ... in order; then the CTA folds its threads in order
-        for i in cutlass.range(Int32((k + FINAL_THREADS - 1) // FINAL_THREADS), unroll=1):
-            j = Int64(i) * FINAL_THREADS + tidx
-            slot = g * k + cutlass.min(j, k - 1)
-            new = self.combine(acc, tuple(mW[slot * MAX_ARITY + a] for a in range(arity)))
-            acc = tuple(cutlass.select_(j < k, x, y) for x, y in zip(new, acc))
-        acc = block_fold(acc, self.combine, tidx, FINAL_THREADS)
+        acc = self._fold_partials(mW, g, k, tidx, FINAL_THREADS)
         shift = Float32(_at(mX, self._offset(g, Int64(0), groups), 1)[0])
         stats = self.finalize(acc, Float32(count), shift)
         if tidx == 0:
@@ -422,20 +415,26 @@ class GroupedNorm:
                 sTicket[0] = cute.arch.atomic_add(counters.iterator, Int32(1), sem="relaxed", scope="gpu")
             cute.arch.barrier()
             # every CTA of the group folds the same partials in the same order: the same bits
-            arity = const_expr(len(self.identity))
-            stats_acc = tuple(Float32(v) for v in self.identity)
-            for i in cutlass.range(Int32((k + t.num_threads - 1) // t.num_threads), unroll=1):
-                s = Int64(i) * t.num_threads + tidx
-                slot = (g * k + cutlass.min(s, Int64(k - 1))) * MAX_ARITY
-                part = tuple(Float32(cute.arch.load((mW.iterator + slot + a), Float32, cop="cg")) for a in range(arity))
-                new = self.combine(stats_acc, part)
-                stats_acc = tuple(cutlass.select_(s < k, x, y) for x, y in zip(new, stats_acc))
-            stats_acc = block_fold(stats_acc, self.combine, tidx, t.num_threads)
-            stats = self.finalize(stats_acc, Float32(n), shift)
+            stats = self.finalize(self._fold_partials(mW, g, Int64(k), tidx, t.num_threads), Float32(n), shift)
             self._rewrite(mX, params, mO, g, start, stop, stats, groups, tidx, sX)
             ticket = Int64(sTicket[0])
 
     # ------------------------------------------------------------------ pieces
+
+    @cute.jit
+    def _fold_partials(self, mW: cute.Tensor, g: Int64, k: Int64, tidx, threads: cutlass.Constexpr[int]) -> tuple:
+        """Group g's k partials folded in a fixed order: thread t folds partials t, t + T, ...,
+        then the CTA folds its threads in order. Read from L2 (`cg`): other CTAs wrote them,
+        in this kernel on the on-chip path, so the SM's L1 may not have seen them."""
+        arity = const_expr(len(self.identity))
+        acc = tuple(Float32(v) for v in self.identity)
+        for i in cutlass.range(Int32((k + threads - 1) // threads), unroll=1):
+            j = Int64(i) * threads + tidx
+            slot = (g * k + cutlass.min(j, k - 1)) * MAX_ARITY
+            part = tuple(Float32(cute.arch.load(mW.iterator + slot + a, Float32, cop="cg")) for a in range(arity))
+            new = self.combine(acc, part)
+            acc = tuple(cutlass.select_(j < k, x, y) for x, y in zip(new, acc))
+        return block_fold(acc, self.combine, tidx, threads)
 
     @cute.jit
     def _counters(self, mW: cute.Tensor, at: Int64) -> cute.Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_JUDGE = ("Judge", "JudgeOptions", "evaluate", "gpu_available", "source_sha", "verdict_key")
+_JUDGE = ("Judge", "JudgeOptions", "evaluate", "gpu_available", "profiled_message", "source_sha", "verdict_key")
 
 
 def __getattr__(name: str) -> Any:

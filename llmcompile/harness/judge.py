@@ -262,6 +262,15 @@ class Judge:
         return [v for v in verdicts if v is not None]
 
 
+def profiled_message(v: Verdict) -> str:
+    """What a profiled verdict says first: its checks, then its speed against the limit."""
+    p = v.profile
+    assert p is not None
+    per = ", ".join(f"N={s.n}: {s.tbs:.2f} {p.unit} ({s.pct_sol:.0f}%)" for s in p.shapes)
+    checked = f"correct on {v.verify.runs} checked runs" if v.verify else "timed outputs correct (not re-verified)"
+    return f"{checked}; speed vs the {p.limit} ({p.sol_tbs:.2f} {p.unit}): {per}; slowest {p.min_pct_sol:.0f}% of SOL"
+
+
 def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdict:
     d = v.to_json()
     d.update({k: out.results.get(k) for k in ("compile", "verify", "profile")})
@@ -291,13 +300,8 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         v.message = "profile rejected as physically implausible: " + "; ".join(v.profile.flags)
         return v
     if v.profile:
-        p = v.profile
-        per = ", ".join(f"N={s.n}: {s.tbs:.2f} {p.unit} ({s.pct_sol:.0f}%)" for s in p.shapes)
         v.status = PROFILED
-        checked = f"correct on {v.verify.runs} checked runs" if v.verify else "timed outputs correct (not re-verified)"
-        v.message = (
-            f"{checked}; speed vs the {p.limit} ({p.sol_tbs:.2f} {p.unit}): {per}; slowest {p.min_pct_sol:.0f}% of SOL"
-        )
+        v.message = profiled_message(v)
         return v
     if v.verify:
         v.status = VERIFIED

@@ -56,6 +56,10 @@ class TotalKnobs:
     ctas: int = 1056  # 132 SMs x 8 CTAs of 256 threads: the H100 full at once
     vec_bits: int = 128
     unroll: int = 4  # vectors per thread per input in flight
+    # Each CTA walks its own contiguous range instead of striding with the grid. None: only where a
+    # "col" operand is read, whose values each CTA then finds in its L1 (H100, hinge loss 32768^2:
+    # 3.10 against 2.99 TB/s; MSE and KL divergence within 2% either way).
+    contiguous: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class TotalTiling:
     num_threads: int
     ctas: int
     unroll: int
+    contiguous: bool = False
 
     @property
     def stride(self) -> int:
@@ -71,7 +76,7 @@ class TotalTiling:
         return self.ctas * self.num_threads
 
 
-def resolve_tiling(knobs: TotalKnobs, widest_bits: int, last: int) -> TotalTiling:
+def resolve_tiling(knobs: TotalKnobs, widest_bits: int, last: int, kinds: tuple[str, ...] = ("full",)) -> TotalTiling:
     """Vectors as wide as the knobs allow while a run of the last dim starts aligned to them
     (so a "col" operand's vector is contiguous)."""
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
@@ -80,7 +85,9 @@ def resolve_tiling(knobs: TotalKnobs, widest_bits: int, last: int) -> TotalTilin
         raise ValueError(f"ctas={knobs.ctas} must be 1..{MAX_CTAS} (the workspace holds that many partials)")
     if not 1 <= knobs.unroll <= 16:
         raise ValueError(f"unroll={knobs.unroll} must be 1..16")
-    return TotalTiling(vector_elems(knobs.vec_bits, widest_bits, last), knobs.num_threads, knobs.ctas, knobs.unroll)
+    vec = vector_elems(knobs.vec_bits, widest_bits, last)
+    contiguous = "col" in kinds if knobs.contiguous is None else knobs.contiguous
+    return TotalTiling(vec, knobs.num_threads, knobs.ctas, knobs.unroll, contiguous)
 
 
 class TotalReduce:
@@ -111,7 +118,7 @@ class TotalReduce:
         inner = const_expr(math.prod(ref.shape[1:]) if cute.rank(ref) > 1 else 1)
         last = const_expr(ref.shape[cute.rank(ref) - 1] if cute.rank(ref) > 1 else 1)
         widest = const_expr(max(t.element_type.width for t in ins))
-        self.tiling = resolve_tiling(self.knobs, widest, last)
+        self.tiling = resolve_tiling(self.knobs, widest, last, self.kinds)
         t = self.tiling
         rows = Int64(ref.shape[0])
         total = rows * inner
@@ -134,12 +141,18 @@ class TotalReduce:
         tid = Int64(bidx) * t.num_threads + tidx
         per_step = t.stride * t.unroll
         steps = Int32((nvec + per_step - 1) // per_step)
+        stride = Int64(t.stride)
+        if const_expr(t.contiguous):
+            # as many steps, but CTA b owns the range of vectors [b, b + 1) * steps * threads *
+            # unroll, through which its threads stride by the CTA alone
+            tid = Int64(bidx) * steps * (t.num_threads * t.unroll) + tidx
+            stride = Int64(t.num_threads)
         acc = tuple(Float32(v) for v in self.identity)
         for s in cutlass.range(steps, unroll=1):
             # every load of the step first, so `unroll` vectors per input are in flight
             loaded = []
             for u in cutlass.range_constexpr(t.unroll):
-                i = (Int64(s) * t.unroll + u) * t.stride + tid
+                i = (Int64(s) * t.unroll + u) * stride + tid
                 ok = i < nvec
                 e = cute.assume(i * t.vec, divby=t.vec)
                 vals = []

@@ -46,6 +46,12 @@ def test_aggregate_by_hand() -> None:
     # fast_p over all 5 problems; B is correct but slower than eager, so never counts
     assert a["fast_p"]["eager"] == {"1.0": 0.4, "1.5": 0.4, "2.0": 0.2}
     assert a["fast_p"]["compile"] == {"1.0": 0.4, "1.5": 0.2, "2.0": 0.2}
+    # geomean over the three correct problems B, C, D: (0.8 * 1.7 * 2.5)^(1/3), (0.5 * 1.2 * 2.1)^(1/3)
+    g = a["geomean_speedup"]
+    assert g["eager"]["over"] == g["compile"]["over"] == 3
+    assert g["eager"]["value"] == pytest.approx(3.4 ** (1 / 3)) and g["compile"]["value"] == pytest.approx(
+        1.26 ** (1 / 3)
+    )
     # % SOL: unsolved problems count as 0 -> [0, 40, 95, 99, 0]
     assert a["sol"]["median_min_pct"] == 40.0 and a["sol"]["reached_target"] == 2
     assert a["sol"]["mean_min_pct"] == pytest.approx(234 / 5)

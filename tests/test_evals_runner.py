@@ -140,3 +140,22 @@ def test_eval_for_another_target(tmp_path: Path, server: ScriptedServer) -> None
     assert "--target h200" in (out / "problems" / "rmsnorm-fp32.log").read_text()
     assert json.loads((out / "eval.json").read_text())["suite"]["target"] == "h200"
     assert (out / "report.md").read_text().startswith("# Eval: one on h200")
+
+
+def test_a_finished_eval_reports_again_without_a_gpu(tmp_path: Path, monkeypatch, capsys) -> None:
+    from llmcompile.evals import runner as R
+    from llmcompile.evals.suite import load_suite
+
+    suite_file = tmp_path / "tiny.toml"
+    suite_file.write_text(SUITE)
+    out = tmp_path / "eval"
+    runner = R.EvalRunner(load_suite(suite_file), R.EvalOptions(llm="offline"), out)
+    runner.start()
+    for p in runner.suite.problems:  # every outcome written, as a GPU run that finished leaves them
+        (out / "problems" / f"{p.id}.json").write_text(json.dumps({"state": "not_attempted", "reason": "r"}))
+    monkeypatch.setattr(R, "gpu_slots", lambda gpus: [])
+    assert main(["eval", str(suite_file), "--llm", "offline", "--out", str(out)]) == 0
+    assert "| states | not_attempted 3 |" in (out / "report.md").read_text()
+    (out / "problems" / "softmax-bf16.json").unlink()  # one left to run: that needs the GPU
+    assert main(["eval", str(suite_file), "--llm", "offline", "--out", str(out)]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err

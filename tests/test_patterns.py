@@ -161,6 +161,10 @@ def test_templates_import_and_allow_knobs() -> None:
 
     assert T.resolve_tiling(T.TotalKnobs(), 32, 32768).vec == 4
     assert T.resolve_tiling(T.TotalKnobs(), 32, 4095).vec == 1  # a "col" operand's vector stays contiguous
+    # a CTA walks one range where it rereads a "col" operand (from its L1), else the grid strides
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 4096, ("full", "col")).contiguous
+    assert not T.resolve_tiling(T.TotalKnobs(), 32, 4096, ("full", "full")).contiguous
+    assert not T.resolve_tiling(T.TotalKnobs(contiguous=False), 32, 4096, ("full", "col")).contiguous
     with pytest.raises(ValueError):
         T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)
 

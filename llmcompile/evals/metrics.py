@@ -148,6 +148,10 @@ def _frac(xs: list[bool]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def _geomean(xs: list[float]) -> dict[str, Any] | None:
+    return {"value": math.exp(sum(map(math.log, xs)) / len(xs)), "over": len(xs)} if xs else None
+
+
 def aggregate(
     records: list[ProblemRecord],
     ks: list[int],
@@ -170,6 +174,12 @@ def aggregate(
                 b: {str(p): _frac([r.best_correct and r.speedup.get(b, 0.0) > p for r in records]) for p in FAST_P}
                 for b in baselines
             }
+            if measured
+            else None
+        ),
+        # KernelBench papers' other headline: the geometric mean over the problems solved
+        "geomean_speedup": (
+            {b: _geomean([r.speedup[b] for r in records if r.best_correct and r.speedup.get(b)]) for b in baselines}
             if measured
             else None
         ),

@@ -183,6 +183,8 @@ class RayEvalRunner(EvalRunner):
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:
         ray = import_ray()
         self.start()
+        if not self.todo():  # every problem has its outcome: only the report is left
+            return 0
         if not ray.is_initialized():
             # "local": a one-node cluster of this host's CPUs and GPUs, started here for this eval
             address = None if self.address == "local" else self.address

@@ -42,7 +42,14 @@ def build(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Any]:
     target = max((p["budget"]["target_sol"] for p in suite["problems"]), default=90.0)
     baselines = [b for b in ("eager", "compile") if b in suite["baselines"]]
     agg = M.aggregate(records, ks, baselines, target)
-    return {"eval": head, "ks": ks, "aggregate": agg, "problems": [asdict(r) for r in records]}
+    probs = sorted((asdict(r) for r in records), key=lambda p: _natural(p["id"]))
+    return {"eval": head, "ks": ks, "aggregate": agg, "problems": probs}
+
+
+def _natural(pid: str) -> tuple[int, str]:
+    """KernelBench's numbered files in their numbers' order (4 before 12 before 100), others after."""
+    head = pid.split("_", 1)[0]
+    return (int(head), pid) if head.isdigit() else (1 << 30, pid)
 
 
 def write(eval_dir: Path, records: list[M.ProblemRecord]) -> dict[str, Path]:
@@ -77,6 +84,8 @@ def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
     for b, ps in (a["fast_p"] or {}).items():
         for p, v in ps.items():
             rows.append((f"fast_{float(p):g} vs {b}", _pct(v)))
+    for b, g in (a.get("geomean_speedup") or {}).items():
+        rows.append((f"geomean speedup vs {b} (correct problems)", f"{g['value']:.2f}x over {g['over']}" if g else "-"))
     if a["sol"]:
         s = a["sol"]
         rows.append(("median % SOL (slowest shape)", f"{s['median_min_pct']:.1f}"))
@@ -151,13 +160,16 @@ def plot_sol(res: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(probs) + 1.5))
     ys = range(len(probs))
     vals = [p["min_pct_sol"] or 0.0 for p in probs]
-    colors = ["tab:green" if p["min_pct_sol"] is not None else "lightgray" for p in probs]
+    target = res["aggregate"]["sol"]["target_pct"] if res["aggregate"]["sol"] else 90.0
+    colors = [
+        "lightgray" if p["min_pct_sol"] is None else "tab:green" if p["min_pct_sol"] >= target else "tab:orange"
+        for p in probs
+    ]
     ax.barh(list(ys), vals, color=colors)
     for y, p in zip(ys, probs):
         if p["min_pct_sol"] is None:
             ax.text(1, y, p["state"] if p["state"] != "done" else (p["best_status"] or "no kernel"), va="center",
                     fontsize=7)  # fmt: skip
-    target = res["aggregate"]["sol"]["target_pct"] if res["aggregate"]["sol"] else 90.0
     ax.axvline(target, color="k", linestyle="--", linewidth=1, label=f"target {target:.0f}%")
     ax.set_yticks(list(ys), [p["id"] for p in probs], fontsize=8)
     ax.invert_yaxis()

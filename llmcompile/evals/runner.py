@@ -232,6 +232,8 @@ class EvalRunner:
         work: queue.Queue[Problem] = queue.Queue()
         for p in self.todo():
             work.put(p)
+        if work.empty():  # every problem has its outcome: only the report is left, which needs no GPU
+            return 0
         if self.opts.compile_only:
             slots: list[str | None] = [None] * max(1, self.opts.jobs)
         else:

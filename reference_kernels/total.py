@@ -138,15 +138,14 @@ class TotalReduce:
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        tid = Int64(bidx) * t.num_threads + tidx
         per_step = t.stride * t.unroll
         steps = Int32((nvec + per_step - 1) // per_step)
-        stride = Int64(t.stride)
         if const_expr(t.contiguous):
             # as many steps, but CTA b owns the range of vectors [b, b + 1) * steps * threads *
             # unroll, through which its threads stride by the CTA alone
-            tid = Int64(bidx) * steps * (t.num_threads * t.unroll) + tidx
-            stride = Int64(t.num_threads)
+            tid, stride = Int64(bidx) * steps * (t.num_threads * t.unroll) + tidx, Int64(t.num_threads)
+        else:
+            tid, stride = Int64(bidx) * t.num_threads + tidx, Int64(t.stride)
         acc = tuple(Float32(v) for v in self.identity)
         for s in cutlass.range(steps, unroll=1):
             # every load of the step first, so `unroll` vectors per input are in flight

@@ -18,7 +18,6 @@ Definitions (the report states them too):
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +69,10 @@ class ProblemRecord:
 
 
 def geomean_speedup(shapes: list[dict[str, Any]], baseline: str) -> float | None:
-    logs = [
-        math.log(s["baseline_ms"][baseline] / s["ms"])
-        for s in shapes
-        if s.get("ms") and s.get("baseline_ms", {}).get(baseline)
+    ratios = [
+        s["baseline_ms"][baseline] / s["ms"] for s in shapes if s.get("ms") and s.get("baseline_ms", {}).get(baseline)
     ]
-    return math.exp(sum(logs) / len(logs)) if logs else None
+    return statistics.geometric_mean(ratios) if ratios else None
 
 
 def _compiled(v: dict[str, Any]) -> bool:
@@ -149,7 +146,7 @@ def _frac(xs: list[bool]) -> float:
 
 
 def _geomean(xs: list[float]) -> dict[str, Any] | None:
-    return {"value": math.exp(sum(map(math.log, xs)) / len(xs)), "over": len(xs)} if xs else None
+    return {"value": statistics.geometric_mean(xs), "over": len(xs)} if xs else None
 
 
 def aggregate(

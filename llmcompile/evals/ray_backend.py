@@ -183,7 +183,8 @@ class RayEvalRunner(EvalRunner):
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:
         ray = import_ray()
         self.start()
-        if not self.todo():  # every problem has its outcome: only the report is left
+        todo = self.todo()
+        if not todo:  # every problem has its outcome: only the report is left
             return 0
         if not ray.is_initialized():
             # "local": a one-node cluster of this host's CPUs and GPUs, started here for this eval
@@ -198,7 +199,7 @@ class RayEvalRunner(EvalRunner):
             max_retries=RETRIES, retry_exceptions=False, **placement(self.suite.target, self.opts.compile_only)
         )
         pending: dict[Any, tuple[Problem, list[str]]] = {}
-        for p in self.todo():
+        for p in todo:
             if self.skip_offline(p):
                 progress("ray", p.id, f"= {NOT_ATTEMPTED}")
                 continue

@@ -63,6 +63,7 @@ def main() -> int:
     pieces = {
         "torch.softmax (eager)": lambda: torch.softmax(x, -1),
         "kernels.softmax(x)": lambda: fn(x),
+        "KernelFunction.__call__(kernels.softmax, x) (entered in Python)": lambda: type(fn).__call__(fn, x),
         "compiled fn(x, out), outputs preallocated": lambda: raw(x, out),
         "plan.fn(x, out)": lambda: plan.fn(x, out),
         "the plan's fast function(x) (outputs made in C where native_call builds)": lambda: fast(x),

@@ -4,8 +4,9 @@ the kernel itself takes a few microseconds, so the host's time per call is what 
     python -m evals.host_overhead [--shape 8x1024] [--calls 2000] [--out DIR]
 
 For softmax, rmsnorm, layernorm and cross_entropy (bf16): `llmcompile.kernels.<op>` (the lean
-call path, outputs made in C), the same kernel with its outputs made from Python (the path
-before `native_call`), the same reference kernel exported and loaded through TVM-FFI alone
+call path, entered in C, outputs made in C), the same call entered through its Python
+`__call__`, the same kernel with its outputs made from Python (the path before `native_call`),
+the same reference kernel exported and loaded through TVM-FFI alone
 (`llmcompile.loader`), QuACK and torch eager, in one process on the same inputs. Each figure is
 the median over `--repeats` batches of `--calls` back-to-back calls, the functions' batches
 interleaved, wall clock around a synchronize, after a warm-up. Then, in a fresh process that cannot import CuTe DSL
@@ -65,6 +66,8 @@ def _python_allocating(kfn: callpath.KernelFunction, ins: list[torch.Tensor]) ->
     twin(*ins)  # the checked call, which plans
     for key, plan in twin._plans.items():
         twin._fast[(*key, 2)] = callpath._fast_function(plan)
+    if hasattr(twin, "_clear_calls"):  # its calls start in Python, which finds the Python function
+        twin._clear_calls()
     return twin
 
 
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         kfn = kernels.BY_NAME[op]
         impls: dict[str, Callable[[], object]] = {
             "llmcompile.kernels": lambda f=kfn, i=ins: f(*i),
+            "through Python __call__": lambda f=kfn, i=ins: callpath.KernelFunction.__call__(f, *i),
             "outputs from Python": lambda f=_python_allocating(kfn, ins), i=ins: f(*i),
             "exported (TVM-FFI only)": lambda f=shipped, i=ins: f(*i),
         }
@@ -118,12 +122,20 @@ def main(argv: list[str] | None = None) -> int:
             f" (rc {done.returncode}: {done.stderr[-400:]})" if done.returncode else ""
         )
         print("fresh process:", op, fresh[op], flush=True)
-    names = ["llmcompile.kernels", "outputs from Python", "exported (TVM-FFI only)", "quack", "eager"]
+    names = [
+        "llmcompile.kernels",
+        "through Python __call__",
+        "outputs from Python",
+        "exported (TVM-FFI only)",
+        "quack",
+        "eager",
+    ]
     lines = [
         f"Host time per eager call (us, median of {args.repeats} x {args.calls} calls, no CUDA graph), "
         f"{args.dtype} {m} x {n}, {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
         "",
         f"llmcompile.kernels makes a call's outputs in C: {native_call.available() or native_call.reason()}; "
+        "'through Python __call__' is the same call entered in Python, not in C (the path before the C entry); "
         "'outputs from Python' is the same kernel through the same call path with torch.empty_like's outputs",
         "",
         "| op | " + " | ".join(names) + " | exported == kernels |",

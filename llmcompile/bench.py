@@ -105,8 +105,11 @@ def bench_one(
     ceiling_tbs: float | None = None,
     check: Callable[[list[list[torch.Tensor]]], str | None] | None = None,
     graph: bool = True,
+    rounds: int = 1,
 ) -> list[BenchRow]:
-    """Time ours and each baseline on the same rotated input sets. A rate above 1.05x the
+    """Time ours and each baseline on the same rotated input sets; with `rounds` > 1 they take
+    turns that many times (in a rotated order) and each keeps its median round, so a slow spell
+    of the host or of the clocks falls on all of them alike. A rate above 1.05x the
     ceiling (the best of copy and read-only bandwidth, when measured; the GEMM probe for a
     compute-bound op, whose rates and `sol_tbs` are TFLOP/s) is flagged IMPOSSIBLE.
     `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
@@ -123,17 +126,24 @@ def bench_one(
         except Unavailable as e:
             impls[b] = str(e)
     rows = []
-    for name, calls in impls.items():
-        if isinstance(calls, str):
-            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, calls, spec.unit))
+    timings: dict[str, list[timing.Timing]] = {}
+    errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
+    order = [name for name in impls if name not in errors]
+    for r in range(rounds):
+        k = r % len(order) if order else 0
+        for name in order[k:] + order[:k]:
+            if name in errors:  # (failed in an earlier round)
+                continue
+            try:
+                timings.setdefault(name, []).append(timing.time_calls(impls[name], graph=graph))
+            except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
+                errors[name] = f"{type(e).__name__}: {e}"[:200]
+                torch.cuda.synchronize()
+    for name in impls:
+        if name in errors:
+            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, errors[name], spec.unit))
             continue
-        try:
-            t = timing.time_calls(calls, graph=graph)
-        except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
-            error = f"{type(e).__name__}: {e}"[:200]
-            rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, error, spec.unit))
-            torch.cuda.synchronize()
-            continue
+        t = sorted(timings[name], key=lambda x: x.median_ms)[len(timings[name]) // 2]
         bw = timing.tbs(work, t.median_ms)  # (of FLOPs: TFLOP/s)
         notes = [] if t.graph or not graph else ["no graph"]
         if bw > 1.05 * (ceiling_tbs or sol_tbs):
@@ -165,6 +175,7 @@ def run(
     copy_kernel: Callable[[torch.Tensor, torch.Tensor], object] | None = None,
     read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
     graph: bool = True,
+    rounds: int = 1,
 ) -> BenchResult:
     copies = timing.copy_bandwidths({"cute copy": copy_kernel} if copy_kernel else None)
     sol = max(copies.values())
@@ -188,7 +199,9 @@ def run(
                     progress(f"dense GEMM probe {dtype}: {result.compute[dtype]:.0f} TFLOP/s")
                 limit = ceiling = result.compute[dtype]
             for m, n in shapes if shapes is not None else spec.shapes():
-                rows = bench_one(spec, functions[op], m, n, dtype, limit, baselines, ceiling_tbs=ceiling, graph=graph)
+                rows = bench_one(
+                    spec, functions[op], m, n, dtype, limit, baselines, ceiling_tbs=ceiling, graph=graph, rounds=rounds
+                )
                 result.rows.extend(rows)
                 progress(
                     f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "

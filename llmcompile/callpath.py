@@ -3,14 +3,15 @@ and a loaded artifact are.
 
 At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
 little Python as it can: everything that depends only on (dtype, N) is decided once, in a
-`_Plan`. A call on rows (a 2-D x) finds its plan (while only one (dtype, N) has been called,
-it skips even that lookup) and makes one TVM-FFI call (`native_call`: the
-outputs allocated in C by torch's allocator, then the kernel's TVM-FFI function, the current
-stream taken in C; where no C compiler built it, the outputs are made from Python). The kernel's
-own checks, in C, refuse what does not fit (dtypes, shapes, strides, alignment) before the
-launch; a refused call is taken again on the checked path: full validation with clear errors, and copies
-where an input is not contiguous or aligned. Leading dims cost a view each way. Under
-torch.compile a call is traced into the torch.library op, which has a fake implementation.
+`_Plan`. A call on rows (a 2-D x) of a planned (dtype, N) starts and ends in C (`native_call`'s
+Entry and Caller: the plan found by x's dtype and N, the inputs seen as DLTensors, the outputs
+allocated by torch's allocator, the kernel's TVM-FFI function called on the current stream),
+with no Python at all; where no C compiler built that, the Python `__call__` finds the plan and
+makes the outputs from Python. The kernel's own checks, in C, refuse what does not fit (dtypes,
+shapes, strides, alignment) before the launch; a refused call is taken again on the checked
+path: full validation with clear errors, and copies where an input is not contiguous or
+aligned. Leading dims cost a view each way. Under torch.compile a call is traced (through the
+Python `__call__`) into the torch.library op, which has a fake implementation.
 
 This module imports torch only: a loaded artifact runs without CuTe DSL.
 """
@@ -135,12 +136,9 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
     dims = {"M": "first", "N": "last"}
     outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
     try:
-        caller = native_call.make_caller(fn, plan.arity, outs, plan.values, bound)
+        return native_call.make_caller(fn, plan.arity, outs, plan.values, bound)
     except (OSError, TypeError, ValueError):  # a dtype or scalar TVM-FFI cannot carry: Python allocates
         return None
-    if plan.one:
-        return caller
-    return lambda *ins: list(caller(*ins))
 
 
 def _fast_function(plan: _Plan) -> Callable[..., Any]:
@@ -198,12 +196,16 @@ def _kind(t: TensorDesc) -> str | None:
     return {("M", "N"): "MN", ("M",): "M", ("N",): "N"}.get(t.dims)
 
 
-class KernelFunction:
+class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
     """A compiled kernel (one per (dtype, N)) made callable on torch tensors, for one op.
 
     `compile(dtype, n)` makes a missing kernel (None: only `precompiled` ones exist, as in a
     loaded artifact). With `op_name` it is also the torch.library op `torch.ops.llmcompile.<op_name>`,
-    which torch.compile calls as one opaque kernel."""
+    which torch.compile calls as one opaque kernel.
+
+    Where `native_call` builds, a call starts in C (its `Entry`): on rows of a planned (dtype, N)
+    that plan's `Caller` runs with no Python at all; anything else comes here, to `__call__`,
+    which is also what torch.compile traces."""
 
     def __init__(
         self,
@@ -218,9 +220,7 @@ class KernelFunction:
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
         self._fast: dict[tuple[torch.dtype, int, int], Callable[..., Any]] = {}
-        # the fast function of the one (dtype, N) called so far, while there is only one
-        self._only: Callable[..., Any] | None = None
-        self._single = True
+        self._grad = False  # (where native_call builds, a field of its Entry: its C call reads it)
         self._lock = threading.Lock()
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
@@ -228,13 +228,22 @@ class KernelFunction:
         # where N is in the first tensor (attention's (M, N, D): not last); -1 where it is not named
         dims = self.spec.tensors[0].dims
         self._n_axis = dims.index("N") - len(dims) if "N" in dims else -1
-        # the differentiable call (llmcompile.autograd), taken where an input requires grad
-        self.grad_fn: Callable[..., Any] | None = None
+        self.grad_fn = None
         if op_name is not None:
             _LIB.define(f"{op_name}{_schema(self.spec)}")
             _LIB.impl(op_name, self._launch, "CUDA")
             # the op writes its outputs in place and returns nothing: that is its fake too
             torch.library.register_fake(f"llmcompile::{op_name}", lib=_LIB)(lambda *a, **k: None)
+
+    @property
+    def grad_fn(self) -> Callable[..., Any] | None:
+        """The differentiable call (llmcompile.autograd), taken where an input requires grad."""
+        return self._grad_fn
+
+    @grad_fn.setter
+    def grad_fn(self, fn: Callable[..., Any] | None) -> None:
+        self._grad_fn = fn
+        self._grad = fn is not None
 
     def compiled(self, dtype: str, n: int) -> Any:
         key = (dtype, n)
@@ -249,22 +258,12 @@ class KernelFunction:
     # ------------------------------------------------------------------ the fast call
 
     def __call__(self, *inputs: torch.Tensor, **scalars: float | int) -> torch.Tensor | list[torch.Tensor]:
-        if self.grad_fn is not None and _is_grad_enabled():
+        if self._grad and _is_grad_enabled():
             for t in inputs:  # (a loop, not any(map(...)): 0.1 us less a call)
                 if t.requires_grad:
-                    return self.grad_fn(*inputs, **scalars)
+                    return self._grad_fn(*inputs, **scalars)
         if _is_compiling():
             return self._traced_call(inputs, scalars)
-        only = self._only
-        if only is not None and not scalars:
-            # One (dtype, N) so far: its fast function alone, with no key to build (0.2-0.4 us);
-            # the kernel checks in C all that the key would (dtype, N, dims). The first call it
-            # refuses (another dtype or N, or a call for the checked path) ends the shortcut for
-            # good, so a workload that alternates shapes pays for one refusal, not one a call.
-            try:
-                return only(*inputs)
-            except (ValueError, TypeError, _NotFast):
-                self._only, self._single = None, False
         x = inputs[0]
         try:
             fast = self._fast.get((x.dtype, x.shape[-1], x.dim()))
@@ -273,17 +272,12 @@ class KernelFunction:
         if fast is None or scalars:
             return self._rows_call(inputs, scalars)
         try:
-            out = fast(*inputs)
+            return fast(*inputs)
         except (ValueError, TypeError, _NotFast):
             # the function checks in C what else can differ from call to call (dtypes, devices'
             # type, shapes, one M across all tensors, strides, 16-byte alignment) and refuses a
             # call before its launch: that call is taken again on the checked path
             return self._checked_call(inputs, scalars)
-        if self._single:
-            # (only a call made in C: a Python fast function leaves the dims to the key)
-            self._only = fast if len(self._fast) == 1 and native_call.is_function(fast) else None
-            self._single = self._only is not None
-        return out
 
     def _rows_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         """Rows with leading dims (viewed as (M, N)), or several GPUs: the plan's call with the
@@ -347,7 +341,9 @@ class KernelFunction:
         # with several GPUs each tensor's device is checked in Python (`_rows_call`): the C
         # checks see a device's type only
         if torch.cuda.device_count() <= 1:
-            self._fast[(DTYPES[dtype], n, 2)] = _native_function(plan) or _fast_function(plan)
+            fast = self._fast[(DTYPES[dtype], n, 2)] = _native_function(plan) or _fast_function(plan)
+            if native_call.is_caller(fast):  # a call on such rows starts and ends in C
+                native_call.register(self, dtype, n, 2, fast)
 
     # ------------------------------------------------------------------ the checked call
 
@@ -460,3 +456,6 @@ class KernelFunction:
                 if not rows:
                     o.zero_()
         return _shaped(outs, lead, self._row_outputs)
+
+
+native_call.install(KernelFunction)

@@ -96,6 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         copy_kernel=copy_probe,
         read_probes=READ_PROBES,
         graph=not args.no_graph,
+        rounds=args.rounds,
     )
     paths = bench.write(result, Path(args.out), args.stem)
     print(bench.markdown(result))
@@ -475,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--no-graph", action="store_true", help="time eager calls (host time included), not CUDA graph replays"
+    )
+    s.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time the implementations in turn this many times and keep each one's median round",
     )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")

@@ -1,192 +1,602 @@
-/* The eager call of a compiled kernel with its outputs made in C.
+/* The eager call of a compiled kernel, in C: a CPython extension over TVM-FFI's C API and the
+ * DLPack exchange API torch puts on its Tensor type (`__dlpack_c_exchange_api__`).
  *
- * From Python, a call is: allocate the outputs (torch.empty_like, 2-4 us of host time on the
- * H100 machine), then call the kernel's TVM-FFI function (6.5 us, most of it the launch). The
- * allocation alone costs more from Python than torch's whole dispatch does in C++. Here one
- * TVM-FFI function takes the inputs, allocates the outputs through the tensor allocator the
- * Python call installs (torch's caching allocator, from the inputs' DLPack exchange API),
- * calls the kernel and returns them; TVM-FFI hands them back to Python as torch tensors.
+ * From Python, a call costs a Python method, torch.empty_like for each output (1.8-4 us of host
+ * time on the H100 machine) and tvm_ffi.Function's call, which turns each torch tensor into an
+ * owning DLPack tensor and then a TVM-FFI Tensor (two heap objects a tensor) and turns a returned
+ * tensor back the same way. Here one C function does the call: each input seen as a DLTensor on
+ * the stack (no allocation), each output allocated by torch's allocator and wrapped as a torch
+ * tensor once, torch's current stream set for the kernel, the kernel's TVM-FFI function called
+ * with DLTensor pointers.
  *
- * `llmcompile_make_caller(fn, n_in, n_out, [src, dims, code, bits] * n_out, n_bound, bound...,
- * n_vals, vals...)` returns such a function for one kernel: output i has the shape of input
- * `src` (dims 0), only its first dim (1) or only its last (2), and the dtype (code, bits); the
- * `bound` tensors (a kernel's workspace) follow the outputs, then the scalars. Anything it cannot
- * take is refused before any allocation with a TypeError or ValueError, as the kernel's own
- * checks refuse, so the caller's Python path can take the call again. */
+ * `Caller` is that call for one kernel: `make_caller(fn, n_in, specs, values, bound)`; output i
+ * has the shape of input `src` (dims 0), only its first dim (1) or only its last (2) and the dtype
+ * (code, bits); the `bound` tensors (a kernel's workspace) follow the outputs, then the scalars.
+ * What it cannot take is refused before any allocation with a TypeError or ValueError, as the
+ * kernel's own checks refuse, so the caller's Python path can take the call again.
+ *
+ * `Entry` is the base of the Python class of a torch-facing kernel function (callpath's
+ * KernelFunction). Its call finds the Caller planned for x's (dtype, dims, N) in a small table and
+ * runs it; it hands anything else to the class's Python `__call__` (grads, keywords, a shape not
+ * planned yet) and a call the kernel refuses to the class's `_checked_call`.
+ * `install(cls)` makes a call of a `cls` instance reach this C call while `cls.__call__` stays the
+ * Python function, the one torch.compile traces (dynamo reads the class's `__call__`, never the
+ * type slot). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include <dlpack/dlpack.h>
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
-enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8 };
+enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8, MAX_PY_ARGS = 16 };
+enum { MAX_ARGS = 2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES };
 enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2 };
 /* the kernels index with int32: their launchers check it too, this keeps such calls off */
 static const int64_t MAX_ELEMS = (int64_t)1 << 31;
 
+static const DLPackExchangeAPI* api = NULL; /* torch's, found by the first make_caller */
+static PyTypeObject* tensor_type = NULL;    /* torch.Tensor */
+
+/* ------------------------------------------------------------------ errors */
+
+/* The error TVM-FFI holds raised, as the Python exception of the same name where there is one. */
+static void raise_ffi_error(void) {
+  TVMFFIObjectHandle err = NULL;
+  const TVMFFIErrorCell* cell;
+  PyObject *kind, *message, *type;
+  TVMFFIErrorMoveFromRaised(&err);
+  if (err == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the kernel call failed");
+    return;
+  }
+  cell = (const TVMFFIErrorCell*)((const char*)err + sizeof(TVMFFIObject));
+  kind = PyUnicode_DecodeUTF8(cell->kind.data, (Py_ssize_t)cell->kind.size, "replace");
+  message = PyUnicode_DecodeUTF8(cell->message.data, (Py_ssize_t)cell->message.size, "replace");
+  TVMFFIObjectDecRef(err);
+  if (kind == NULL || message == NULL) goto done;
+  if (PyUnicode_CompareWithASCIIString(kind, "EnvErrorAlreadySet") == 0 && PyErr_Occurred())
+    goto done; /* a Python callback's exception, still set */
+  type = PyDict_GetItemWithError(PyEval_GetBuiltins(), kind);
+  if (type != NULL && PyType_Check(type) && PyType_IsSubtype((PyTypeObject*)type, (PyTypeObject*)PyExc_Exception))
+    PyErr_SetObject(type, message);
+  else if (!PyErr_Occurred())
+    PyErr_Format(PyExc_RuntimeError, "%U: %U", kind, message);
+done:
+  Py_XDECREF(kind);
+  Py_XDECREF(message);
+}
+
+static void set_alloc_error(void* ctx, const char* kind, const char* message) {
+  (void)ctx;
+  PyErr_Format(strcmp(kind, "MemoryError") == 0 ? PyExc_MemoryError : PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+/* ------------------------------------------------------------------ Caller */
+
 typedef struct {
-  TVMFFIObjectHandle fn;
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* fn; /* the tvm_ffi.Function: it holds the handle */
+  TVMFFIObjectHandle handle;
   int32_t n_in, n_out, n_bound, n_vals;
   int32_t src[MAX_TENSORS], dims[MAX_TENSORS];
   DLDataType dtype[MAX_TENSORS];
-  TVMFFIAny bound[MAX_BOUND];
+  PyObject* bound[MAX_BOUND];
   TVMFFIAny vals[MAX_VALUES];
 } Caller;
 
-static int refuse(const char* kind, const char* message) {
-  TVMFFIErrorSetRaisedFromCStr(kind, message);
-  return -1;
-}
+static PyTypeObject CallerType;
 
-static DLTensor* tensor_of(const TVMFFIAny* a) {
-  if (a->type_index == kTVMFFIDLTensorPtr) return (DLTensor*)a->v_ptr;
-  if (a->type_index == kTVMFFITensor) return (DLTensor*)((char*)a->v_obj + sizeof(TVMFFIObject));
+static PyObject* refuse(PyObject* type, const char* message) {
+  PyErr_SetString(type, message);
   return NULL;
 }
 
-static int caller_call(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
-  const Caller* c = (const Caller*)self;
-  TVMFFIAny packed[2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES];
-  TVMFFIObjectHandle outs[MAX_TENSORS];
-  int32_t i, j;
-  if (nargs != c->n_in) return refuse("TypeError", "wrong number of inputs for this kernel");
-  for (i = 0; i < nargs; ++i) {
-    if (tensor_of(&args[i]) == NULL) return refuse("TypeError", "every input must be a tensor");
-    packed[i] = args[i];
+static int view_of(PyObject* obj, DLTensor* out) {
+  if (!PyObject_TypeCheck(obj, tensor_type)) {
+    PyErr_SetString(PyExc_TypeError, "every input must be a torch tensor");
+    return -1;
   }
+  return api->dltensor_from_py_object_no_sync(obj, out);
+}
+
+static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t nargs) {
+  DLTensor dl[2 * MAX_TENSORS + MAX_BOUND];
+  TVMFFIAny packed[MAX_ARGS];
+  PyObject* outs[MAX_TENSORS];
+  TVMFFIAny ret;
+  TVMFFIStreamHandle prev = NULL;
+  int32_t i, j, n_tensors, rc, on_stream = 0;
+  DLDevice dev;
+  if (nargs != c->n_in) return refuse(PyExc_TypeError, "wrong number of inputs for this kernel");
+  for (i = 0; i < c->n_in; ++i)
+    if (view_of(args[i], &dl[i]) != 0) return NULL;
   {
-    const DLTensor* x = tensor_of(&args[0]);
     int64_t numel = 1;
-    for (j = 0; j < x->ndim; ++j) numel *= x->shape[j];
-    if (x->ndim < 1 || numel <= 0 || numel >= MAX_ELEMS)
-      return refuse("ValueError", "an empty or too large input is not a fast call");
+    for (j = 0; j < dl[0].ndim; ++j) numel *= dl[0].shape[j];
+    if (dl[0].ndim < 1 || numel <= 0 || numel >= MAX_ELEMS)
+      return refuse(PyExc_ValueError, "an empty or too large input is not a fast call");
   }
+  dev = dl[0].device;
   for (i = 0; i < c->n_out; ++i) {
-    const DLTensor* s = tensor_of(&args[c->src[i]]);
+    const DLTensor* s = &dl[c->src[i]];
     DLTensor proto;
+    DLManagedTensorVersioned* made = NULL;
+    void* obj = NULL;
     memset(&proto, 0, sizeof(proto));
     proto.device = s->device;
     proto.ndim = c->dims[i] == DIMS_ALL ? s->ndim : 1;
     proto.dtype = c->dtype[i];
     proto.shape = c->dims[i] == DIMS_LAST ? s->shape + (s->ndim - 1) : s->shape;
-    if (TVMFFIEnvTensorAlloc(&proto, &outs[i]) != 0) {
-      for (j = 0; j < i; ++j) TVMFFIObjectDecRef(outs[j]);
-      return -1;
+    if (api->managed_tensor_allocator(&proto, &made, NULL, set_alloc_error) != 0 ||
+        api->managed_tensor_to_py_object_no_sync(made, &obj) != 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, "the output could not be allocated");
+      goto fail;
     }
-    packed[nargs + i].type_index = kTVMFFITensor;
-    packed[nargs + i].zero_padding = 0;
-    packed[nargs + i].v_obj = (TVMFFIObject*)outs[i];
+    outs[i] = (PyObject*)obj;
+    if (api->dltensor_from_py_object_no_sync(obj, &dl[c->n_in + i]) != 0) {
+      ++i;
+      goto fail;
+    }
   }
-  for (i = 0; i < c->n_bound; ++i) packed[nargs + c->n_out + i] = c->bound[i];
-  for (i = 0; i < c->n_vals; ++i) packed[nargs + c->n_out + c->n_bound + i] = c->vals[i];
+  for (j = 0; j < c->n_bound; ++j)
+    if (view_of(c->bound[j], &dl[c->n_in + c->n_out + j]) != 0) goto fail;
+  n_tensors = c->n_in + c->n_out + c->n_bound;
+  for (j = 0; j < n_tensors; ++j) {
+    packed[j].type_index = kTVMFFIDLTensorPtr;
+    packed[j].zero_padding = 0;
+    packed[j].v_ptr = &dl[j];
+  }
+  for (j = 0; j < c->n_vals; ++j) packed[n_tensors + j] = c->vals[j];
+  if (dev.device_type != kDLCPU) {
+    /* the kernel launches on TVM-FFI's stream for the device: torch's current one, for this call */
+    void* stream = NULL;
+    if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) goto fail;
+    if (TVMFFIEnvSetStream(dev.device_type, dev.device_id, stream, &prev) != 0) {
+      raise_ffi_error();
+      goto fail;
+    }
+    on_stream = 1;
+  }
+  memset(&ret, 0, sizeof(ret));
+  ret.type_index = kTVMFFINone;
+  rc = TVMFFIFunctionCall(c->handle, packed, n_tensors + c->n_vals, &ret);
+  if (on_stream && TVMFFIEnvSetStream(dev.device_type, dev.device_id, prev, NULL) != 0 && rc == 0) {
+    raise_ffi_error();
+    goto fail;
+  }
+  if (rc != 0) {
+    raise_ffi_error();
+    goto fail;
+  }
+  if (ret.type_index >= kTVMFFIStaticObjectBegin && ret.v_obj != NULL) TVMFFIObjectDecRef(ret.v_obj);
+  if (c->n_out == 1) return outs[0];
   {
-    TVMFFIAny ret;
-    memset(&ret, 0, sizeof(ret));
-    ret.type_index = kTVMFFINone;
-    if (TVMFFIFunctionCall(c->fn, packed, nargs + c->n_out + c->n_bound + c->n_vals, &ret) != 0) {
-      for (j = 0; j < c->n_out; ++j) TVMFFIObjectDecRef(outs[j]);
-      return -1; /* the kernel's error stays raised */
-    }
+    PyObject* list = PyList_New(c->n_out);
+    if (list == NULL) goto fail;
+    for (j = 0; j < c->n_out; ++j) PyList_SET_ITEM(list, j, outs[j]); /* the list takes them */
+    return list;
   }
-  if (c->n_out == 1) {
-    result->type_index = kTVMFFITensor;
-    result->zero_padding = 0;
-    result->v_obj = (TVMFFIObject*)outs[0];
-    return 0;
-  }
-  {
-    /* several outputs: a TVM-FFI Array of them, made by TVM-FFI's own constructor */
-    static TVMFFIObjectHandle array_ctor = NULL;
-    TVMFFIByteArray name = {"ffi.Array", 9};
-    int rc;
-    if (array_ctor == NULL && TVMFFIFunctionGetGlobal(&name, &array_ctor) != 0) {
-      for (j = 0; j < c->n_out; ++j) TVMFFIObjectDecRef(outs[j]);
-      return -1;
-    }
-    rc = TVMFFIFunctionCall(array_ctor, packed + nargs, c->n_out, result);
-    for (j = 0; j < c->n_out; ++j) TVMFFIObjectDecRef(outs[j]); /* the array holds them now */
-    return rc;
-  }
+fail:
+  for (j = 0; j < i && j < c->n_out; ++j) Py_DECREF(outs[j]);
+  return NULL;
 }
 
-static void caller_free(void* self) {
+static PyObject* caller_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) return refuse(PyExc_TypeError, "a kernel call takes no keywords");
+  return caller_invoke((Caller*)self, args, PyVectorcall_NARGS(nargsf));
+}
+
+static int caller_traverse(PyObject* self, visitproc visit, void* arg) {
   Caller* c = (Caller*)self;
   int32_t i;
-  for (i = 0; i < c->n_bound; ++i) TVMFFIObjectDecRef(c->bound[i].v_obj);
-  if (c->fn != NULL) TVMFFIObjectDecRef(c->fn);
-  free(c);
-}
-
-static int as_int(const TVMFFIAny* a, int32_t* out) {
-  if (a->type_index != kTVMFFIInt && a->type_index != kTVMFFIBool) return -1;
-  *out = (int32_t)a->v_int64;
+  Py_VISIT(c->fn);
+  for (i = 0; i < c->n_bound; ++i) Py_VISIT(c->bound[i]);
   return 0;
 }
 
-int __tvm_ffi_llmcompile_make_caller(void* self, const TVMFFIAny* args, int32_t nargs, TVMFFIAny* result) {
-  Caller* c;
-  TVMFFIObjectHandle fn_out;
-  int32_t i, k, code, bits;
-  (void)self;
-  if (nargs < 4 || args[0].type_index != kTVMFFIFunction)
-    return refuse("TypeError", "make_caller(fn, n_in, n_out, specs..., n_vals, vals...)");
-  c = (Caller*)calloc(1, sizeof(Caller));
-  if (c == NULL) return refuse("MemoryError", "make_caller: out of host memory");
-  if (as_int(&args[1], &c->n_in) || as_int(&args[2], &c->n_out) || c->n_in < 1 || c->n_in > MAX_TENSORS ||
-      c->n_out < 1 || c->n_out > MAX_TENSORS || nargs < 4 + 4 * c->n_out) {
-    free(c);
-    return refuse("ValueError", "make_caller: bad tensor counts");
+static int caller_clear(PyObject* self) {
+  Caller* c = (Caller*)self;
+  int32_t i;
+  Py_CLEAR(c->fn);
+  c->handle = NULL;
+  for (i = 0; i < c->n_bound; ++i) Py_CLEAR(c->bound[i]);
+  c->n_bound = 0;
+  return 0;
+}
+
+static void caller_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  caller_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject CallerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmcompile_native.Caller",
+    .tp_basicsize = sizeof(Caller),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "One kernel's eager call: caller(*inputs) -> output, or a list of outputs.",
+    .tp_vectorcall_offset = offsetof(Caller, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = caller_traverse,
+    .tp_clear = caller_clear,
+    .tp_dealloc = caller_dealloc,
+};
+
+/* torch's exchange API, found once: the caller's allocations and tensor views go through it */
+static int find_api(void) {
+  PyObject *torch, *type, *capsule;
+  const DLPackExchangeAPI* found;
+  if (api != NULL) return 0;
+  torch = PyImport_ImportModule("torch");
+  if (torch == NULL) return -1;
+  type = PyObject_GetAttrString(torch, "Tensor");
+  Py_DECREF(torch);
+  if (type == NULL) return -1;
+  capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+  if (capsule == NULL) {
+    Py_DECREF(type);
+    return -1;
   }
-  k = 3;
-  for (i = 0; i < c->n_out; ++i, k += 4) {
-    if (as_int(&args[k], &c->src[i]) || as_int(&args[k + 1], &c->dims[i]) || as_int(&args[k + 2], &code) ||
-        as_int(&args[k + 3], &bits) || c->src[i] < 0 || c->src[i] >= c->n_in || c->dims[i] < DIMS_ALL ||
+  found = (const DLPackExchangeAPI*)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  Py_DECREF(capsule);
+  if (found == NULL) {
+    Py_DECREF(type);
+    return -1;
+  }
+  if (found->header.version.major != DLPACK_MAJOR_VERSION || found->managed_tensor_allocator == NULL ||
+      found->managed_tensor_to_py_object_no_sync == NULL || found->dltensor_from_py_object_no_sync == NULL ||
+      found->current_work_stream == NULL) {
+    Py_DECREF(type);
+    PyErr_SetString(PyExc_OSError, "torch's DLPack exchange API is not one this call can use");
+    return -1;
+  }
+  tensor_type = (PyTypeObject*)type; /* held for the process */
+  api = found;
+  return 0;
+}
+
+static int as_int32(PyObject* o, int32_t* out) {
+  long v = PyLong_AsLong(o);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = (int32_t)v;
+  return 0;
+}
+
+static PyObject* make_caller(PyObject* module, PyObject* args) {
+  PyObject *fn, *specs, *values, *bound, *chandle;
+  int n_in;
+  Caller* c;
+  Py_ssize_t i, n;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OiO!O!O!", &fn, &n_in, &PyTuple_Type, &specs, &PyTuple_Type, &values, &PyTuple_Type,
+                        &bound))
+    return NULL;
+  if (find_api() != 0) return NULL;
+  chandle = PyObject_CallMethod(fn, "__chandle__", NULL);
+  if (chandle == NULL) return NULL;
+  {
+    void* h = PyLong_AsVoidPtr(chandle);
+    Py_DECREF(chandle);
+    if (h == NULL || ((TVMFFIObject*)h)->type_index != kTVMFFIFunction)
+      return PyErr_Occurred() ? NULL : refuse(PyExc_TypeError, "make_caller: fn must be a TVM-FFI function");
+    n = PyTuple_GET_SIZE(specs);
+    if (n_in < 1 || n_in > MAX_TENSORS || n < 1 || n > MAX_TENSORS)
+      return refuse(PyExc_ValueError, "make_caller: bad tensor counts");
+    if (PyTuple_GET_SIZE(bound) > MAX_BOUND) return refuse(PyExc_ValueError, "make_caller: bad bound tensor count");
+    if (PyTuple_GET_SIZE(values) > MAX_VALUES) return refuse(PyExc_ValueError, "make_caller: bad scalar count");
+    c = PyObject_GC_New(Caller, &CallerType);
+    if (c == NULL) return NULL;
+    c->vectorcall = caller_vectorcall;
+    c->handle = h;
+  }
+  Py_INCREF(fn);
+  c->fn = fn;
+  c->n_in = n_in;
+  c->n_out = (int32_t)n;
+  c->n_bound = 0;
+  c->n_vals = 0;
+  for (i = 0; i < n; ++i) {
+    PyObject* s = PyTuple_GET_ITEM(specs, i);
+    int32_t code, bits;
+    if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 4 || as_int32(PyTuple_GET_ITEM(s, 0), &c->src[i]) ||
+        as_int32(PyTuple_GET_ITEM(s, 1), &c->dims[i]) || as_int32(PyTuple_GET_ITEM(s, 2), &code) ||
+        as_int32(PyTuple_GET_ITEM(s, 3), &bits) || c->src[i] < 0 || c->src[i] >= n_in || c->dims[i] < DIMS_ALL ||
         c->dims[i] > DIMS_LAST) {
-      free(c);
-      return refuse("ValueError", "make_caller: bad output spec");
+      PyErr_Clear();
+      Py_DECREF(c);
+      return refuse(PyExc_ValueError, "make_caller: bad output spec");
     }
     c->dtype[i].code = (uint8_t)code;
     c->dtype[i].bits = (uint8_t)bits;
     c->dtype[i].lanes = 1;
   }
-  if (nargs < k + 1 || as_int(&args[k], &c->n_bound) || c->n_bound < 0 || c->n_bound > MAX_BOUND ||
-      nargs < k + 2 + c->n_bound) {
-    free(c);
-    return refuse("ValueError", "make_caller: bad bound tensor count");
-  }
-  for (i = 0; i < c->n_bound; ++i) {
-    if (args[k + 1 + i].type_index != kTVMFFITensor) {
-      free(c);
-      return refuse("TypeError", "make_caller: bound arguments must be tensors");
+  for (i = 0; i < PyTuple_GET_SIZE(bound); ++i) {
+    PyObject* t = PyTuple_GET_ITEM(bound, i);
+    if (!PyObject_TypeCheck(t, tensor_type)) {
+      Py_DECREF(c);
+      return refuse(PyExc_TypeError, "make_caller: bound arguments must be torch tensors");
     }
+    Py_INCREF(t);
+    c->bound[c->n_bound++] = t;
   }
-  k += 1 + c->n_bound;
-  if (as_int(&args[k], &c->n_vals) || c->n_vals < 0 || c->n_vals > MAX_VALUES || nargs != k + 1 + c->n_vals) {
-    free(c);
-    return refuse("ValueError", "make_caller: bad scalar count");
-  }
-  for (i = 0; i < c->n_vals; ++i) {
-    const TVMFFIAny* v = &args[k + 1 + i];
-    if (v->type_index != kTVMFFIInt && v->type_index != kTVMFFIFloat && v->type_index != kTVMFFIBool) {
-      free(c);
-      return refuse("TypeError", "make_caller: scalars must be ints or floats");
+  for (i = 0; i < PyTuple_GET_SIZE(values); ++i) {
+    PyObject* v = PyTuple_GET_ITEM(values, i);
+    TVMFFIAny* a = &c->vals[i];
+    memset(a, 0, sizeof(*a));
+    if (PyBool_Check(v)) {
+      a->type_index = kTVMFFIBool;
+      a->v_int64 = v == Py_True;
+    } else if (PyLong_Check(v)) {
+      a->type_index = kTVMFFIInt;
+      a->v_int64 = PyLong_AsLongLong(v);
+    } else if (PyFloat_Check(v)) {
+      a->type_index = kTVMFFIFloat;
+      a->v_float64 = PyFloat_AS_DOUBLE(v);
+    } else {
+      Py_DECREF(c);
+      return refuse(PyExc_TypeError, "make_caller: scalars must be ints or floats");
     }
-    c->vals[i] = *v;
+    if (PyErr_Occurred()) {
+      Py_DECREF(c);
+      return NULL;
+    }
+    c->n_vals = (int32_t)i + 1;
   }
-  /* from here on the caller owns references: caller_free releases them */
-  for (i = 0; i < c->n_bound; ++i) {
-    c->bound[i] = args[k - c->n_bound + i];
-    TVMFFIObjectIncRef(c->bound[i].v_obj);
+  PyObject_GC_Track((PyObject*)c);
+  return (PyObject*)c;
+}
+
+/* ------------------------------------------------------------------ Entry */
+
+enum { MAX_SHAPES = 32 };
+
+typedef struct {
+  PyObject_HEAD
+  int32_t n_calls;
+  char grad; /* the op is differentiable: inputs that require grad go to Python */
+  uint64_t keys[MAX_SHAPES];
+  PyObject* calls[MAX_SHAPES]; /* the Caller of each planned (dtype, N, dims of x) */
+} Entry;
+
+static PyObject* is_grad_enabled = NULL; /* torch.is_grad_enabled */
+static PyObject* dunder_call = NULL;     /* "__call__", interned */
+static PyObject* requires_grad = NULL;   /* "requires_grad", interned */
+static PyObject* checked_call = NULL;    /* "_checked_call", interned */
+
+/* what a Caller is planned for: x's dtype, its number of dims and its last dim */
+static uint64_t key_of(uint8_t code, uint8_t bits, int32_t ndim, int64_t n) {
+  return ((uint64_t)code << 56) | ((uint64_t)bits << 48) | ((uint64_t)(uint8_t)ndim << 40) | ((uint64_t)n & 0xFFFFFFFFFFull);
+}
+
+static int wants_grad(PyObject* args) {
+  PyObject* on = PyObject_CallNoArgs(is_grad_enabled);
+  Py_ssize_t i;
+  if (on == NULL) return -1;
+  Py_DECREF(on);
+  if (on != Py_True) return 0;
+  for (i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+    PyObject* r = PyObject_GetAttr(PyTuple_GET_ITEM(args, i), requires_grad);
+    int yes;
+    if (r == NULL) {
+      PyErr_Clear(); /* not a tensor: the Caller refuses it */
+      continue;
+    }
+    yes = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (yes != 0) return yes;
   }
-  c->fn = args[0].v_obj;
-  TVMFFIObjectIncRef(c->fn);
-  if (TVMFFIFunctionCreate(c, caller_call, caller_free, &fn_out) != 0) {
-    caller_free(c);
-    return -1;
-  }
-  result->type_index = kTVMFFIFunction;
-  result->zero_padding = 0;
-  result->v_obj = (TVMFFIObject*)fn_out;
   return 0;
+}
+
+/* The Python `__call__` of the instance's class (install() saw that it has one). */
+static PyObject* entry_python_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  PyObject* stack[MAX_PY_ARGS + 1];
+  PyObject *call, *out;
+  Py_ssize_t i, n = PyTuple_GET_SIZE(args);
+  call = PyObject_GetAttr((PyObject*)Py_TYPE(self), dunder_call);
+  if (call == NULL) return NULL;
+  if (n > MAX_PY_ARGS) {
+    PyObject* with_self = PyTuple_New(n + 1);
+    if (with_self == NULL) {
+      Py_DECREF(call);
+      return NULL;
+    }
+    Py_INCREF(self);
+    PyTuple_SET_ITEM(with_self, 0, self);
+    for (i = 0; i < n; ++i) {
+      Py_INCREF(PyTuple_GET_ITEM(args, i));
+      PyTuple_SET_ITEM(with_self, i + 1, PyTuple_GET_ITEM(args, i));
+    }
+    out = PyObject_Call(call, with_self, kwargs);
+    Py_DECREF(with_self);
+  } else {
+    stack[0] = self;
+    for (i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    out = PyObject_VectorcallDict(call, stack, (size_t)n + 1, kwargs);
+  }
+  Py_DECREF(call);
+  return out;
+}
+
+/* The Caller planned for x's (dtype, dims, N), or NULL (no Python error set). */
+static Caller* planned(Entry* e, PyObject* args) {
+  DLTensor x;
+  uint64_t key;
+  int32_t i;
+  if (PyTuple_GET_SIZE(args) < 1 || !PyObject_TypeCheck(PyTuple_GET_ITEM(args, 0), tensor_type)) return NULL;
+  if (api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(args, 0), &x) != 0 || x.ndim < 1) {
+    PyErr_Clear();
+    return NULL;
+  }
+  key = key_of(x.dtype.code, x.dtype.bits, x.ndim, x.shape[x.ndim - 1]);
+  for (i = 0; i < e->n_calls; ++i)
+    if (e->keys[i] == key) return (Caller*)e->calls[i];
+  return NULL;
+}
+
+static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  Entry* e = (Entry*)self;
+  Caller* c;
+  PyObject* out;
+  int grad;
+  if (is_grad_enabled == NULL) return refuse(PyExc_TypeError, "Entry: no class installed");
+  if (e->n_calls == 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0)) return entry_python_call(self, args, kwargs);
+  grad = e->grad ? wants_grad(args) : 0;
+  if (grad < 0) return NULL;
+  c = grad ? NULL : planned(e, args);
+  if (c == NULL) return entry_python_call(self, args, kwargs);
+  out = caller_invoke(c, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args));
+  if (out != NULL || !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)))
+    return out;
+  /* the kernel's checks refused what else differs from call to call (dtypes of the other
+   * tensors, strides, alignment, one M across them): the checked path takes the call */
+  PyErr_Clear();
+  {
+    PyObject* no_scalars = PyDict_New();
+    if (no_scalars == NULL) return NULL;
+    out = PyObject_CallMethodObjArgs(self, checked_call, args, no_scalars, NULL);
+    Py_DECREF(no_scalars);
+    return out;
+  }
+}
+
+static PyObject* entry_set_call(PyObject* self, PyObject* args) {
+  Entry* e = (Entry*)self;
+  int code, bits, ndim;
+  long long n;
+  PyObject* caller;
+  uint64_t key;
+  int32_t i;
+  if (!PyArg_ParseTuple(args, "iiiLO!", &code, &bits, &ndim, &n, &CallerType, &caller)) return NULL;
+  key = key_of((uint8_t)code, (uint8_t)bits, ndim, n);
+  for (i = 0; i < e->n_calls; ++i) {
+    if (e->keys[i] == key) {
+      Py_INCREF(caller);
+      Py_SETREF(e->calls[i], caller);
+      Py_RETURN_TRUE;
+    }
+  }
+  if (e->n_calls == MAX_SHAPES) Py_RETURN_FALSE; /* that (dtype, N) keeps to the Python call */
+  Py_INCREF(caller);
+  e->keys[e->n_calls] = key;
+  e->calls[e->n_calls++] = caller;
+  Py_RETURN_TRUE;
+}
+
+static PyObject* entry_clear_calls(PyObject* self, PyObject* unused) {
+  Entry* e = (Entry*)self;
+  (void)unused;
+  while (e->n_calls > 0) Py_CLEAR(e->calls[--e->n_calls]);
+  Py_RETURN_NONE;
+}
+
+static PyObject* entry_c_calls(PyObject* self, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLong(((Entry*)self)->n_calls);
+}
+
+static int entry_traverse(PyObject* self, visitproc visit, void* arg) {
+  Entry* e = (Entry*)self;
+  int32_t i;
+  for (i = 0; i < e->n_calls; ++i) Py_VISIT(e->calls[i]);
+  return 0;
+}
+
+static int entry_clear(PyObject* self) {
+  Py_XDECREF(entry_clear_calls(self, NULL));
+  return 0;
+}
+
+static void entry_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  entry_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static PyMemberDef entry_members[] = {
+    {"_grad", T_BOOL, offsetof(Entry, grad), 0, "inputs that require grad take the Python call"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef entry_methods[] = {
+    {"_set_call", entry_set_call, METH_VARARGS,
+     "_set_call(code, bits, ndim, n, caller): calls on an x of that dtype, dims and last dim run caller in C; "
+     "False where the table is full"},
+    {"_clear_calls", entry_clear_calls, METH_NOARGS, "forget every Caller"},
+    {"_c_calls", entry_c_calls, METH_NOARGS, "how many (dtype, dims, N) a call runs in C"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmcompile_native.Entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The C call of a kernel function class; see install().",
+    .tp_new = PyType_GenericNew,
+    .tp_call = entry_call,
+    .tp_members = entry_members,
+    .tp_methods = entry_methods,
+    .tp_traverse = entry_traverse,
+    .tp_clear = entry_clear,
+    .tp_dealloc = entry_dealloc,
+};
+
+static PyObject* install(PyObject* module, PyObject* args) {
+  PyObject *cls, *grad, *call;
+  PyTypeObject* type;
+  int is_function;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &cls, &grad)) return NULL;
+  type = (PyTypeObject*)cls;
+  if (!PyType_IsSubtype(type, &EntryType) || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE))
+    return refuse(PyExc_TypeError, "install: the class must be a Python subclass of Entry");
+  call = PyObject_GetAttr(cls, dunder_call);
+  if (call == NULL) return NULL;
+  is_function = PyFunction_Check(call);
+  Py_DECREF(call);
+  if (!is_function) return refuse(PyExc_TypeError, "install: the class must define __call__ in Python");
+  Py_INCREF(grad);
+  Py_XSETREF(is_grad_enabled, grad);
+  /* The class's own `__call__` made the slot call that Python function; the slot now runs the C
+   * call, which hands to that function what it does not take. Reassigning `cls.__call__` would
+   * undo this (and leave a correct, slower class). */
+  type->tp_call = entry_call;
+  PyType_Modified(type);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"make_caller", make_caller, METH_VARARGS, "make_caller(fn, n_in, specs, values, bound) -> Caller"},
+    {"install", install, METH_VARARGS, "install(cls, torch.is_grad_enabled): cls instances call through C"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "llmcompile_native", "The eager call of a compiled kernel, in C.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit_llmcompile_native(void) {
+  PyObject* m;
+  if (PyType_Ready(&CallerType) < 0 || PyType_Ready(&EntryType) < 0) return NULL;
+  requires_grad = PyUnicode_InternFromString("requires_grad");
+  checked_call = PyUnicode_InternFromString("_checked_call");
+  dunder_call = PyUnicode_InternFromString("__call__");
+  if (requires_grad == NULL || checked_call == NULL || dunder_call == NULL) return NULL;
+  m = PyModule_Create(&module_def);
+  if (m == NULL) return NULL;
+  Py_INCREF(&CallerType);
+  Py_INCREF(&EntryType);
+  if (PyModule_AddObject(m, "Caller", (PyObject*)&CallerType) < 0 ||
+      PyModule_AddObject(m, "Entry", (PyObject*)&EntryType) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
 }

@@ -1,15 +1,20 @@
-"""The eager call with its outputs allocated in C (`native_call.c`), built once per machine.
+"""The eager call of a compiled kernel in C (`native_call.c`, a CPython extension), built once per
+machine with its C compiler.
 
-`make_caller(fn, n_in, outs, values, bound)` wraps a kernel's TVM-FFI function into one that
-takes the inputs only and returns the outputs as torch tensors, allocated by torch's caching
-allocator from C. Where no C compiler or TVM-FFI header is at hand the build fails once, `reason()` says
-why, and callers keep allocating from Python.
+`make_caller(fn, n_in, outs, values, bound)` wraps a kernel's TVM-FFI function into a `Caller`
+that takes the inputs only and returns the outputs as torch tensors, allocated by torch's caching
+allocator from C. `entry_base()` is the base class of callpath's KernelFunction and `install(cls)`
+makes a call of its instances start in C. Where no C compiler, Python header or TVM-FFI is at hand
+the build fails once, `reason()` says why, and callers keep to Python: `entry_base()` is then a
+plain class and `install` does nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 SOURCE = Path(__file__).resolve().parent / "native_call.c"
+MODULE = "llmcompile_native"  # PyInit_llmcompile_native in the C file
 _failure: list[str] = []
 
 
@@ -36,6 +42,10 @@ class OutputSpec:
     dtype: str  # a torch dtype's name: "bfloat16", "float32", "int64", ...
 
 
+class _PythonEntry:
+    """The base of a kernel function class where the C extension is not built: calls stay in Python."""
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("LLMCOMPILE_CACHE", Path.home() / ".cache" / "llmcompile"))
 
@@ -43,10 +53,11 @@ def cache_dir() -> Path:
 def _library_path() -> Path:
     import tvm_ffi
 
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter's ABI, e.g. .cpython-312-x86_64-linux-gnu.so
     key = hashlib.sha256(
-        SOURCE.read_bytes() + tvm_ffi.__version__.encode() + str(sysconfig.get_platform()).encode()
+        SOURCE.read_bytes() + tvm_ffi.__version__.encode() + sysconfig.get_platform().encode() + suffix.encode()
     ).hexdigest()[:16]
-    return cache_dir() / f"native_call-{key}.so"
+    return cache_dir() / f"{MODULE}-{key}{suffix}"
 
 
 def build(path: Path) -> None:
@@ -56,31 +67,43 @@ def build(path: Path) -> None:
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         raise OSError("no C compiler (cc or gcc on PATH, or CC)")
+    python = Path(sysconfig.get_paths()["include"])
+    if not (python / "Python.h").is_file():
+        raise OSError(f"no Python.h in {python} (the Python development headers)")
     lib = Path(tvm_ffi.libinfo.find_libtvm_ffi())
     include = Path(tvm_ffi.libinfo.find_include_path())
     dlpack = Path(tvm_ffi.libinfo.find_dlpack_include_path())
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = Path(tmp) / path.name
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c11", f"-I{include}", f"-I{dlpack}", "-o", str(out), str(SOURCE)]
-        cmd += [str(lib), f"-Wl,-rpath,{lib.parent}"]
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c11", f"-I{python}", f"-I{include}", f"-I{dlpack}"]
+        cmd += ["-o", str(out), str(SOURCE), str(lib), f"-Wl,-rpath,{lib.parent}"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise OSError(f"cc failed: {(done.stderr or done.stdout)[-800:]}")
         os.replace(out, path)
 
 
-@functools.cache
-def _make_caller() -> Any:
-    """TVM-FFI's handle on `llmcompile_make_caller`, or None (the reason kept for `reason()`)."""
-    try:
-        import tvm_ffi
+def load(path: Path) -> Any:
+    """The extension module at `path`."""
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+    if spec is None:
+        raise OSError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
+
+@functools.cache
+def _module() -> Any:
+    """The extension, or None (the reason kept for `reason()`)."""
+    try:
         path = _library_path()
         if not path.is_file():
             build(path)
-        return tvm_ffi.load_module(str(path)).get_function("llmcompile_make_caller")
-    except Exception as e:  # any failure means the Python allocation path, never a failed call
+        return load(path)
+    except Exception as e:  # any failure means the Python call path, never a failed call
         _failure.append(f"{type(e).__name__}: {e}")
         return None
 
@@ -94,8 +117,14 @@ def is_function(fn: Any) -> bool:
     return isinstance(fn, tvm_ffi.Function)
 
 
+def is_caller(fn: Any) -> bool:
+    """A call made by `make_caller` (what `Entry`'s C call runs)."""
+    module = _module()
+    return module is not None and isinstance(fn, module.Caller)
+
+
 def available() -> bool:
-    return _make_caller() is not None
+    return _module() is not None
 
 
 def reason() -> str | None:
@@ -103,18 +132,45 @@ def reason() -> str | None:
     return _failure[0] if _failure else None
 
 
+def entry_base() -> type:
+    """The base class of a kernel function: the C `Entry` where the extension is built."""
+    module = _module()
+    return _PythonEntry if module is None else module.Entry
+
+
+def install(cls: type) -> None:
+    """Calls of `cls` instances start in C (where `cls` derives from the C `Entry`); `cls.__call__`
+    stays the Python function that takes what the C call does not, and what torch.compile traces."""
+    module = _module()
+    if module is not None and issubclass(cls, module.Entry):
+        import torch
+
+        module.install(cls, torch.is_grad_enabled)
+
+
+def register(entry: Any, dtype: str, n: int, ndim: int, caller: Any) -> bool:
+    """Calls of `entry` (an `Entry`) on an x of `dtype`, `ndim` dims and last dim `n` run `caller`
+    in C; False where its table is full (such calls keep to the Python call)."""
+    import tvm_ffi
+
+    dt = tvm_ffi.dtype(dtype)
+    return bool(entry._set_call(dt.type_code, dt.bits, ndim, n, caller))
+
+
 def make_caller(
     fn: Any, n_in: int, outs: list[OutputSpec], values: tuple[float | int, ...] = (), bound: tuple[Any, ...] = ()
 ) -> Any:
-    """`fn(*inputs, *outputs, *bound, *values)` as `caller(*inputs) -> output | Array of outputs`;
+    """`fn(*inputs, *outputs, *bound, *values)` as `caller(*inputs) -> output | list of outputs`;
     `bound` tensors (a workspace) are held by the caller for its lifetime."""
     import tvm_ffi
 
-    make = _make_caller()
-    if make is None:
+    module = _module()
+    if module is None:
         raise OSError(f"the C call is not available: {reason()}")
-    specs: list[int] = []
+    if not is_function(fn):
+        raise TypeError(f"make_caller: fn must be a TVM-FFI function, got {type(fn).__name__}")
+    specs = []
     for o in outs:
         dt = tvm_ffi.dtype(o.dtype)
-        specs += [o.src, DIMS.index(o.dims), dt.type_code, dt.bits]
-    return make(fn, n_in, len(outs), *specs, len(bound), *bound, len(values), *values)
+        specs.append((o.src, DIMS.index(o.dims), dt.type_code, dt.bits))
+    return module.make_caller(fn, n_in, tuple(specs), tuple(values), tuple(bound))

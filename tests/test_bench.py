@@ -77,3 +77,33 @@ def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.
     )
     assert events == ["ours call", "timed", "quack call", "timed", "check", "settle"]
     assert "WRONG TIMED OUTPUT: row 3 differs" in rows[0].note and not rows[1].note
+
+
+def test_rounds_take_turns_and_each_keeps_its_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With rounds, ours and each baseline are timed in turn (in a rotated order) and each row is
+    its median round; a baseline that fails in a round is reported, not retried."""
+    from llmcompile import timing
+    from llmcompile.ops import get_op
+
+    order: list[str] = []
+    times = {"llmcompile": iter([3.0, 1.0, 2.0]), "quack": iter([5.0, 4.0, 6.0])}
+    monkeypatch.setattr(bench, "input_sets", lambda *a, **k: [["x"]])
+    monkeypatch.setitem(bench.BASELINES, "quack", lambda spec, s, sc: lambda: "quack")
+    monkeypatch.setitem(bench.BASELINES, "eager", lambda spec, s, sc: lambda: "eager")
+
+    def fake_time(calls, graph=True):
+        name = calls[0]() or "llmcompile"
+        order.append(name)
+        if name == "eager":
+            raise RuntimeError("no kernel")
+        t = next(times[name])
+        return timing.Timing(t, t, 1, graph)
+
+    monkeypatch.setattr(timing, "time_calls", fake_time)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)  # (after the failure; no GPU here)
+    rows = bench.bench_one(
+        get_op("softmax"), lambda *s: None, 4, 1024, "bfloat16", 3.0, ["quack", "eager"], graph=False, rounds=3
+    )
+    assert order == ["llmcompile", "quack", "eager", "quack", "llmcompile", "llmcompile", "quack"]
+    assert [r.ms for r in rows[:2]] == [2.0, 5.0]
+    assert rows[2].tbs is None and "RuntimeError: no kernel" in rows[2].note

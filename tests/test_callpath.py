@@ -202,8 +202,8 @@ def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() ->
     from llmcompile import native_call
 
     assert native_call.available(), native_call.reason()
-    assert native_call.is_function(fn._fast[(torch.bfloat16, 1024, 2)])
-    assert native_call.is_function(ce._fast[(torch.bfloat16, 4096, 2)])
+    assert native_call.is_caller(fn._fast[(torch.bfloat16, 1024, 2)])
+    assert native_call.is_caller(ce._fast[(torch.bfloat16, 4096, 2)])
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # the env stream TVM-FFI sets is the caller's current one
         on_side = fn(rows, w)

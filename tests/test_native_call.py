@@ -3,6 +3,9 @@ driven through TVM-FFI on CPU tensors (torch's allocator serves them as it serve
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
 import pytest
 import torch
 
@@ -20,6 +23,19 @@ def _built() -> None:
         pytest.fail(f"native_call did not build on this machine: {native_call.reason()}")
 
 
+def _torch(t: object) -> torch.Tensor:
+    """A torch tensor over the memory of a tensor a kernel was handed: the C call hands DLTensor
+    views (what a compiled kernel reads), which a Python stand-in reads by address (CPU only)."""
+    dtype = getattr(torch, str(t.dtype))
+    size = t.numel() * torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_byte * size).from_address(t.data_ptr())
+    return torch.frombuffer(buf, dtype=dtype).view(tuple(t.shape))
+
+
+def _tensors(args: tuple) -> list[torch.Tensor]:
+    return [_torch(a) for a in args if isinstance(a, tvm_ffi.Tensor)]
+
+
 class _Kernel:
     """Stands in for a compiled kernel: writes out = x * 2 + the scalars, rows = row sums."""
 
@@ -32,8 +48,7 @@ class _Kernel:
         self.calls.append(args)
         if self.refuse:
             raise ValueError("Mismatched Tensor on argument #0")
-        x = torch.from_dlpack(args[0])
-        outs = [torch.from_dlpack(a) for a in args if isinstance(a, tvm_ffi.Tensor)][self.n_in :]
+        x, outs = _torch(args[0]), _tensors(args)[self.n_in :]
         scalars = [a for a in args if not isinstance(a, tvm_ffi.Tensor)]
         for o in outs:
             if o.dim() == 2:
@@ -69,7 +84,7 @@ def test_calls_it_cannot_take_are_refused_before_any_allocation() -> None:
     call = native_call.make_caller(tvm_ffi.convert(k), 1, [OutputSpec(0, "all", "float32")])
     with pytest.raises(TypeError, match="number of inputs"):
         call(torch.randn(2, 4), torch.randn(2, 4))
-    with pytest.raises(TypeError, match="must be a tensor"):
+    with pytest.raises(TypeError, match="must be a torch tensor"):
         call(3)
     with pytest.raises(ValueError, match="empty or too large"):
         call(torch.empty(0, 4))
@@ -91,7 +106,7 @@ def test_a_kernel_function_calls_a_tvm_ffi_kernel_through_c() -> None:
     k = _Kernel(n_in=2)
     fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: tvm_ffi.convert(k))
     fn._plan("float32", 16)
-    assert isinstance(fn._fast[(torch.float32, 16, 2)], tvm_ffi.Function)
+    assert native_call.is_caller(fn._fast[(torch.float32, 16, 2)])
     x, w = torch.randn(4, 16), torch.randn(16)
     out = fn(x, w)
     assert isinstance(out, torch.Tensor) and out.shape == (4, 16)
@@ -109,49 +124,26 @@ def test_a_call_the_kernel_refuses_in_c_is_taken_again_on_the_checked_path() -> 
     assert len(k.calls) == 1
 
 
-def test_one_shape_so_far_skips_the_lookup_and_a_second_ends_that_for_good() -> None:
-    """While one (dtype, N) has been called, a call goes straight to its C function (no key
-    built); the first call that function refuses turns that off, and the call still lands."""
-    calls: list[int] = []
-
-    def kernel(x: object, out: object) -> None:  # refuses what the compiled kernel's C checks would
-        t = torch.from_dlpack(x)
-        if t.dim() != 2 or t.shape[-1] != 16:
-            raise ValueError("Mismatched Tensor on argument #0")
-        calls.append(t.shape[0])
-        torch.from_dlpack(out).copy_(t * 2)
-
-    fn = KernelFunction(get_op("softmax"), lambda dtype, n: tvm_ffi.convert(kernel))
-    fn._plan("float32", 16)
-    x = torch.randn(4, 16)
-    assert torch.equal(fn(x), x * 2) and fn._only is fn._fast[(torch.float32, 16, 2)]
-    assert torch.equal(fn(x[:3]), x[:3] * 2) and calls == [4, 3] and fn._only is not None
-    with pytest.raises(OpError, match="CUDA device"):  # N = 8: refused in C, then the checked path
-        fn(torch.randn(4, 8))
-    assert fn._only is None and not fn._single
-    assert torch.equal(fn(x), x * 2) and calls == [4, 3, 4] and fn._only is None  # the keyed call
-
-
 def test_python_stand_ins_keep_the_python_allocation() -> None:
     fn = KernelFunction(get_op("softmax"), lambda dtype, n: _Kernel())
     fn._plan("float32", 16)
-    assert not isinstance(fn._fast[(torch.float32, 16, 2)], tvm_ffi.Function)
+    assert not native_call.is_caller(fn._fast[(torch.float32, 16, 2)])
 
 
 def test_the_library_is_built_once_into_the_cache(tmp_path) -> None:  # noqa: ANN001
     path = tmp_path / "nc.so"
     native_call.build(path)
     assert path.is_file() and not [p for p in tmp_path.iterdir() if p != path]  # no temporary left
-    mod = tvm_ffi.load_module(str(path))
-    assert mod.get_function("llmcompile_make_caller") is not None
+    mod = native_call.load(path)
+    assert mod.Caller is not None and mod.Entry is not None
 
 
 def test_a_bound_workspace_follows_the_outputs_and_per_column_outputs_take_n() -> None:
     seen: list[tuple] = []
 
     def kernel(x: object, colsum: object, ws: object, scale: float) -> None:
-        seen.append((x, colsum, ws, scale))
-        torch.from_dlpack(colsum).copy_(torch.from_dlpack(x).sum(0) * scale)
+        seen.append((x, colsum, ws.data_ptr(), scale))  # (views: valid during the call only)
+        _torch(colsum).copy_(_torch(x).sum(0) * scale)
 
     ws = torch.zeros(32)
     call = native_call.make_caller(tvm_ffi.convert(kernel), 1, [OutputSpec(0, "last", "float32")], (3.0,), (ws,))
@@ -161,7 +153,7 @@ def test_a_bound_workspace_follows_the_outputs_and_per_column_outputs_take_n() -
     out = call(x)
     assert out.shape == (8,) and torch.allclose(out, x.sum(0) * 3)
     ((_, _, got_ws, scale),) = seen
-    assert torch.from_dlpack(got_ws).data_ptr() == ws_ptr and scale == 3.0
+    assert got_ws == ws_ptr and scale == 3.0
 
 
 def test_a_kernel_with_a_workspace_binds_the_one_its_checked_call_made() -> None:
@@ -175,9 +167,121 @@ def test_a_kernel_with_a_workspace_binds_the_one_its_checked_call_made() -> None
     wrapped = WithWorkspace(tvm_ffi.convert(kernel), 6, 64)
     fn = KernelFunction(get_op("rmsnorm_bwd"), lambda dtype, n: wrapped)
     fn._plan("float32", 16)  # no checked call yet: no workspace to bind, Python allocates
-    assert not isinstance(fn._fast[(torch.float32, 16, 2)], tvm_ffi.Function)
+    assert not native_call.is_caller(fn._fast[(torch.float32, 16, 2)])
     wrapped.buffers["cpu"] = torch.empty(64)
     fn._plans.clear()
     fn._plan("float32", 16)
     dx, dw = fn(torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.rand(4))
     assert dx.shape == (4, 16) and dw.shape == (16,) and calls == [7]  # 4 inputs, 2 outputs, the workspace
+
+
+def _doubling(calls: list[int]) -> object:
+    """A stand-in softmax kernel at N = 16 that refuses what the compiled kernel's checks would."""
+
+    def kernel(x: object, out: object) -> None:
+        t = _torch(x)
+        if t.dim() != 2 or t.shape[-1] != 16:
+            raise ValueError("Mismatched Tensor on argument #0")
+        calls.append(t.shape[0])
+        _torch(out).copy_(t * 2)
+
+    return tvm_ffi.convert(kernel)
+
+
+def _python_calls(fn: object, *args: object) -> tuple[object, list[str]]:
+    """fn(*args), and the Python functions of llmcompile that ran during the call."""
+    ran: list[str] = []
+
+    def profile(frame, event, arg) -> None:  # noqa: ANN001
+        if event == "call" and "llmcompile" in frame.f_code.co_filename:
+            ran.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = fn(*args)
+    except OpError as e:  # (the checked path's word on a CPU tensor)
+        out = e
+    finally:
+        sys.setprofile(None)
+    return out, ran
+
+
+def test_every_planned_shape_is_called_in_c_with_no_python() -> None:
+    calls: list[int] = []
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling(calls))
+    fn._plan("float32", 16)
+    fn._plan("float32", 8)  # (the stand-in refuses it: the checked path's word follows)
+    assert fn._c_calls() == 2
+    x = torch.randn(4, 16)
+    out, ran = _python_calls(fn, x)
+    assert torch.equal(out, x * 2) and ran == []
+    out, ran = _python_calls(fn, x[:3])  # another M: the same plan
+    assert torch.equal(out, x[:3] * 2) and ran == [] and calls == [4, 3]
+    with pytest.raises(OpError, match="CUDA device"):  # refused in C, then the checked path
+        fn(torch.randn(4, 8))
+    out, ran = _python_calls(fn, x)  # a refusal changes nothing for the shapes that fit
+    assert torch.equal(out, x * 2) and ran == [] and calls == [4, 3, 4]
+    refused, ran = _python_calls(fn, x.double())  # a dtype not planned: the Python call
+    assert isinstance(refused, OpError) and ran[0] == "__call__"
+    fn._plans.clear()
+    fn._plan("float32", 16)  # planned again: the same entry, replaced
+    assert fn._c_calls() == 2
+    # the class's __call__ stays a Python function: what torch.compile traces
+    assert type(KernelFunction.__dict__["__call__"]).__name__ == "function"
+
+
+def test_a_call_not_yet_planned_plans_its_shape_for_c() -> None:
+    calls: list[int] = []
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling(calls))
+    assert fn._c_calls() == 0
+    with pytest.raises(OpError, match="CUDA device"):  # the first call: the checked path (CPU here)
+        fn(torch.randn(4, 16))
+    assert fn._c_calls() == 0 and not calls  # nothing planned from a call that did not run
+
+
+def test_inputs_that_require_grad_and_keywords_take_the_python_call() -> None:
+    calls: list[int] = []
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling(calls))
+    fn._plan("float32", 16)
+    grads: list[int] = []
+    fn.grad_fn = lambda *ins, **kw: grads.append(len(ins)) or "differentiable"
+    x = torch.randn(4, 16)
+    w = x.clone().requires_grad_()
+    assert fn(w) == "differentiable" and grads == [1]
+    with torch.no_grad():
+        out, ran = _python_calls(fn, w)  # no grad wanted: the C call
+    assert torch.equal(out, x * 2) and ran == []
+    fn.grad_fn = None
+    out, ran = _python_calls(fn, w.detach())
+    assert ran == [] and calls == [4, 4]
+    with pytest.raises(OpError, match="takes no argument"):  # keywords: the checked path's word
+        fn(x, beta=2.0)
+    out, ran = _python_calls(fn, x)
+    assert ran == [] and calls == [4, 4, 4]
+
+
+def test_torch_compile_traces_the_python_call_into_the_op() -> None:
+    """The C slot does not hide the call from dynamo: fullgraph tracing reaches the torch.library op."""
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling([]), op_name="test_native_entry_softmax")
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example: list) -> object:
+        graphs.append(gm)
+        return lambda *args: (torch.zeros(4, 16),)  # the op has a CUDA kernel only: the graph is not run
+
+    torch.compile(lambda t: fn(t), backend=backend, fullgraph=True)(torch.randn(4, 16))
+    (gm,) = graphs
+    assert "torch.ops.llmcompile.test_native_entry_softmax" in gm.code
+
+
+def test_an_installed_class_hands_what_c_does_not_take_to_its_own_python_call() -> None:
+    class Other(native_call.entry_base()):  # (a second class beside KernelFunction)
+        def __call__(self, *args: object, **kwargs: object) -> tuple:
+            return ("python", args, kwargs)
+
+    native_call.install(Other)
+    many = tuple(range(20))  # past the C call's stack of arguments
+    assert Other()(1, k=2) == ("python", (1,), {"k": 2})
+    assert Other()(*many) == ("python", many, {})
+    with pytest.raises(TypeError, match="define __call__ in Python"):
+        native_call.install(type("NoCall", (native_call.entry_base(),), {}))

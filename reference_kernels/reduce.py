@@ -585,11 +585,8 @@ def _column_partition(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
 def _stage_columns(ctx: RowContext, mV: cute.Tensor, sV: cute.Tensor):
     """cp.async this CTA's slice of `mV` into `sV`: the threads of the CTA's first row cover
     it, since every row of the CTA needs the same columns."""
-    # cp.async moves 4, 8 or 16 bytes: a narrower vector (16-bit scalars at odd N) goes through
-    # registers; columns_end's barrier orders it as it orders the async copy
-    is_async = const_expr(ctx.tiling.vec * mV.element_type.width >= 32)
     if ctx.tidx < ctx.tiling.threads_per_row:
-        cute.copy(copy_atom(mV.element_type, ctx.tiling.vec, is_async=is_async), _column_partition(ctx, mV), sV,
+        cute.copy(copy_atom(mV.element_type, ctx.tiling.vec, is_async=True), _column_partition(ctx, mV), sV,
                   pred=ctx.pred)  # fmt: skip
 
 

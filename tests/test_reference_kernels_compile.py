@@ -117,18 +117,6 @@ def test_row_loop_compiles(op: str, knobs: dict, capfd: pytest.CaptureFixture[st
             assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {knobs} {mode} {dtype} N={n}\n{text[-1500:]}"
 
 
-@pytest.mark.parametrize("op", ["layernorm_bwd", "rmsnorm_bwd"])
-def test_norm_backward_stages_w_at_odd_n(op: str) -> None:
-    """w staged in shared memory (columns "smem") at an odd 16-bit N moves 2-byte vectors, which
-    cp.async cannot: they go through registers (the H100's row-loop tests caught the build failing)."""
-    from reference_kernels.reduce import RowKnobs
-
-    spec = BUILTIN[op]
-    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
-    entry = type(mod.launch)(RowKnobs(row_loop=4, stage_smem=True, columns="smem"))
-    assert contract.compile_entry(entry, spec, "bfloat16", 5001, workspace=contract.workspace_of(mod)) is not None
-
-
 def test_too_much_shared_memory_is_a_clear_error() -> None:
     """Knobs whose buffers pass what a CTA may have (half an fp32 row staged beside weight
     and bias in shared memory) fail when compiled, naming the limit, not on the GPU."""

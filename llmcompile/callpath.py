@@ -220,7 +220,6 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
         self._fast: dict[tuple[torch.dtype, int, int], Callable[..., Any]] = {}
-        self._grad = False  # (where native_call builds, a field of its Entry: its C call reads it)
         self._lock = threading.Lock()
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
@@ -243,7 +242,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
     @grad_fn.setter
     def grad_fn(self, fn: Callable[..., Any] | None) -> None:
         self._grad_fn = fn
-        self._grad = fn is not None
+        self._grad = fn is not None  # (where native_call builds, a field of its Entry: its C call reads it)
 
     def compiled(self, dtype: str, n: int) -> Any:
         key = (dtype, n)

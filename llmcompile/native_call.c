@@ -33,7 +33,7 @@
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
-enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8, MAX_PY_ARGS = 16 };
+enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8 };
 enum { MAX_ARGS = 2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES };
 enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2 };
 /* the kernels index with int32: their launchers check it too, this keeps such calls off */
@@ -394,32 +394,12 @@ static int wants_grad(PyObject* args) {
   return 0;
 }
 
-/* The Python `__call__` of the instance's class (install() saw that it has one). */
+/* The Python `__call__` of the instance's class (install() saw that it has one), bound to it. */
 static PyObject* entry_python_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  PyObject* stack[MAX_PY_ARGS + 1];
-  PyObject *call, *out;
-  Py_ssize_t i, n = PyTuple_GET_SIZE(args);
-  call = PyObject_GetAttr((PyObject*)Py_TYPE(self), dunder_call);
+  PyObject* call = PyObject_GetAttr(self, dunder_call);
+  PyObject* out;
   if (call == NULL) return NULL;
-  if (n > MAX_PY_ARGS) {
-    PyObject* with_self = PyTuple_New(n + 1);
-    if (with_self == NULL) {
-      Py_DECREF(call);
-      return NULL;
-    }
-    Py_INCREF(self);
-    PyTuple_SET_ITEM(with_self, 0, self);
-    for (i = 0; i < n; ++i) {
-      Py_INCREF(PyTuple_GET_ITEM(args, i));
-      PyTuple_SET_ITEM(with_self, i + 1, PyTuple_GET_ITEM(args, i));
-    }
-    out = PyObject_Call(call, with_self, kwargs);
-    Py_DECREF(with_self);
-  } else {
-    stack[0] = self;
-    for (i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
-    out = PyObject_VectorcallDict(call, stack, (size_t)n + 1, kwargs);
-  }
+  out = PyObject_Call(call, args, kwargs);
   Py_DECREF(call);
   return out;
 }
@@ -429,11 +409,12 @@ static Caller* planned(Entry* e, PyObject* args) {
   DLTensor x;
   uint64_t key;
   int32_t i;
-  if (PyTuple_GET_SIZE(args) < 1 || !PyObject_TypeCheck(PyTuple_GET_ITEM(args, 0), tensor_type)) return NULL;
-  if (api->dltensor_from_py_object_no_sync(PyTuple_GET_ITEM(args, 0), &x) != 0 || x.ndim < 1) {
-    PyErr_Clear();
+  if (PyTuple_GET_SIZE(args) < 1) return NULL;
+  if (view_of(PyTuple_GET_ITEM(args, 0), &x) != 0) {
+    PyErr_Clear(); /* not a tensor torch can show: the Python call says what is wrong */
     return NULL;
   }
+  if (x.ndim < 1) return NULL;
   key = key_of(x.dtype.code, x.dtype.bits, x.ndim, x.shape[x.ndim - 1]);
   for (i = 0; i < e->n_calls; ++i)
     if (e->keys[i] == key) return (Caller*)e->calls[i];

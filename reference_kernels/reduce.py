@@ -753,30 +753,35 @@ class ReductionScratch:
         return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase, ctx.prefetch)
 
 
-def allocate_scratch(smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int) -> ReductionScratch:
+def allocate_scratch(
+    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int, stages: int | None = None
+) -> ReductionScratch:
     """One buffer whose slot (row, (warp, rank), stage) holds the `arity` values side by
-    side (padded to a vector width), so a warp sends each peer one vector."""
+    side (padded to a vector width), so a warp sends each peer one vector. `stages`: the
+    tiling's unless given (see `row_reduce_send`)."""
+    stages = stages or tiling.stages
     width = _vector_width(arity)
     layout = cute.make_ordered_layout(
-        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), tiling.stages, width),
+        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), stages, width),
         order=(3, (1, 2), 4, 0),
     )
     buf = smem.allocate_tensor(Float32, layout, byte_alignment=16)
     bufs = tuple(buf[None, None, None, i] for i in range(arity))
-    mbar = smem.allocate_array(cutlass.Int64, num_elems=tiling.stages) if tiling.cluster_n > 1 else None
+    mbar = smem.allocate_array(cutlass.Int64, num_elems=stages) if tiling.cluster_n > 1 else None
     view = ReductionScratch(bufs, mbar)
-    return view if tiling.stages > 1 else ReductionScratch(tuple(b[None, None, 0] for b in bufs), mbar)
+    return view if stages > 1 else ReductionScratch(tuple(b[None, None, 0] for b in bufs), mbar)
 
 
 @cute.jit
-def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int32):
+def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int32, stages: cutlass.Constexpr[int] = 0):
     """Arm each cluster reduction's mbarrier and tell the peers; `cluster_wait` must come
     before the first remote store (`row_reduce` does it), so no CTA writes into a peer
-    whose barrier is not initialised yet."""
+    whose barrier is not initialised yet. `stages` as given to `allocate_scratch` (0: the
+    tiling's)."""
     if const_expr(tiling.cluster_n > 1):
         if tidx == 0:
             for s in scratches:
-                for stage in cutlass.range_constexpr(tiling.stages):
+                for stage in cutlass.range_constexpr(max(stages, tiling.stages)):
                     cute.arch.mbarrier_init(s.mbar + stage, 1)
         cute.arch.mbarrier_init_fence()
         cute.arch.cluster_arrive_relaxed()
@@ -814,49 +819,83 @@ def across_warps(
     wpr = const_expr(tiling.warps_per_row)
     cn = const_expr(tiling.cluster_n)
     if const_expr(wpr > 1 or cn > 1):
-        lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
-        row, col = warp // wpr, warp % wpr
         if const_expr(cn == 1):
+            lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
             if lane == 0:
                 for b, v in zip(scratch.bufs, vals):
-                    b[row, (col, 0)] = v
+                    b[warp // wpr, (warp % wpr, 0)] = v
             _prefetch(scratch)
             cute.arch.barrier()
-            slots = const_expr(wpr)
         else:
             if const_expr(first_cluster_reduce and tiling.row_loop == 1):
                 cute.arch.cluster_wait()  # (for_each_row waits once, before its loop)
-            rank = cute.arch.block_idx_in_cluster()
-            width = const_expr(_vector_width(len(vals)))
-            if warp == 0:
-                with cute.arch.elect_one():
-                    nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * width)
-                    cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
-            if lane < cn:
-                b = scratch.bufs[0]
-                padded = (*vals, *([Float32(0.0)] * (width - len(vals))))
-                _remote_store(padded, b.iterator + cute.crd2idx((row, (col, rank)), b.layout), scratch.mbar, lane)
+            _send_to_peers(vals, tiling, scratch)
             _prefetch(scratch)
             cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
-            slots = const_expr(wpr * cn)
-        # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
-        # Every lane must end with the total, since every thread of the row uses it. With
-        # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of
-        # `slots` lanes holds all partials and a butterfly of that width completes it. Past
-        # 32 slots each lane first folds slots/32 of them, then the whole warp butterflies.
-        if const_expr(slots <= WARP):
-            acc = tuple(b[row, lane % slots] for b in scratch.bufs)
-        else:
-            acc = tuple(b[row, lane] for b in scratch.bufs)
-            for i in cutlass.range_constexpr(1, slots // WARP):
-                acc = combine(acc, tuple(b[row, lane + i * WARP] for b in scratch.bufs))
-        if const_expr(finish is None):
-            vals = warp_reduce(acc, combine, min(slots, WARP))
-        else:
-            vals = finish(acc, min(slots, WARP))
+        vals = _fold_slots(combine, tiling, scratch, finish)
     else:
         _prefetch(scratch)
     return vals
+
+
+@cute.jit
+def row_reduce_send(vals: tuple, combine: Callable, tiling: cutlass.Constexpr, scratch: ReductionScratch):
+    """The first half of a cluster `row_reduce` (cluster_n > 1), for a loop that overlaps one
+    row tile's reduction with the next tile's work: each warp's result is on its way to every
+    peer on return. `row_reduce_wait` on the same scratch view gives the total. A stage's
+    buffer may then be sent into again only once every peer has waited on it, which a loop
+    that sends tile i + 1 before it waits on tile i guarantees with four stages."""
+    _send_to_peers(warp_reduce(vals, combine, min(tiling.threads_per_row, WARP)), tiling, scratch)
+
+
+@cute.jit
+def row_reduce_wait(combine: Callable, tiling: cutlass.Constexpr, scratch: ReductionScratch) -> tuple:
+    """The row's total from a `row_reduce_send` on this scratch view."""
+    cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
+    return _fold_slots(combine, tiling, scratch, None)
+
+
+@cute.jit
+def _send_to_peers(vals: tuple, tiling: cutlass.Constexpr, scratch: ReductionScratch):
+    """Arm this CTA's barrier for the stage, then push this warp's `vals` to every peer (lane p
+    to peer p, itself included)."""
+    lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+    wpr = const_expr(tiling.warps_per_row)
+    cn = const_expr(tiling.cluster_n)
+    rank = cute.arch.block_idx_in_cluster()
+    width = const_expr(_vector_width(len(vals)))
+    if warp == 0:
+        with cute.arch.elect_one():
+            nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * width)
+            cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
+    if lane < cn:
+        b = scratch.bufs[0]
+        padded = (*vals, *([Float32(0.0)] * (width - len(vals))))
+        _remote_store(
+            padded, b.iterator + cute.crd2idx((warp // wpr, (warp % wpr, rank)), b.layout), scratch.mbar, lane
+        )
+
+
+@cute.jit
+def _fold_slots(combine: Callable, tiling: cutlass.Constexpr, scratch: ReductionScratch, finish: cutlass.Constexpr):
+    """The row's total from the slots every warp (and peer) wrote, in every lane."""
+    lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+    row = warp // const_expr(tiling.warps_per_row)
+    slots = const_expr(tiling.warps_per_row * tiling.cluster_n)
+    # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
+    # Every lane must end with the total, since every thread of the row uses it. With
+    # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of
+    # `slots` lanes holds all partials and a butterfly of that width completes it. Past
+    # 32 slots each lane first folds slots/32 of them, then the whole warp butterflies.
+    if const_expr(slots <= WARP):
+        acc = tuple(b[row, lane % slots] for b in scratch.bufs)
+    else:
+        acc = tuple(b[row, lane] for b in scratch.bufs)
+        for i in cutlass.range_constexpr(1, slots // WARP):
+            acc = combine(acc, tuple(b[row, lane + i * WARP] for b in scratch.bufs))
+    if const_expr(finish is None):
+        return warp_reduce(acc, combine, min(slots, WARP))
+    return finish(acc, min(slots, WARP))
 
 
 def _prefetch(scratch: ReductionScratch) -> None:

@@ -61,8 +61,14 @@ THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
 # across the reduction; held in registers instead (unstaged: odd N at 16 bits), each value
 # of the row slice cost ~7 registers (118-122 at 16 values a thread, 240-248 at 32). Past
 # 16K, w is read from shared memory (WEIGHT_IN) and a thread takes 32 values at 512 threads
-# (128 registers) rather than 16 at 1024 (64 registers, spilling).
-ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (None, 4))
+# (128 registers) rather than 16 at 1024 (64 registers, spilling). From 64K to 128K a 16-bit row
+# takes 16 a thread again, on a cluster twice as wide (8 at 64K, 16 at 128K, as fp32 rows
+# already had): H100 bf16, TB/s at cluster 4 / 8 (64K) and 8 / 16 (128K), every variant
+# checked first (evals/results/h100-2026-11-24i, long.txt, long2.txt): layernorm 4096x65536
+# 2.208 / 2.395, rmsnorm 2.617 / 2.624; 2048x131072 with whole waves (CLUSTERS_AT_ONCE)
+# layernorm 2.170 / 2.541, rmsnorm 2.529 / 2.796. At 32K, cluster 4 lost 25% (rmsnorm 2.756 /
+# 2.064): left at 32 values. At 256K, 16 values would take 1024 threads (rmsnorm 2.781 / 2.595).
+ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (32768, 4), (131072, 8), (None, 4))
 WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
 # 16-bit rows staged in shared memory (1) or held in registers (0), by N. H100 bf16, TB/s staged /
 # in registers (QuACK), every variant checked first and all timed back to back
@@ -88,8 +94,9 @@ STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (8192, 0), (None, 
 # an SM's registers (sweep-long.txt): bf16 4096x65536 layernorm 1.924 / 1.828 (1.885), rmsnorm
 # 2.499 / 2.441 (2.166), 2048x131072 1.800 / 1.793 and 2.407 / 2.369; fp32 rmsnorm 65536 2.795 /
 # 2.665 (2.795), 131072 2.730 / 2.538 (2.457), layernorm 2.559 / 2.574 and 2.402 / 2.405.
-# (262144: not measured, left at 1.)
-STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (131072, 2), (None, 1))
+# 16-bit 256K, cluster 16 in whole waves (evals/results/h100-2026-11-24i, long.txt): rmsnorm
+# 2.752 / 2.604, layernorm 2.343 / 2.181.
+STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (None, 2))
 STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((32768, 1), (131072, 2), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
@@ -104,6 +111,27 @@ SMEM_BUDGET = 220 * 1024
 # and w 192 KiB a CTA at cluster 4, 96 KiB at 8), 4 CTAs a SM in the grid, TB/s at cluster 4 /
 # 8: rmsnorm 2.46/2.68, layernorm 1.84/2.31 (QuACK 2.79, 2.66).
 SMEM_TWO_A_SM = SMEM_BUDGET // 2
+# Whether a clustered, staged row's loop sends tile i + 1's row sums before it waits on tile
+# i's (NormBackward.overlapped_rows), by N (0: one tile's reduction at a time). A long row's CTA
+# is alone on its SM (512 threads of 83-110 registers), and each tile's reduction waited on
+# the slowest warp of the cluster with nothing else to run. Taken where three staged tiles fit
+# (bf16 at 64K and 128K; not 256K, nor fp32 past 32K). H100 bf16, TB/s overlapped / one at a
+# time, every variant checked first (evals/results/h100-2026-11-24i, long3.txt): rmsnorm
+# 4096x65536 2.763 / 2.612, 2048x131072 2.897 / 2.800; layernorm 2.493 / 2.395 and 2.912 /
+# 2.540. (More staging alone, three or four tiles one at a time, gained nothing: long2.txt.)
+OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
+# Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). A cluster
+# needs its SMs in one GPC, and the H100 runs fewer clusters of 8 or 16 at once than 132 / 8 or
+# 132 / 16 (one CTA a SM, as at these N): a grid of a few more runs a last wave almost empty.
+# H100, TB/s at the old cap (16-33 clusters of 16, by the workspace or 4 CTAs a SM) / this one,
+# every variant checked first (evals/results/h100-2026-11-24i, long*.txt, cao8.txt): bf16
+# rmsnorm 2048x131072 2.525 / 2.796, 1024x262144 2.130 / 2.604; layernorm 2.281 / 2.541 and
+# 1.677 / 2.181; fp32 rmsnorm 2.779 / 2.946 and 2.677 / 2.897, layernorm 2.584 / 2.865 and 1.656 /
+# 1.930. 8 clusters of 16 ran at 55% of copy, 7 at 95%. Of 8 (4096x65536; bf16 overlapped, fp32
+# not), at 66 (the old cap) / 14 / 15 / 30 / 16: bf16 rmsnorm 2.762 / 2.859 / 2.773 / 2.790 / 2.066,
+# layernorm 2.479 / 2.872 / 2.726 / 2.754 / 1.858; fp32 rmsnorm 2.863 / 2.937 / 2.884 / 2.873,
+# layernorm 2.767 / 2.906 / 2.839 / 2.836.
+CLUSTERS_AT_ONCE: tuple[tuple[int | None, int], ...] = ((4, 0), (8, 14), (None, 7))
 
 
 class NormBackward:
@@ -145,10 +173,22 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
+        # (the fourth stage's scratch: a slot a warp and peer, one to two fp32 vectors of 4 B each)
+        self.overlap = bool(
+            R.pick(OVERLAP, n)
+            and t.cluster_n > 1
+            and t.stage_smem
+            and self.shared_bytes(t, self.weight_in, widths, 3) + 2 * 8 * t.warps_per_row * t.cluster_n * 2
+            <= SMEM_BUDGET
+        )
+        if self.overlap:
+            self.depth = max(self.depth, 3)
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
         self.cap = max(1, min(NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
+        if R.pick(CLUSTERS_AT_ONCE, t.cluster_n):
+            self.cap = min(self.cap, R.pick(CLUSTERS_AT_ONCE, t.cluster_n))
         copy = R.row_tiled_copy(mX.element_type, t)
         grid_m = cutlass.min(cute.ceil_div(mX.shape[0], t.rows_per_cta), Int32(self.cap))
         self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy).launch(
@@ -179,6 +219,11 @@ class NormBackward:
         wider = self.knobs.cluster_n is None
         while True:
             t = R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
+            if weight_in == "smem" and t.vec * widths[2] < 32:
+                # cp.async moves 4, 8 or 16 bytes: w's narrower vectors (an odd 16-bit N) load
+                # from L2 each tile, as the forward norms do (copied through registers into shared
+                # memory instead, dx came out NaN past the first row on the H100)
+                weight_in = "late"
             need = self.shared_bytes(t, weight_in, widths)
             wide = dataclasses.replace(knobs, cluster_n=min(2 * t.cluster_n, R.MAX_CLUSTER))
             # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
@@ -232,8 +277,9 @@ class NormBackward:
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()
         smem = cutlass.memory.SmemAllocator()
-        scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1)
-        R.init_cluster_barriers((scratch,), t, tidx)
+        stages = 4 if const_expr(self.overlap) else t.stages
+        scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1, stages)
+        R.init_cluster_barriers((scratch,), t, tidx, stages)
         # one fp32 tile a column sum for folding a CTA's rows (with one row a CTA, none)
         sums = 2 if const_expr(self.bias) else 1
         sAcc = [None] * sums
@@ -263,77 +309,81 @@ class NormBackward:
             cute.arch.cluster_wait()  # every peer's barriers are armed
 
         tiles = cute.ceil_div(mX.shape[0], t.rows_per_cta)
-        # A tile staged a whole tile ahead (depth 2) is ready as its turn begins: its rstd (and
-        # mean), loaded only then, made each tile wait one memory latency more. They are loaded
-        # a tile ahead too. A depth-1 tile's copy is issued at the end of the tile before, and its
-        # scalars' latency hides behind it; rows held in registers load in their own turn and
-        # take the scalars ahead as well (rmsnorm bf16 32768x8192: 2.722, QuACK 2.718).
-        # H100, TB/s ahead / in the tile's turn (QuACK) (evals/results/h100-2026-11-24e,
-        # ahead.txt): layernorm bf16 32768x8192 2.893 / 2.641 (2.655), 16384x16384 2.824 / 2.490
-        # (2.477), 4096x65536 2.214 / 1.927 (1.898), fp32 4096x65536 2.726 / 2.559 (2.651);
-        # rmsnorm bf16 4096x65536 2.616 / 2.500 (2.159); fp32 depth 1, layernorm 16384 2.880 /
-        # 2.897.
-        ahead = const_expr(depth > 1 or not t.stage_smem)
-        stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of the tile to come
-        if const_expr(ahead):
-            _load_stats(mRstd, mMean, stats, first.row, mX.shape[0], self.bias)
-        rows, staging = (mX, mdY), (sX, sdY)
-        if const_expr(t.stage_smem):
-            for k in cutlass.range_constexpr(max(depth - 1, 1)):
-                _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
-        for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
-            ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
-            sXi = sdYi = None
-            if const_expr(t.stage_smem):
-                sXi, sdYi = R.staged_tile(sX, depth, i % depth), R.staged_tile(sdY, depth, i % depth)
-            if const_expr(t.stage_smem and depth > 1):
-                # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
-                # alone: each thread reads back only what its own copies wrote)
-                j = i + depth - 1
-                _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
-            if const_expr(not t.stage_smem):
-                tXrX = R.load_row(ctx, mX, None, 0.0)
-                tXrdY = R.load_row(ctx, mdY, None, 0.0)
+        if const_expr(self.overlap):
+            self.overlapped_rows(first, copy, tidx, tiles, (mX, mdY), (sX, sdY), mW, tXrW, mMean, mRstd, mdX,
+                                 scratch, acc_w, acc_b)  # fmt: skip
+        else:
+            # A tile staged a whole tile ahead (depth 2) is ready as its turn begins: its rstd (and
+            # mean), loaded only then, made each tile wait one memory latency more. They are loaded
+            # a tile ahead too. A depth-1 tile's copy is issued at the end of the tile before, and its
+            # scalars' latency hides behind it; rows held in registers load in their own turn and
+            # take the scalars ahead as well (rmsnorm bf16 32768x8192: 2.722, QuACK 2.718).
+            # H100, TB/s ahead / in the tile's turn (QuACK) (evals/results/h100-2026-11-24e,
+            # ahead.txt): layernorm bf16 32768x8192 2.893 / 2.641 (2.655), 16384x16384 2.824 / 2.490
+            # (2.477), 4096x65536 2.214 / 1.927 (1.898), fp32 4096x65536 2.726 / 2.559 (2.651);
+            # rmsnorm bf16 4096x65536 2.616 / 2.500 (2.159); fp32 depth 1, layernorm 16384 2.880 /
+            # 2.897.
+            ahead = const_expr(depth > 1 or not t.stage_smem)
+            stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of the tile to come
             if const_expr(ahead):
-                rstd, mean = stats[0], stats[1]
-                _load_stats(mRstd, mMean, stats, ctx.row + grid_m * t.rows_per_cta, mX.shape[0], self.bias)
-            else:
-                _load_stats(mRstd, mMean, stats, ctx.row, mX.shape[0], self.bias)
-                rstd, mean = stats[0], stats[1]
+                _load_stats(mRstd, mMean, stats, first.row, mX.shape[0], self.bias)
+            rows, staging = (mX, mdY), (sX, sdY)
             if const_expr(t.stage_smem):
-                # (two commit groups a tile: those of the tiles still ahead may stay in flight)
-                cute.arch.cp_async_wait_group(2 * (depth - 1))
-                tXrX = R.read_staged_row(ctx, sXi, 0.0)
-                tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
-            x = tXrX.load().to(Float32)
-            dy = tXrdY.load().to(Float32)
-            xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
-            # padding columns: dy reads 0, so g and every sum below get nothing from them
-            g = dy * self.weight(first, mW, tXrW)
-            if ctx.row_ok:  # (rows past M were never loaded)
-                acc_w.store(acc_w.load() + dy * xhat)
-                if const_expr(self.bias):
-                    acc_b.store(acc_b.load() + dy)
-            gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-            c2 = Float32(0.0)
-            if const_expr(self.bias):
-                gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-                c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
-            else:
-                (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
-            if const_expr(t.stage_smem):
-                # x and dy again from shared memory rather than held in registers across the
-                # reduction (its barriers keep the compiler from reusing the first reads)
-                x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
-                dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
+                for k in cutlass.range_constexpr(max(depth - 1, 1)):
+                    _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
+            for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
+                ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
+                sXi = sdYi = None
+                if const_expr(t.stage_smem):
+                    sXi, sdYi = R.staged_tile(sX, depth, i % depth), R.staged_tile(sdY, depth, i % depth)
+                if const_expr(t.stage_smem and depth > 1):
+                    # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
+                    # alone: each thread reads back only what its own copies wrote)
+                    j = i + depth - 1
+                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+                if const_expr(not t.stage_smem):
+                    tXrX = R.load_row(ctx, mX, None, 0.0)
+                    tXrdY = R.load_row(ctx, mdY, None, 0.0)
+                if const_expr(ahead):
+                    rstd, mean = stats[0], stats[1]
+                    _load_stats(mRstd, mMean, stats, ctx.row + grid_m * t.rows_per_cta, mX.shape[0], self.bias)
+                else:
+                    _load_stats(mRstd, mMean, stats, ctx.row, mX.shape[0], self.bias)
+                    rstd, mean = stats[0], stats[1]
+                if const_expr(t.stage_smem):
+                    # (two commit groups a tile: those of the tiles still ahead may stay in flight)
+                    cute.arch.cp_async_wait_group(2 * (depth - 1))
+                    tXrX = R.read_staged_row(ctx, sXi, 0.0)
+                    tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
+                x = tXrX.load().to(Float32)
+                dy = tXrdY.load().to(Float32)
                 xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+                # padding columns: dy reads 0, so g and every sum below get nothing from them
                 g = dy * self.weight(first, mW, tXrW)
-            dx = (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd
-            if const_expr(t.stage_smem and depth == 1):
-                # the next tile's rows stream in while this one's dx is written (each thread
-                # overwrites only what it has read itself)
-                _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
-            R.store_row(ctx, dx, mdX)
+                if ctx.row_ok:  # (rows past M were never loaded)
+                    acc_w.store(acc_w.load() + dy * xhat)
+                    if const_expr(self.bias):
+                        acc_b.store(acc_b.load() + dy)
+                gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+                c2 = Float32(0.0)
+                if const_expr(self.bias):
+                    gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+                    c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
+                else:
+                    (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+                if const_expr(t.stage_smem):
+                    # x and dy again from shared memory rather than held in registers across the
+                    # reduction (its barriers keep the compiler from reusing the first reads)
+                    x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
+                    dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
+                    xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+                    g = dy * self.weight(first, mW, tXrW)
+                dx = (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd
+                if const_expr(t.stage_smem and depth == 1):
+                    # the next tile's rows stream in while this one's dx is written (each thread
+                    # overwrites only what it has read itself)
+                    _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
+                R.store_row(ctx, dx, mdX)
 
         # Fold the CTA's rows' shares of each column sum (in row order, in shared memory)
         # and write them as partial row `bidx` of the workspace. The partial rows are seen
@@ -363,6 +413,101 @@ class NormBackward:
         if const_expr(self.weight_in == "late"):
             return R.load_columns(ctx, mW).load().to(Float32)
         return tXrW.load().to(Float32)
+
+    @cute.jit
+    def overlapped_rows(
+        self,
+        first: R.RowContext,
+        copy: cute.TiledCopy,
+        tidx: Int32,
+        tiles: Int32,
+        rows: tuple,
+        staging: tuple,
+        mW: cute.Tensor,
+        tXrW: cute.Tensor,
+        mMean: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        scratch: R.ReductionScratch,
+        acc_w: cute.Tensor,
+        acc_b: cute.Tensor,
+    ):
+        """The row-tile loop with each tile's cluster reduction in flight while the next tile's
+        partial sums are made and sent: tile i + 1's sums go out before tile i's total is
+        waited on, so a CTA alone on its SM has work during the round trip between the
+        peers. Three staged tiles (i, i + 1 and one in flight) and four reduction stages
+        (see R.row_reduce_send)."""
+        t = self.tiling
+        depth = self.depth
+        bidx, _, _ = cute.arch.block_idx()
+        grid_m, _, _ = cute.arch.grid_dim()
+        m = rows[0].shape[0]
+        step = grid_m * t.rows_per_cta
+        count = (tiles - bidx + grid_m - 1) // grid_m
+        for k in cutlass.range_constexpr(depth - 1):
+            _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
+        stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of tile i
+        stats_next = cute.make_rmem_tensor(2, Float32)  # of tile i + 1
+        stats_after = cute.make_rmem_tensor(2, Float32)  # of tile i + 2
+        _load_stats(mRstd, mMean, stats, first.row, m, self.bias)
+        _load_stats(mRstd, mMean, stats_next, first.row + step, m, self.bias)
+        cute.arch.cp_async_wait_group(2 * (depth - 2))  # tile 0 (the rest may stay in flight)
+        ctx = R.RowContext.make(t, copy, rows[0], tidx, bidx, 0, 0)
+        self.send_partials(ctx, staging, 0, stats, mW, tXrW, scratch, acc_w, acc_b)
+        for i in cutlass.range(count, unroll=1):
+            ctx = R.RowContext.make(t, copy, rows[0], tidx, bidx + i * grid_m, i % 4, (i // 4) % 2)
+            # into the buffer tile i - 1 was read from (by this thread alone, see _copy_tile)
+            j = i + depth - 1
+            _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+            _load_stats(mRstd, mMean, stats_after, ctx.row + 2 * step, m, self.bias)
+            if i + 1 < count:
+                k = i + 1
+                after = R.RowContext.make(t, copy, rows[0], tidx, bidx + k * grid_m, k % 4, (k // 4) % 2)
+                cute.arch.cp_async_wait_group(2 * (depth - 2))
+                self.send_partials(after, staging, k % depth, stats_next, mW, tXrW, scratch, acc_w, acc_b)
+            totals = R.row_reduce_wait(R.add, t, scratch.at(ctx))
+            c1, c2 = totals[0], Float32(0.0)
+            if const_expr(self.bias):
+                c2 = totals[1]
+            x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0).load().to(Float32)
+            dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0).load().to(Float32)
+            rstd = stats[0]
+            xhat = (x - stats[1]) * rstd if const_expr(self.bias) else x * rstd
+            g = dy * self.weight(first, mW, tXrW)
+            R.store_row(ctx, (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd, mdX)
+            stats.store(stats_next.load())
+            stats_next.store(stats_after.load())
+
+    @cute.jit
+    def send_partials(
+        self,
+        ctx: R.RowContext,
+        staging: tuple,
+        buffer: Int32,
+        stats: cute.Tensor,
+        mW: cute.Tensor,
+        tXrW: cute.Tensor,
+        scratch: R.ReductionScratch,
+        acc_w: cute.Tensor,
+        acc_b: cute.Tensor,
+    ):
+        """A staged tile's share of dw (and db) into the accumulators, and its row sums on their
+        way to the cluster (`R.row_reduce_send`)."""
+        depth = self.depth
+        x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0).load().to(Float32)
+        dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0).load().to(Float32)
+        xhat = (x - stats[1]) * stats[0] if const_expr(self.bias) else x * stats[0]
+        g = dy * self.weight(ctx, mW, tXrW)
+        if ctx.row_ok:
+            acc_w.store(acc_w.load() + dy * xhat)
+            if const_expr(self.bias):
+                acc_b.store(acc_b.load() + dy)
+        gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        if const_expr(self.bias):
+            gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+            R.row_reduce_send((gx, gs), R.add, self.tiling, scratch.at(ctx))
+        else:
+            R.row_reduce_send((gx,), R.add, self.tiling, scratch.at(ctx))
 
     @cute.kernel
     def finish(self, mPart: cute.Tensor, mOut: cute.Tensor, rows: Int32):

@@ -85,6 +85,24 @@ def test_row_loop_matches_float64_reference(op: str, n: int, knobs: dict) -> Non
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("n", (65536, 128256, 151936))
+@pytest.mark.parametrize("op", ("rmsnorm_bwd", "layernorm_bwd"))
+def test_norm_backward_overlapped_rows(op: str, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop that sends tile i + 1's row sums before it waits on tile i's, whatever the
+    tables choose: enough rows that each cluster reuses its four reduction stages several times
+    (their barriers' second phase), M not a multiple of the grid, both widths."""
+    from reference_kernels import rmsnorm_bwd
+
+    monkeypatch.setattr(rmsnorm_bwd, "OVERLAP", ((None, 1),))
+    failures = []
+    for dtype in ("bfloat16", "float32"):
+        for m in (1, 5, min(301, MAX_ELEMS // n) | 1):
+            bad = _run(op, m, n, dtype, "random", seed=m + n, knobs={"row_loop": 2})
+            if bad:
+                failures.append(f"{dtype} M={m}: {bad.describe()}")
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("op", ROW_OPS)
 def test_public_function_and_torch_library(op: str) -> None:
     """The torch-facing function takes leading batch dims, and torch.compile can call it."""

@@ -117,6 +117,23 @@ def test_row_loop_compiles(op: str, knobs: dict, capfd: pytest.CaptureFixture[st
             assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {knobs} {mode} {dtype} N={n}\n{text[-1500:]}"
 
 
+@pytest.mark.parametrize("op", ["layernorm_bwd", "rmsnorm_bwd"])
+def test_norm_backward_reads_w_late_at_odd_n(op: str) -> None:
+    """w asked for in shared memory (columns "smem") at an odd 16-bit N would move 2-byte vectors,
+    which cp.async cannot (the H100's row-loop tests caught the build failing): it is loaded from L2
+    each tile instead, and the kernel builds."""
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(RowKnobs(row_loop=4, stage_smem=True, columns="smem"))
+    widths = (16, 16, 16)
+    _, weight_in, _ = entry.plan(entry.knobs, 5001, widths, 16)
+    assert weight_in == "late"
+    assert entry.plan(entry.knobs, 5000, widths, 16)[1] == "smem"
+    assert contract.compile_entry(entry, spec, "bfloat16", 5001, workspace=contract.workspace_of(mod)) is not None
+
+
 def test_too_much_shared_memory_is_a_clear_error() -> None:
     """Knobs whose buffers pass what a CTA may have (half an fp32 row staged beside weight
     and bias in shared memory) fail when compiled, naming the limit, not on the GPU."""
@@ -224,6 +241,32 @@ def test_norm_backward_keeps_fewer_fp32_ctas_a_sm_on_short_rows() -> None:
         )
         caps[dtype] = entry.cap
     assert caps == {"bfloat16": rmsnorm_bwd.NUM_SMS * 8, "float32": rmsnorm_bwd.NUM_SMS * 4}
+
+
+@pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
+def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> None:
+    """Long clustered rows: a grid of as many clusters as the H100 runs at once (7 of 16, 14 of
+    8: one more of 16 ran at 55% of copy, evals/results/h100-2026-11-24i), and where three
+    staged tiles fit, each tile's cluster reduction overlapped with the next tile's sums."""
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    seen = {}
+    for dtype, n in (("bfloat16", 16384), ("bfloat16", 65536), ("bfloat16", 131072), ("bfloat16", 262144),
+                     ("float32", 65536)):  # fmt: skip
+        entry = type(mod.launch)(RowKnobs())
+        assert contract.compile_entry(entry, spec, dtype, n, workspace=contract.workspace_of(mod)) is not None
+        seen[dtype, n] = (entry.tiling.cluster_n, entry.overlap, entry.depth, entry.cap)
+        widths = (16 if dtype == "bfloat16" else 32,) * 3
+        need = entry.shared_bytes(entry.tiling, entry.weight_in, widths, entry.depth)
+        assert need <= rmsnorm_bwd.SMEM_BUDGET, (dtype, n, need)
+    assert seen["bfloat16", 16384][:3] == (2, False, 2)
+    assert seen["bfloat16", 65536] == (8, True, 3, 14)
+    assert seen["bfloat16", 131072] == (16, True, 3, 7)
+    assert seen["bfloat16", 262144] == (16, False, 2, 7)  # (three tiles and w: past the budget)
+    assert seen["float32", 65536] == (8, False, 2, 14)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

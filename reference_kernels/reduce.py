@@ -267,9 +267,13 @@ def resolve_with_columns(
         raise ValueError(f"columns={mode!r} must be one of {', '.join(COLUMN_MODES)}")
     arrays = 1 + columns if mode == "early" else 1
     tiling = resolve_tiling(knobs, width_bits, n, widest_bits, arrays, threads_per_row_table)
-    if mode == "smem" and tiling.vec * widest_bits < 32:
-        mode = "late"  # cp.async moves 4, 8 or 16 bytes: narrower vectors load directly
-    return tiling, mode
+    return tiling, stageable_columns(mode, tiling, widest_bits)
+
+
+def stageable_columns(mode: str, tiling: RowTiling, bits: int) -> str:
+    """`mode`, or "late" where "smem" would stage vectors of `bits`-wide elements too narrow
+    for cp.async (it moves 4, 8 or 16 bytes: an odd 16-bit N), which then load directly."""
+    return "late" if mode == "smem" and tiling.vec * bits < 32 else mode
 
 
 # --------------------------------------------------------------------------- copies
@@ -753,13 +757,19 @@ class ReductionScratch:
         return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase, ctx.prefetch)
 
 
+def scratch_bytes(tiling: RowTiling, arity: int, stages: int = 0) -> int:
+    """The fp32 slots `allocate_scratch` takes, in bytes (its barriers aside)."""
+    slots = tiling.rows_per_cta * tiling.warps_per_row * tiling.cluster_n * max(stages, tiling.stages)
+    return 4 * _vector_width(arity) * slots
+
+
 def allocate_scratch(
-    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int, stages: int | None = None
+    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int, stages: int = 0
 ) -> ReductionScratch:
     """One buffer whose slot (row, (warp, rank), stage) holds the `arity` values side by
-    side (padded to a vector width), so a warp sends each peer one vector. `stages`: the
-    tiling's unless given (see `row_reduce_send`)."""
-    stages = stages or tiling.stages
+    side (padded to a vector width), so a warp sends each peer one vector. `stages`: more
+    than the tiling's where a loop asks for them (see `row_reduce_send`)."""
+    stages = max(stages, tiling.stages)
     width = _vector_width(arity)
     layout = cute.make_ordered_layout(
         (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), stages, width),
@@ -776,8 +786,7 @@ def allocate_scratch(
 def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int32, stages: cutlass.Constexpr[int] = 0):
     """Arm each cluster reduction's mbarrier and tell the peers; `cluster_wait` must come
     before the first remote store (`row_reduce` does it), so no CTA writes into a peer
-    whose barrier is not initialised yet. `stages` as given to `allocate_scratch` (0: the
-    tiling's)."""
+    whose barrier is not initialised yet. `stages` as given to `allocate_scratch`."""
     if const_expr(tiling.cluster_n > 1):
         if tidx == 0:
             for s in scratches:

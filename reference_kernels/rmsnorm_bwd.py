@@ -120,6 +120,7 @@ SMEM_TWO_A_SM = SMEM_BUDGET // 2
 # 4096x65536 2.763 / 2.612, 2048x131072 2.897 / 2.800; layernorm 2.493 / 2.395 and 2.912 /
 # 2.540. (More staging alone, three or four tiles one at a time, gained nothing: long2.txt.)
 OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
+OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_reduce_send)
 # Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). A cluster
 # needs its SMs in one GPC, and the H100 runs fewer clusters of 8 or 16 at once than 132 / 8 or
 # 132 / 16 (one CTA a SM, as at these N): a grid of a few more runs a last wave almost empty.
@@ -173,13 +174,14 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        # (the fourth stage's scratch: a slot a warp and peer, one to two fp32 vectors of 4 B each)
+        # (SMEM_BUDGET leaves room for the tiling's reduction stages, not for the two more)
+        arity = 2 if self.bias else 1
+        extra = R.scratch_bytes(t, arity, OVERLAP_STAGES) - R.scratch_bytes(t, arity)
         self.overlap = bool(
             R.pick(OVERLAP, n)
             and t.cluster_n > 1
             and t.stage_smem
-            and self.shared_bytes(t, self.weight_in, widths, 3) + 2 * 8 * t.warps_per_row * t.cluster_n * 2
-            <= SMEM_BUDGET
+            and self.shared_bytes(t, self.weight_in, widths, 3) + extra <= SMEM_BUDGET
         )
         if self.overlap:
             self.depth = max(self.depth, 3)
@@ -187,8 +189,9 @@ class NormBackward:
         partials = 2 if self.bias else 1
         per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
         self.cap = max(1, min(NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
-        if R.pick(CLUSTERS_AT_ONCE, t.cluster_n):
-            self.cap = min(self.cap, R.pick(CLUSTERS_AT_ONCE, t.cluster_n))
+        at_once = R.pick(CLUSTERS_AT_ONCE, t.cluster_n)
+        if at_once:
+            self.cap = min(self.cap, at_once)
         copy = R.row_tiled_copy(mX.element_type, t)
         grid_m = cutlass.min(cute.ceil_div(mX.shape[0], t.rows_per_cta), Int32(self.cap))
         self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy).launch(
@@ -219,11 +222,9 @@ class NormBackward:
         wider = self.knobs.cluster_n is None
         while True:
             t = R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
-            if weight_in == "smem" and t.vec * widths[2] < 32:
-                # cp.async moves 4, 8 or 16 bytes: w's narrower vectors (an odd 16-bit N) load
-                # from L2 each tile, as the forward norms do (copied through registers into shared
-                # memory instead, dx came out NaN past the first row on the H100)
-                weight_in = "late"
+            # (copied through registers into shared memory instead, dx came out NaN past the
+            # first row on the H100)
+            weight_in = R.stageable_columns(weight_in, t, widths[2])
             need = self.shared_bytes(t, weight_in, widths)
             wide = dataclasses.replace(knobs, cluster_n=min(2 * t.cluster_n, R.MAX_CLUSTER))
             # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
@@ -277,7 +278,7 @@ class NormBackward:
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()
         smem = cutlass.memory.SmemAllocator()
-        stages = 4 if const_expr(self.overlap) else t.stages
+        stages = OVERLAP_STAGES if const_expr(self.overlap) else t.stages
         scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1, stages)
         R.init_cluster_barriers((scratch,), t, tidx, stages)
         # one fp32 tile a column sum for folding a CTA's rows (with one row a CTA, none)
@@ -357,9 +358,8 @@ class NormBackward:
                     tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
                 x = tXrX.load().to(Float32)
                 dy = tXrdY.load().to(Float32)
-                xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
                 # padding columns: dy reads 0, so g and every sum below get nothing from them
-                g = dy * self.weight(first, mW, tXrW)
+                xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
                 if ctx.row_ok:  # (rows past M were never loaded)
                     acc_w.store(acc_w.load() + dy * xhat)
                     if const_expr(self.bias):
@@ -376,9 +376,8 @@ class NormBackward:
                     # reduction (its barriers keep the compiler from reusing the first reads)
                     x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
                     dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
-                    xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
-                    g = dy * self.weight(first, mW, tXrW)
-                dx = (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd
+                    xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
+                dx = self.dx(xhat, g, c1, c2, rstd)
                 if const_expr(t.stage_smem and depth == 1):
                     # the next tile's rows stream in while this one's dx is written (each thread
                     # overwrites only what it has read itself)
@@ -413,6 +412,17 @@ class NormBackward:
         if const_expr(self.weight_in == "late"):
             return R.load_columns(ctx, mW).load().to(Float32)
         return tXrW.load().to(Float32)
+
+    @cute.jit
+    def xhat_g(self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, mW: cute.Tensor, tXrW: cute.Tensor):
+        """The normalized row and dy * w (mean used with `bias` alone)."""
+        xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+        return xhat, dy * self.weight(ctx, mW, tXrW)
+
+    @cute.jit
+    def dx(self, xhat, g, c1: Float32, c2: Float32, rstd: Float32):
+        """dx from the row sums c1 = sum(g * xhat) and c2 = sum(g) (0 without `bias`)."""
+        return (g - xhat * (c1 * (1.0 / self.tiling.n)) - c2 * (1.0 / self.tiling.n)) * rstd
 
     @cute.jit
     def overlapped_rows(
@@ -471,10 +481,8 @@ class NormBackward:
                 c2 = totals[1]
             x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0).load().to(Float32)
             dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0).load().to(Float32)
-            rstd = stats[0]
-            xhat = (x - stats[1]) * rstd if const_expr(self.bias) else x * rstd
-            g = dy * self.weight(first, mW, tXrW)
-            R.store_row(ctx, (g - xhat * (c1 * (1.0 / t.n)) - c2 * (1.0 / t.n)) * rstd, mdX)
+            xhat, g = self.xhat_g(first, x, dy, stats[0], stats[1], mW, tXrW)
+            R.store_row(ctx, self.dx(xhat, g, c1, c2, stats[0]), mdX)
             stats.store(stats_next.load())
             stats_next.store(stats_after.load())
 
@@ -496,8 +504,7 @@ class NormBackward:
         depth = self.depth
         x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0).load().to(Float32)
         dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0).load().to(Float32)
-        xhat = (x - stats[1]) * stats[0] if const_expr(self.bias) else x * stats[0]
-        g = dy * self.weight(ctx, mW, tXrW)
+        xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
         if ctx.row_ok:
             acc_w.store(acc_w.load() + dy * xhat)
             if const_expr(self.bias):

@@ -360,10 +360,7 @@ class NormBackward:
                 dy = tXrdY.load().to(Float32)
                 # padding columns: dy reads 0, so g and every sum below get nothing from them
                 xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
-                if ctx.row_ok:  # (rows past M were never loaded)
-                    acc_w.store(acc_w.load() + dy * xhat)
-                    if const_expr(self.bias):
-                        acc_b.store(acc_b.load() + dy)
+                self.accumulate(ctx, dy, xhat, acc_w, acc_b)
                 gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
                 c2 = Float32(0.0)
                 if const_expr(self.bias):
@@ -376,8 +373,9 @@ class NormBackward:
                     # reduction (its barriers keep the compiler from reusing the first reads)
                     x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
                     dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
-                    xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
-                dx = self.dx(xhat, g, c1, c2, rstd)
+                    dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
+                else:
+                    dx = self.dx(xhat, g, c1, c2, rstd)
                 if const_expr(t.stage_smem and depth == 1):
                     # the next tile's rows stream in while this one's dx is written (each thread
                     # overwrites only what it has read itself)
@@ -414,15 +412,54 @@ class NormBackward:
         return tXrW.load().to(Float32)
 
     @cute.jit
+    def accumulate(self, ctx: R.RowContext, dy, xhat, acc_w: cute.Tensor, acc_b: cute.Tensor):
+        """A row's share of dw (and db) into the thread's column sums."""
+        if const_expr(self.tiling.rows_per_cta == 1):
+            # Each tile the loops visit is below ceil(M / rows a tile), so a tile of one row is a
+            # row of M: no branch, around which the compiler made x, dy and xhat a second time
+            # (64 conversions and 32 FMAs more a tile at 32 values a thread).
+            _add_products(acc_w, acc_b, dy, xhat, self.bias)
+        else:
+            if ctx.row_ok:  # (rows past M were never loaded)
+                _add_products(acc_w, acc_b, dy, xhat, self.bias)
+
+    @cute.jit
     def xhat_g(self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, mW: cute.Tensor, tXrW: cute.Tensor):
         """The normalized row and dy * w (mean used with `bias` alone)."""
-        xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
+        # (x * rstd - mean * rstd: one FMA a value, not a subtraction and a product)
+        xhat = x * rstd + (-mean * rstd) if const_expr(self.bias) else x * rstd
         return xhat, dy * self.weight(ctx, mW, tXrW)
 
     @cute.jit
     def dx(self, xhat, g, c1: Float32, c2: Float32, rstd: Float32):
-        """dx from the row sums c1 = sum(g * xhat) and c2 = sum(g) (0 without `bias`)."""
-        return (g - xhat * (c1 * (1.0 / self.tiling.n)) - c2 * (1.0 / self.tiling.n)) * rstd
+        """dx = (g - xhat * c1 / n - c2 / n) * rstd from the row sums c1 = sum(g * xhat) and
+        c2 = sum(g) (`bias` alone), as two FMAs a value on the row's constants."""
+        k, shift = self.dx_terms(c1, c2, rstd)
+        if const_expr(self.bias):
+            return g * rstd + (xhat * k + shift)
+        return g * rstd + xhat * k
+
+    @cute.jit
+    def dx_of_rows(self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, c1: Float32, c2: Float32, mW, tXrW):
+        """`dx` from x and dy themselves, xhat folded into the row's constants: dy * w, then two
+        FMAs a value, where making xhat and g again took seven operations. A staged row's
+        second pass is its loop's longest stretch of arithmetic, and a long row's CTA is alone
+        on its SM with nothing to hide it behind. H100, TB/s seven / two (with the one-row
+        tiles' sums unbranched, see `accumulate`), every variant checked first
+        (evals/results/h100-2026-11-25, fma.txt): layernorm 1024x262144 bf16 2.363 / 2.589,
+        fp32 1.930 / 2.553 (156 B of spills gone); rmsnorm bf16 2.781 / 2.887."""
+        k, shift = self.dx_terms(c1, c2, rstd)
+        g = dy * self.weight(ctx, mW, tXrW)
+        if const_expr(self.bias):
+            # xhat * k + shift = x * (rstd * k) + (shift - mean * rstd * k)
+            return g * rstd + (x * (rstd * k) + (shift - mean * rstd * k))
+        return g * rstd + x * (rstd * k)
+
+    @cute.jit
+    def dx_terms(self, c1: Float32, c2: Float32, rstd: Float32):
+        """The row's factor of xhat and its constant term (`bias` alone) in dx."""
+        inv_n = 1.0 / self.tiling.n
+        return -c1 * inv_n * rstd, -c2 * inv_n * rstd
 
     @cute.jit
     def overlapped_rows(
@@ -481,8 +518,7 @@ class NormBackward:
                 c2 = totals[1]
             x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0).load().to(Float32)
             dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0).load().to(Float32)
-            xhat, g = self.xhat_g(first, x, dy, stats[0], stats[1], mW, tXrW)
-            R.store_row(ctx, self.dx(xhat, g, c1, c2, stats[0]), mdX)
+            R.store_row(ctx, self.dx_of_rows(first, x, dy, stats[0], stats[1], c1, c2, mW, tXrW), mdX)
             stats.store(stats_next.load())
             stats_next.store(stats_after.load())
 
@@ -505,10 +541,7 @@ class NormBackward:
         x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0).load().to(Float32)
         dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0).load().to(Float32)
         xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
-        if ctx.row_ok:
-            acc_w.store(acc_w.load() + dy * xhat)
-            if const_expr(self.bias):
-                acc_b.store(acc_b.load() + dy)
+        self.accumulate(ctx, dy, xhat, acc_w, acc_b)
         gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
         if const_expr(self.bias):
             gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
@@ -536,6 +569,13 @@ class NormBackward:
             for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
+
+
+@cute.jit
+def _add_products(acc_w: cute.Tensor, acc_b: cute.Tensor, dy, xhat, bias: bool):
+    acc_w.store(acc_w.load() + dy * xhat)
+    if const_expr(bias):
+        acc_b.store(acc_b.load() + dy)
 
 
 @cute.jit

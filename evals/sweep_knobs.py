@@ -13,7 +13,8 @@ verified against the float64 reference (fresh inputs of at most ~4M elements a t
 of them and the baselines are timed back to back after one settle, so none is timed in the clock
 drop a float64 check leaves behind. A key
 "table:MODULE.NAME" replaces a limit table of reference_kernels.MODULE for that variant only
-(a knob the tables hold and RowKnobs does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}'.
+(a knob the tables hold and RowKnobs does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}';
+a number replaces a module constant the same way: '{"table:rmsnorm_bwd.SMEM_BUDGET": 229376}'.
 """
 
 from __future__ import annotations
@@ -114,14 +115,14 @@ def _attention_entry(spec: OpSpec, fields: dict) -> Any:
 
 
 @contextlib.contextmanager
-def _tables(tables: dict[str, list]) -> Iterator[None]:
+def _tables(tables: dict[str, list | int | float]) -> Iterator[None]:
     saved = []
     try:
         for name, rows in tables.items():
             module, attr = name.rsplit(".", 1)
             mod = importlib.import_module(f"reference_kernels.{module}")
             saved.append((mod, attr, getattr(mod, attr)))
-            setattr(mod, attr, tuple(tuple(r) for r in rows))
+            setattr(mod, attr, tuple(tuple(r) for r in rows) if isinstance(rows, list) else rows)
         yield
     finally:
         for mod, attr, old in reversed(saved):

@@ -121,6 +121,13 @@ SMEM_TWO_A_SM = SMEM_BUDGET // 2
 # 2.540. (More staging alone, three or four tiles one at a time, gained nothing: long2.txt.)
 OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
 OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_reduce_send)
+# Where dx reads a staged row's x and dy from, by N: "smem", read again from shared memory
+# after the row reduction; "registers", held across it from the first read, as QuACK's Hopper
+# backward does up to 16K (one CTA of 128 threads a row at 4096, 32 values a thread). Held, a
+# tile's buffer is free once read, and the tile that refills it goes out before the reduction
+# rather than after dx. Not in the overlapped loop. Not yet measured: "smem" everywhere. (Read
+# again from global memory instead, where the tile has just been, the 256K rows spilled 300-536 B.)
+SECOND_READ: tuple[tuple[int | None, str], ...] = ((None, "smem"),)
 # Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). A cluster
 # needs its SMs in one GPC, and the H100 runs fewer clusters of 8 or 16 at once than 132 / 8 or
 # 132 / 16 (one CTA a SM, as at these N): a grid of a few more runs a last wave almost empty.
@@ -185,6 +192,9 @@ class NormBackward:
         )
         if self.overlap:
             self.depth = max(self.depth, 3)
+        self.second_read = R.pick(SECOND_READ, n) if t.stage_smem and not self.overlap else "smem"
+        if self.second_read not in ("smem", "registers"):
+            raise ValueError(f"SECOND_READ: {self.second_read!r} is neither smem nor registers")
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
@@ -324,20 +334,22 @@ class NormBackward:
             # (2.477), 4096x65536 2.214 / 1.927 (1.898), fp32 4096x65536 2.726 / 2.559 (2.651);
             # rmsnorm bf16 4096x65536 2.616 / 2.500 (2.159); fp32 depth 1, layernorm 16384 2.880 /
             # 2.897.
-            ahead = const_expr(depth > 1 or not t.stage_smem)
+            # (a buffer freed once read: each tile's copy goes out a reduction earlier, see SECOND_READ)
+            early = const_expr(self.second_read == "registers")
+            ahead = const_expr(depth > 1 or not t.stage_smem or early)
             stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of the tile to come
             if const_expr(ahead):
                 _load_stats(mRstd, mMean, stats, first.row, mX.shape[0], self.bias)
             rows, staging = (mX, mdY), (sX, sdY)
             if const_expr(t.stage_smem):
-                for k in cutlass.range_constexpr(max(depth - 1, 1)):
+                for k in cutlass.range_constexpr(depth if early else max(depth - 1, 1)):
                     _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
             for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
                 ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
                 sXi = sdYi = None
                 if const_expr(t.stage_smem):
                     sXi, sdYi = R.staged_tile(sX, depth, i % depth), R.staged_tile(sdY, depth, i % depth)
-                if const_expr(t.stage_smem and depth > 1):
+                if const_expr(t.stage_smem and depth > 1 and not early):
                     # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
                     # alone: each thread reads back only what its own copies wrote)
                     j = i + depth - 1
@@ -358,6 +370,11 @@ class NormBackward:
                     tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
                 x = tXrX.load().to(Float32)
                 dy = tXrdY.load().to(Float32)
+                if const_expr(early):
+                    # the tile is in registers: its buffer takes tile i + depth through the
+                    # reduction (each thread overwrites only what it has read itself)
+                    j = i + depth
+                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
                 # padding columns: dy reads 0, so g and every sum below get nothing from them
                 xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
                 self.accumulate(ctx, dy, xhat, acc_w, acc_b)
@@ -369,14 +386,15 @@ class NormBackward:
                 else:
                     (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
                 if const_expr(t.stage_smem):
-                    # x and dy again from shared memory rather than held in registers across the
-                    # reduction (its barriers keep the compiler from reusing the first reads)
-                    x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
-                    dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
+                    if const_expr(self.second_read == "smem"):
+                        # x and dy again from shared memory rather than held in registers across
+                        # the reduction (its barriers keep the compiler from reusing the first reads)
+                        x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
+                        dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
                     dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
                 else:
                     dx = self.dx(xhat, g, c1, c2, rstd)
-                if const_expr(t.stage_smem and depth == 1):
+                if const_expr(t.stage_smem and depth == 1 and not early):
                     # the next tile's rows stream in while this one's dx is written (each thread
                     # overwrites only what it has read itself)
                     _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)

@@ -20,6 +20,13 @@ def test_table_override_is_scoped_to_the_variant() -> None:
     assert rmsnorm_bwd.CTAS_PER_SM is before
 
 
+def test_a_number_replaces_a_module_constant() -> None:
+    before = rmsnorm_bwd.SMEM_BUDGET
+    with sweep_knobs._tables({"rmsnorm_bwd.SMEM_BUDGET": 229376}):
+        assert rmsnorm_bwd.SMEM_BUDGET == 229376
+    assert rmsnorm_bwd.SMEM_BUDGET == before
+
+
 def test_unknown_table_is_an_error() -> None:
     with pytest.raises(AttributeError), sweep_knobs._tables({"rmsnorm_bwd.NO_SUCH_TABLE": [[None, 1]]}):
         pass

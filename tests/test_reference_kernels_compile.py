@@ -287,6 +287,40 @@ def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> N
     assert seen["float32", 65536] == (8, False, 2, 14)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
+def test_norm_backward_holds_staged_rows_where_its_table_says(
+    op: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """rmsnorm_bwd.SECOND_READ (a table for sweeps, "smem" by default): x and dy kept in registers
+    across the reduction, each buffer refilled once read, build at two staged tiles (bf16 4096,
+    also in QuACK's shape: 128 threads, 32 values a thread) and at one (fp32 16384), without
+    spills; not in the overlapped loop; nowhere by default; a mode it does not know is an error."""
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    ws = contract.workspace_of(mod)
+    default = type(mod.launch)(RowKnobs())
+    assert contract.compile_entry(default, spec, "bfloat16", 4096, workspace=ws)
+    assert default.second_read == "smem"
+    capfd.readouterr()
+    monkeypatch.setattr(rmsnorm_bwd, "SECOND_READ", ((None, "registers"),))
+    quack_shape = RowKnobs(threads_per_row=128, num_threads=128, cluster_n=1)
+    for knobs, dtype, n, depth in ((RowKnobs(), "bfloat16", 4096, 2), (quack_shape, "bfloat16", 4096, 2),
+                                   (RowKnobs(), "float32", 16384, 1), (RowKnobs(), "bfloat16", 65536, 3)):  # fmt: skip
+        entry = type(mod.launch)(knobs)
+        assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}", workspace=ws) is not None
+        assert entry.depth == depth
+        assert entry.second_read == ("smem" if entry.overlap else "registers"), (dtype, n)
+        text = "".join(capfd.readouterr())
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        assert spills and max(spills) == 0, f"{op} {knobs} {dtype} N={n}\n{text[-1500:]}"
+    monkeypatch.setattr(rmsnorm_bwd, "SECOND_READ", ((None, "gmem"),))
+    with pytest.raises(ValueError, match="SECOND_READ"):
+        contract.compile_entry(type(mod.launch)(RowKnobs()), spec, "bfloat16", 4096, workspace=ws)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
 def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[str]) -> None:

@@ -741,45 +741,75 @@ def _vector_width(arity: int) -> int:
 class ReductionScratch:
     """Shared memory for one cross-warp reduction of `arity` fp32 values per row.
 
-    `bufs[i]` has shape (rows_per_cta, (warps_per_row, cluster_n), stages); `mbar` is set
-    for cluster reductions (one barrier per stage). `at(ctx)` is one row tile's view: its
-    stage's buffers and barrier, the barrier's phase for that tile, and its prefetch."""
+    `bufs[i]` has shape (rows_per_cta, (senders, cluster_n), stages), where a row's senders are
+    its warps, or with `local` the CTA alone; `mbar` is set for cluster reductions (one barrier
+    per stage). `local[i]`, (rows_per_cta, warps_per_row, stages), is where a row's warps meet
+    before the CTA's fold goes to the peers (see `allocate_scratch`). `at(ctx)` is one row
+    tile's view: its stage's buffers and barrier, the barrier's phase for that tile, and its
+    prefetch."""
 
     bufs: tuple
     mbar: cute.Pointer | None
     phase: Int32 | int = 0
     prefetch: Callable | None = None  # RowContext.prefetch, run once the partials are sent
+    local: tuple | None = None
 
     def at(self, ctx: RowContext) -> ReductionScratch:
         if ctx.tiling.stages == 1:
             return self
         bufs = tuple(b[None, None, ctx.stage] for b in self.bufs)
-        return ReductionScratch(bufs, None if self.mbar is None else self.mbar + ctx.stage, ctx.phase, ctx.prefetch)
+        local = None if self.local is None else tuple(b[None, None, ctx.stage] for b in self.local)
+        mbar = None if self.mbar is None else self.mbar + ctx.stage
+        return ReductionScratch(bufs, mbar, ctx.phase, ctx.prefetch, local)
 
 
-def scratch_bytes(tiling: RowTiling, arity: int, stages: int = 0) -> int:
+def folds_in_cta(tiling: RowTiling, cta_first: bool) -> bool:
+    """Whether a row's warps fold their values in the CTA before one warp sends them to the
+    cluster (`cta_first` asked, and there are both warps to fold and peers to send to)."""
+    return cta_first and tiling.cluster_n > 1 and tiling.warps_per_row > 1
+
+
+def scratch_bytes(tiling: RowTiling, arity: int, stages: int = 0, cta_first: bool = False) -> int:
     """The fp32 slots `allocate_scratch` takes, in bytes (its barriers aside)."""
-    slots = tiling.rows_per_cta * tiling.warps_per_row * tiling.cluster_n * max(stages, tiling.stages)
+    stages = max(stages, tiling.stages)
+    wpr = tiling.warps_per_row
+    if folds_in_cta(tiling, cta_first):
+        slots = tiling.rows_per_cta * (tiling.cluster_n + wpr) * stages
+    else:
+        slots = tiling.rows_per_cta * wpr * tiling.cluster_n * stages
     return 4 * _vector_width(arity) * slots
 
 
-def allocate_scratch(
-    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int, stages: int = 0
-) -> ReductionScratch:
-    """One buffer whose slot (row, (warp, rank), stage) holds the `arity` values side by
-    side (padded to a vector width), so a warp sends each peer one vector. `stages`: more
-    than the tiling's where a loop asks for them (see `row_reduce_send`)."""
-    stages = max(stages, tiling.stages)
+def _slots(smem: cutlass.memory.SmemAllocator, rows: int, senders: tuple | int, stages: int, arity: int) -> tuple:
+    """One buffer whose slot (row, senders, stage) holds the `arity` values side by side
+    (padded to a vector width, so a warp moves them as one vector); a view a value."""
     width = _vector_width(arity)
-    layout = cute.make_ordered_layout(
-        (tiling.rows_per_cta, (tiling.warps_per_row, tiling.cluster_n), stages, width),
-        order=(3, (1, 2), 4, 0),
-    )
+    # (the value fastest, then the senders, rows and stages)
+    order = (3, (1, 2), 4, 0) if isinstance(senders, tuple) else (2, 1, 3, 0)
+    layout = cute.make_ordered_layout((rows, senders, stages, width), order=order)
     buf = smem.allocate_tensor(Float32, layout, byte_alignment=16)
-    bufs = tuple(buf[None, None, None, i] for i in range(arity))
+    return tuple(buf[None, None, None, i] for i in range(arity))
+
+
+def allocate_scratch(
+    smem: cutlass.memory.SmemAllocator, tiling: RowTiling, arity: int, stages: int = 0, cta_first: bool = False
+) -> ReductionScratch:
+    """The reduction's slots, a stage each: (row, (warp, rank)), so that a warp sends each peer
+    one vector. `stages`: more than the tiling's where a loop asks for them (see
+    `row_reduce_send`). `cta_first` (clusters): the row's warps fold in the CTA first and one
+    warp sends the CTA's value, (row, (1, rank)): a cluster of 16 with 16 warps a row sends 16
+    vectors a CTA rather than 256, and its slots take a sixteenth of the room, for one CTA
+    barrier more a reduction."""
+    stages = max(stages, tiling.stages)
+    folded = folds_in_cta(tiling, cta_first)
+    senders = 1 if folded else tiling.warps_per_row
+    bufs = _slots(smem, tiling.rows_per_cta, (senders, tiling.cluster_n), stages, arity)
+    local = _slots(smem, tiling.rows_per_cta, tiling.warps_per_row, stages, arity) if folded else None
     mbar = smem.allocate_array(cutlass.Int64, num_elems=stages) if tiling.cluster_n > 1 else None
-    view = ReductionScratch(bufs, mbar)
-    return view if stages > 1 else ReductionScratch(tuple(b[None, None, 0] for b in bufs), mbar)
+    if stages == 1:
+        bufs = tuple(b[None, None, 0] for b in bufs)
+        local = None if local is None else tuple(b[None, None, 0] for b in local)
+    return ReductionScratch(bufs, mbar, local=local)
 
 
 @cute.jit
@@ -838,7 +868,7 @@ def across_warps(
         else:
             if const_expr(first_cluster_reduce and tiling.row_loop == 1):
                 cute.arch.cluster_wait()  # (for_each_row waits once, before its loop)
-            _send_to_peers(vals, tiling, scratch)
+            _send_to_peers(vals, combine, tiling, scratch)
             _prefetch(scratch)
             cute.arch.mbarrier_wait(scratch.mbar, phase=scratch.phase)
         vals = _fold_slots(combine, tiling, scratch, finish)
@@ -854,7 +884,7 @@ def row_reduce_send(vals: tuple, combine: Callable, tiling: cutlass.Constexpr, s
     peer on return. `row_reduce_wait` on the same scratch view gives the total. A stage's
     buffer may then be sent into again only once every peer has waited on it, which a loop
     that sends tile i + 1 before it waits on tile i guarantees with four stages."""
-    _send_to_peers(warp_reduce(vals, combine, min(tiling.threads_per_row, WARP)), tiling, scratch)
+    _send_to_peers(warp_reduce(vals, combine, min(tiling.threads_per_row, WARP)), combine, tiling, scratch)
 
 
 @cute.jit
@@ -865,19 +895,32 @@ def row_reduce_wait(combine: Callable, tiling: cutlass.Constexpr, scratch: Reduc
 
 
 @cute.jit
-def _send_to_peers(vals: tuple, tiling: cutlass.Constexpr, scratch: ReductionScratch):
+def _send_to_peers(vals: tuple, combine: Callable, tiling: cutlass.Constexpr, scratch: ReductionScratch):
     """Arm this CTA's barrier for the stage, then push this warp's `vals` to every peer (lane p
-    to peer p, itself included)."""
+    to peer p, itself included); with `scratch.local`, the row's fold over its warps instead,
+    from its first warp alone."""
     lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
     wpr = const_expr(tiling.warps_per_row)
     cn = const_expr(tiling.cluster_n)
     rank = cute.arch.block_idx_in_cluster()
     width = const_expr(_vector_width(len(vals)))
+    folded = const_expr(scratch.local is not None)
+    senders = const_expr(1 if folded else wpr)
     if warp == 0:
         with cute.arch.elect_one():
-            nbytes = const_expr(tiling.rows_per_cta * wpr * cn * 4 * width)
+            nbytes = const_expr(tiling.rows_per_cta * senders * cn * 4 * width)
             cute.arch.mbarrier_arrive_and_expect_tx(scratch.mbar, nbytes)
-    if lane < cn:
+    if const_expr(folded):
+        if lane == 0:
+            for b, v in zip(scratch.local, vals):
+                b[warp // wpr, warp % wpr] = v
+        cute.arch.barrier()
+        # (a butterfly from lane l holding warp l % wpr's value: a fixed order, so deterministic)
+        vals = warp_reduce(tuple(b[warp // wpr, lane % wpr] for b in scratch.local), combine, wpr)
+    sends = lane < cn
+    if const_expr(folded):
+        sends = sends & (warp % wpr == 0)
+    if sends:
         b = scratch.bufs[0]
         padded = (*vals, *([Float32(0.0)] * (width - len(vals))))
         _remote_store(
@@ -890,7 +933,7 @@ def _fold_slots(combine: Callable, tiling: cutlass.Constexpr, scratch: Reduction
     """The row's total from the slots every warp (and peer) wrote, in every lane."""
     lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
     row = warp // const_expr(tiling.warps_per_row)
-    slots = const_expr(tiling.warps_per_row * tiling.cluster_n)
+    slots = const_expr((1 if scratch.local is not None else tiling.warps_per_row) * tiling.cluster_n)
     # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
     # Every lane must end with the total, since every thread of the row uses it. With
     # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of

@@ -121,6 +121,19 @@ SMEM_TWO_A_SM = SMEM_BUDGET // 2
 # 2.540. (More staging alone, three or four tiles one at a time, gained nothing: long2.txt.)
 OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
 OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_reduce_send)
+# With the folded sends (CLUSTER_SEND "cta"), the overlap is taken where its three staged tiles,
+# w and scratch fit what a CTA may have (sm_90: 227 KiB), less room for the barriers and the
+# allocator's alignment. The warps' sends keep the rule the overlap was measured under
+# (SMEM_BUDGET and the tiling's own stages' room): the exact one would also take it at N it has
+# not run at (16-bit N of 50K-57K at cluster 4, 32-bit of 72K-81K at cluster 8, ...).
+SMEM_PER_CTA = 232448 - 1024
+# How a clustered row's sums reach its peers, by N: "warps", each warp sends its own to every
+# peer (at 256K, 16 warps to 16 peers: 256 stores a CTA, 8 KiB of slots at the overlap's four
+# stages for layernorm); "cta", the row's warps fold theirs in the CTA first and one warp sends
+# (16 stores, 1 KiB), at one CTA barrier more a tile. Folded, three staged tiles, w and the
+# scratch fit at 16-bit 256K (within 2 KiB), so the overlap is taken there too. Not yet
+# measured: "warps" everywhere.
+CLUSTER_SEND: tuple[tuple[int | None, str], ...] = ((None, "warps"),)
 # Where dx reads a staged row's x and dy from, by N: "smem", read again from shared memory
 # after the row reduction; "registers", held across it from the first read, as QuACK's Hopper
 # backward does up to 16K (one CTA of 128 threads a row at 4096, 32 values a thread). Held, a
@@ -181,15 +194,15 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        # (SMEM_BUDGET leaves room for the tiling's reduction stages, not for the two more)
+        send = R.pick(CLUSTER_SEND, n)
+        if send not in ("warps", "cta"):
+            raise ValueError(f"CLUSTER_SEND: {send!r} is neither warps nor cta")
+        self.cta_first = send == "cta"
         arity = 2 if self.bias else 1
-        extra = R.scratch_bytes(t, arity, OVERLAP_STAGES) - R.scratch_bytes(t, arity)
-        self.overlap = bool(
-            R.pick(OVERLAP, n)
-            and t.cluster_n > 1
-            and t.stage_smem
-            and self.shared_bytes(t, self.weight_in, widths, 3) + extra <= SMEM_BUDGET
-        )
+        need = self.shared_bytes(t, self.weight_in, widths, 3)
+        need += R.scratch_bytes(t, arity, OVERLAP_STAGES, self.cta_first)
+        room = SMEM_PER_CTA if self.cta_first else SMEM_BUDGET + R.scratch_bytes(t, arity)
+        self.overlap = bool(R.pick(OVERLAP, n) and t.cluster_n > 1 and t.stage_smem and need <= room)
         if self.overlap:
             self.depth = max(self.depth, 3)
         self.second_read = R.pick(SECOND_READ, n) if t.stage_smem and not self.overlap else "smem"
@@ -289,7 +302,7 @@ class NormBackward:
         grid_m, _, _ = cute.arch.grid_dim()
         smem = cutlass.memory.SmemAllocator()
         stages = OVERLAP_STAGES if const_expr(self.overlap) else t.stages
-        scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1, stages)
+        scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1, stages, self.cta_first)
         R.init_cluster_barriers((scratch,), t, tidx, stages)
         # one fp32 tile a column sum for folding a CTA's rows (with one row a CTA, none)
         sums = 2 if const_expr(self.bias) else 1

@@ -103,6 +103,40 @@ def test_norm_backward_overlapped_rows(op: str, n: int, monkeypatch: pytest.Monk
     assert not failures, "\n".join(failures)
 
 
+SWEEP_TABLES = [
+    # x and dy held in registers across the reduction, each buffer refilled once read: two
+    # staged tiles (4096, also QuACK's shape), one (fp32 16384)
+    ("SECOND_READ", "registers", 4096, {}),
+    ("SECOND_READ", "registers", 4096, {"threads_per_row": 128, "num_threads": 128, "cluster_n": 1}),
+    ("SECOND_READ", "registers", 16384, {}),
+    # the CTA's warps folded before one warp a row sends: one tile's reduction at a time
+    # (cluster 2), overlapped (cluster 8), and at 256K, where it lets the overlap in (bf16)
+    ("CLUSTER_SEND", "cta", 16384, {}),
+    ("CLUSTER_SEND", "cta", 65536, {}),
+    ("CLUSTER_SEND", "cta", 262144, {}),
+]
+
+
+@pytest.mark.parametrize(("table", "value", "n", "knobs"), SWEEP_TABLES, ids=lambda v: str(v))
+@pytest.mark.parametrize("op", ("rmsnorm_bwd", "layernorm_bwd"))
+def test_norm_backward_sweep_tables(
+    op: str, table: str, value: str, n: int, knobs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The norm backwards' modes that only a sweep turns on (rmsnorm_bwd.SECOND_READ and
+    CLUSTER_SEND) against float64: M not a multiple of the grid, enough rows that a CTA loops
+    over several tiles and each reduction stage is reused, both widths."""
+    from reference_kernels import rmsnorm_bwd
+
+    monkeypatch.setattr(rmsnorm_bwd, table, ((None, value),))
+    failures = []
+    for dtype in ("bfloat16", "float32"):
+        for m in (1, 5, min(2049, MAX_ELEMS // n) | 1):
+            bad = _run(op, m, n, dtype, "random", seed=m + n, knobs={"row_loop": 2, **knobs})
+            if bad:
+                failures.append(f"{dtype} M={m}: {bad.describe()}")
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.parametrize("op", ROW_OPS)
 def test_public_function_and_torch_library(op: str) -> None:
     """The torch-facing function takes leading batch dims, and torch.compile can call it."""

@@ -321,6 +321,60 @@ def test_norm_backward_holds_staged_rows_where_its_table_says(
         contract.compile_entry(type(mod.launch)(RowKnobs()), spec, "bfloat16", 4096, workspace=ws)
 
 
+def test_cta_first_scratch_takes_one_slot_a_peer() -> None:
+    """Folded in the CTA first, a cluster reduction's slots are one a peer (and one a warp for
+    the CTA's own fold), not one a warp and peer: at cluster 16 with 16 warps a row, 8 KiB of
+    layernorm's four stages become 1 KiB. Without peers or without warps to fold, nothing
+    changes."""
+    from reference_kernels import reduce as R
+
+    t = R.resolve_tiling(R.RowKnobs(cluster_n=16, row_loop=2), 16, 262144, 16, 4, R.THREADS_PER_ROW)
+    assert (t.cluster_n, t.warps_per_row) == (16, 16)
+    assert R.scratch_bytes(t, 2, 4) == 8192
+    assert R.scratch_bytes(t, 2, 4, cta_first=True) == 1024
+    one = R.resolve_tiling(R.RowKnobs(cluster_n=1, row_loop=2), 16, 4096, 16, 4, R.THREADS_PER_ROW)
+    assert not R.folds_in_cta(one, True) and R.scratch_bytes(one, 1, 2, True) == R.scratch_bytes(one, 1, 2)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
+def test_norm_backward_folds_in_the_cta_where_its_table_says(
+    op: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """rmsnorm_bwd.CLUSTER_SEND (a table for sweeps, "warps" by default): with "cta" a row's
+    warps fold their sums before one warp sends them to the peers, in the one-tile loop (bf16
+    16384, cluster 2) and the overlapped one (65536); at bf16 262144 the smaller scratch lets
+    three staged tiles and w in, within what a CTA may have, so the overlap is taken there.
+    Next to no spills; a mode it does not know is an error."""
+    from reference_kernels import reduce as R
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    ws = contract.workspace_of(mod)
+    default = type(mod.launch)(RowKnobs())
+    assert contract.compile_entry(default, spec, "bfloat16", 262144, workspace=ws)
+    assert not default.cta_first and not default.overlap
+    capfd.readouterr()
+    monkeypatch.setattr(rmsnorm_bwd, "CLUSTER_SEND", ((None, "cta"),))
+    for n, cluster, overlap in ((16384, 2, False), (65536, 8, True), (262144, 16, True)):
+        entry = type(mod.launch)(RowKnobs())
+        assert contract.compile_entry(entry, spec, "bfloat16", n, options="remarks{ptx}", workspace=ws) is not None
+        t = entry.tiling
+        assert (entry.cta_first, t.cluster_n, entry.overlap) == (True, cluster, overlap), n
+        arity = 2 if entry.bias else 1
+        need = entry.shared_bytes(t, entry.weight_in, (16, 16, 16), entry.depth)
+        need += R.scratch_bytes(t, arity, rmsnorm_bwd.OVERLAP_STAGES if overlap else 0, cta_first=True)
+        assert need <= rmsnorm_bwd.SMEM_PER_CTA, (n, need)
+        text = "".join(capfd.readouterr())
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        # (ptxas settles rmsnorm_bwd's at 65536 in 64 registers and 4 B of spill)
+        assert spills and max(spills) <= 4, f"{op} N={n}\n{text[-1500:]}"
+    monkeypatch.setattr(rmsnorm_bwd, "CLUSTER_SEND", ((None, "block"),))
+    with pytest.raises(ValueError, match="CLUSTER_SEND"):
+        contract.compile_entry(type(mod.launch)(RowKnobs()), spec, "bfloat16", 4096, workspace=ws)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
 def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[str]) -> None:

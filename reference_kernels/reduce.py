@@ -762,6 +762,10 @@ class ReductionScratch:
         mbar = None if self.mbar is None else self.mbar + ctx.stage
         return ReductionScratch(bufs, mbar, ctx.phase, ctx.prefetch, local)
 
+    def senders(self, tiling: RowTiling) -> int:
+        """Who sends a row's values to each peer: its warps, or with `local` one warp alone."""
+        return 1 if self.local is not None else tiling.warps_per_row
+
 
 def folds_in_cta(tiling: RowTiling, cta_first: bool) -> bool:
     """Whether a row's warps fold their values in the CTA before one warp sends them to the
@@ -905,7 +909,7 @@ def _send_to_peers(vals: tuple, combine: Callable, tiling: cutlass.Constexpr, sc
     rank = cute.arch.block_idx_in_cluster()
     width = const_expr(_vector_width(len(vals)))
     folded = const_expr(scratch.local is not None)
-    senders = const_expr(1 if folded else wpr)
+    senders = const_expr(scratch.senders(tiling))
     if warp == 0:
         with cute.arch.elect_one():
             nbytes = const_expr(tiling.rows_per_cta * senders * cn * 4 * width)
@@ -933,7 +937,7 @@ def _fold_slots(combine: Callable, tiling: cutlass.Constexpr, scratch: Reduction
     """The row's total from the slots every warp (and peer) wrote, in every lane."""
     lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
     row = warp // const_expr(tiling.warps_per_row)
-    slots = const_expr((1 if scratch.local is not None else tiling.warps_per_row) * tiling.cluster_n)
+    slots = const_expr(scratch.senders(tiling) * tiling.cluster_n)
     # Each lane folds up to ceil(slots/32) partials, then the lanes finish together.
     # Every lane must end with the total, since every thread of the row uses it. With
     # slots <= 32 (a power of two), lane l reads slot l % slots: each aligned group of

@@ -194,10 +194,7 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        send = R.pick(CLUSTER_SEND, n)
-        if send not in ("warps", "cta"):
-            raise ValueError(f"CLUSTER_SEND: {send!r} is neither warps nor cta")
-        self.cta_first = send == "cta"
+        self.cta_first = _mode("CLUSTER_SEND", CLUSTER_SEND, n, ("warps", "cta")) == "cta"
         arity = 2 if self.bias else 1
         need = self.shared_bytes(t, self.weight_in, widths, 3)
         need += R.scratch_bytes(t, arity, OVERLAP_STAGES, self.cta_first)
@@ -205,9 +202,8 @@ class NormBackward:
         self.overlap = bool(R.pick(OVERLAP, n) and t.cluster_n > 1 and t.stage_smem and need <= room)
         if self.overlap:
             self.depth = max(self.depth, 3)
-        self.second_read = R.pick(SECOND_READ, n) if t.stage_smem and not self.overlap else "smem"
-        if self.second_read not in ("smem", "registers"):
-            raise ValueError(f"SECOND_READ: {self.second_read!r} is neither smem nor registers")
+        held = t.stage_smem and not self.overlap
+        self.second_read = _mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
@@ -399,7 +395,7 @@ class NormBackward:
                 else:
                     (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
                 if const_expr(t.stage_smem):
-                    if const_expr(self.second_read == "smem"):
+                    if const_expr(not early):
                         # x and dy again from shared memory rather than held in registers across
                         # the reduction (its barriers keep the compiler from reusing the first reads)
                         x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
@@ -602,6 +598,14 @@ class NormBackward:
             for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
+
+
+def _mode(name: str, table: tuple[tuple[int | None, str], ...], n: int, modes: tuple[str, ...]) -> str:
+    """The mode a table of modes picks at N, one of `modes` (a sweep may put anything there)."""
+    mode = R.pick(table, n)
+    if mode not in modes:
+        raise ValueError(f"{name}: {mode!r} is none of {', '.join(modes)}")
+    return mode
 
 
 @cute.jit

@@ -25,6 +25,11 @@ MAX_SPILL_BYTES_BWD_LONG = 256
 WGMMA_LOSS = re.compile(r"\(C75\d\d\)|Potential Performance Loss")
 
 
+def _spill_stores(text: str) -> list[int]:
+    """Each kernel's spill stores in bytes, from ptxas' remarks."""
+    return [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+
+
 def spill_budget(op: str, n: int) -> int:
     if op not in ("rmsnorm_bwd", "layernorm_bwd") or n < 65536:
         return MAX_SPILL_BYTES
@@ -46,7 +51,7 @@ def test_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.CaptureFixture[st
         assert fn is not None
         report = capfd.readouterr()
         text = report.out + report.err
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        spills = _spill_stores(text)
         assert spills and max(spills) <= spill_budget(op, n), (
             f"{op} {dtype} N={n}: spills or no ptxas report\n{text[-2000:]}"
         )
@@ -65,7 +70,7 @@ def test_every_attention_tile_size_compiles_clean(op: str, knobs: str, capfd: py
     entry = Attention(causal="causal" in op, knobs=AttentionKnobs(**knob_fields(knobs)))
     assert contract.compile_entry(entry, BUILTIN[op], "bfloat16", 1000, options="remarks{ptx}") is not None
     text = "".join(capfd.readouterr())
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+    spills = _spill_stores(text)
     assert spills and max(spills) == 0 and not WGMMA_LOSS.search(text), text[-1500:]
 
 
@@ -83,7 +88,7 @@ def test_every_column_mode_compiles(op: str, mode: str, capfd: pytest.CaptureFix
         for n in (5001, 131072):
             assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}") is not None
             text = "".join(capfd.readouterr())
-            spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+            spills = _spill_stores(text)
             assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {mode} {dtype} N={n}\n{text[-1500:]}"
 
 
@@ -110,7 +115,7 @@ def test_row_loop_compiles(op: str, knobs: dict, capfd: pytest.CaptureFixture[st
         for dtype, n in (("bfloat16", 65536), ("bfloat16", 262144), ("float32", 5001)):
             assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}") is not None
             text = "".join(capfd.readouterr())
-            spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+            spills = _spill_stores(text)
             assert spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {knobs} {mode} {dtype} N={n}\n{text[-1500:]}"
 
 
@@ -131,7 +136,7 @@ def test_norm_backward_longest_rows_keep_their_sums_in_registers(
     )
     assert fn is not None
     text = "".join(capfd.readouterr())
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+    spills = _spill_stores(text)
     assert spills and max(spills) <= 8, f"{op} {dtype}\n{text[-1500:]}"
 
 
@@ -314,7 +319,7 @@ def test_norm_backward_holds_staged_rows_where_its_table_says(
         assert entry.depth == depth
         assert entry.second_read == ("smem" if entry.overlap else "registers"), (dtype, n)
         text = "".join(capfd.readouterr())
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        spills = _spill_stores(text)
         assert spills and max(spills) == 0, f"{op} {knobs} {dtype} N={n}\n{text[-1500:]}"
     monkeypatch.setattr(rmsnorm_bwd, "SECOND_READ", ((None, "gmem"),))
     with pytest.raises(ValueError, match="SECOND_READ"):
@@ -367,7 +372,7 @@ def test_norm_backward_folds_in_the_cta_where_its_table_says(
         need += R.scratch_bytes(t, arity, rmsnorm_bwd.OVERLAP_STAGES if overlap else 0, cta_first=True)
         assert need <= rmsnorm_bwd.SMEM_PER_CTA, (n, need)
         text = "".join(capfd.readouterr())
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        spills = _spill_stores(text)
         # (ptxas settles rmsnorm_bwd's at 65536 in 64 registers and 4 B of spill)
         assert spills and max(spills) <= 4, f"{op} N={n}\n{text[-1500:]}"
     monkeypatch.setattr(rmsnorm_bwd, "CLUSTER_SEND", ((None, "block"),))
@@ -387,7 +392,7 @@ def test_ampere_attention_compiles_for_sm90a(op: str, dtype: str, capfd: pytest.
         entry = AttentionSm80(causal="causal" in op)
         assert contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}") is not None
         text = "".join(capfd.readouterr())
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+        spills = _spill_stores(text)
         assert spills and max(spills) == 0, f"{op} {dtype} N={n}\n{text[-1500:]}"
 
 
@@ -404,7 +409,7 @@ def test_fp32_attention_compiles_for_sm90a(n: int, d: int, warps_m: int, capfd: 
     entry = AttentionTf32(warps_m)
     assert contract.compile_entry(entry, tf32_signature(d), "float32", n, options="remarks{ptx}")
     text = "".join(capfd.readouterr())
-    spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
+    spills = _spill_stores(text)
     assert spills and max(spills) == 0, f"N={n} D={d}\n{text[-1500:]}"
 
 

@@ -22,6 +22,16 @@ __all__ = ["WORKSPACE", "launch"]
 # (evals/results/h100-2026-11-24d, sweep-depth.txt): 32768x8192 2.626 / 2.541 (2.642),
 # 16384x16384 2.483 / 2.388 (2.484).
 STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((None, 1),)
+# The arithmetic forms a row takes (rmsnorm_bwd.ARITHMETIC_16BIT says what each is). H100, TB/s
+# none / "dx" / "xhat" and "sums" / all three (every variant checked first, in one process;
+# evals/results/h100-2026-11-25b, arith.txt): bf16 65536x4096 2.980 / 2.775 / 2.774 / 2.680,
+# 16384x16384 2.827 / 2.829 / 2.897 / 2.485, 1024x262144 2.358 / 2.409 / 2.567 / 2.667; fp32
+# 1024x262144 1.954 / 1.876 / - / 2.570. Elsewhere all three, as the 2^28 grid measured them
+# (within 1.5% of none at 1024-131072, -24i and -25b bwd-norm.md).
+ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = (
+    (2048, ("dx", "xhat", "sums")), (4096, ()), (16384, ("xhat", "sums")), (None, ("dx", "xhat", "sums"))
+)  # fmt: skip
+ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ("dx", "xhat", "sums")),)
 
 
 class LayerNormBackward(NormBackward):
@@ -31,6 +41,14 @@ class LayerNormBackward(NormBackward):
     @staticmethod
     def stage_16bit() -> tuple[tuple[int | None, int], ...]:
         return STAGE_16BIT
+
+    @staticmethod
+    def knobs_16bit() -> tuple[tuple[int | None, dict], ...]:
+        return ((None, {}),)  # (QuACK's shape at 4096 lost to 256 threads a row: see THREADS_PER_ROW)
+
+    @staticmethod
+    def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
+        return ARITHMETIC_16BIT if bits <= 16 else ARITHMETIC_32BIT
 
     @cute.jit
     def __call__(

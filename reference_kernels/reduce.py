@@ -468,6 +468,27 @@ def read_staged_row(ctx: RowContext, sX: cute.Tensor, fill: cutlass.Constexpr[fl
 
 
 @cute.jit
+def widen(tXrX: cute.Tensor, bits: cutlass.Constexpr[bool] = False) -> cute.TensorSSA:
+    """A register slice's values in fp32. With `bits`, each 32-bit pair of bf16 values becomes two
+    fp32 by two bit operations (the low value shifted up 16, the high one masked), where
+    cvt.f32.bf16 on each half is three instructions a pair in SASS (PRMT, then two shifts)."""
+    pairs = const_expr(tXrX.element_type is cutlass.BFloat16 and cute.size(tXrX, mode=[0]) % 2 == 0)
+    if const_expr(not (pairs and bits)):
+        return tXrX.load().to(Float32)
+    # compact copies (a register slice may keep its source's strides): in both, value i of the
+    # slice is element i, so word k of the bf16 one holds what words 2k and 2k + 1 of the fp32 one get
+    narrow = cute.make_rmem_tensor(tXrX.shape, tXrX.element_type)
+    narrow.store(tXrX.load())
+    wide = cute.make_rmem_tensor(tXrX.shape, Float32)
+    words, bits = cute.recast_tensor(narrow, cutlass.Uint32), cute.recast_tensor(wide, cutlass.Uint32)
+    for k in cutlass.range_constexpr(cute.size(words)):
+        word = words[k]
+        bits[2 * k] = word << cutlass.Uint32(16)
+        bits[2 * k + 1] = word & cutlass.Uint32(0xFFFF0000)
+    return wide.load()
+
+
+@cute.jit
 def for_each_row(
     tiling: cutlass.Constexpr,
     copy: cute.TiledCopy,

@@ -141,6 +141,35 @@ CLUSTER_SEND: tuple[tuple[int | None, str], ...] = ((None, "warps"),)
 # rather than after dx. Not in the overlapped loop. Not yet measured: "smem" everywhere. (Read
 # again from global memory instead, where the tile has just been, the 256K rows spilled 300-536 B.)
 SECOND_READ: tuple[tuple[int | None, str], ...] = ((None, "smem"),)
+# How a bf16 row's x, dy and w become fp32 in registers, by N (reduce.widen): "cvt", a
+# conversion a value; "bits", two bit operations a pair of values, a third fewer instructions.
+# Each is read twice a tile: at 262144, 192 conversions a tile of 32 values a thread, some 300 of
+# layernorm's ~1080 SASS instructions a loop. Fewer instructions did not make it faster: ptxas
+# then moved the next tile's rstd, loaded a tile ahead, into a uniform register straight after
+# its load, and the warps waited on that load before each reduction. H100, TB/s cvt / bits, in one
+# process (evals/results/h100-2026-11-25b, widen.txt): layernorm bf16 1024x262144 2.658 / 2.000,
+# 4096x65536 2.892 / 2.884; rmsnorm 1024x262144 2.890 / 2.896, 4096x65536 2.833 / 2.898,
+# 65536x4096 2.844 / 2.835.
+WIDEN_BF16: tuple[tuple[int | None, str], ...] = ((None, "cvt"),)
+# Which forms of a row's arithmetic the kernel takes, by N (each op its own table): "dx", dx
+# in two FMAs a value on the row's constants (see dx_of_rows), else made again from xhat and g;
+# "xhat", xhat in one FMA (LayerNorm alone); "sums", no branch around a one-row tile's column
+# sums (see accumulate). Fewer operations are not faster everywhere: ptxas schedules the loop
+# around them differently at each N. H100, TB/s none / all three / best (every variant checked
+# first, in one process; evals/results/h100-2026-11-25b, arith.txt): rmsnorm bf16 16384x16384
+# 2.931 / 2.889 / none ("dx" alone 2.578), fp32 1024x262144 2.889 / 2.539 / "dx" 2.896 ("sums"
+# alone 2.539), fp32 4096x65536 2.941 / 2.935; bf16 1024x262144 2.781 / 2.887 (-25, fma.txt).
+# LayerNorm: layernorm_bwd.ARITHMETIC_*.
+ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((131072, ()), (None, ("dx", "sums")))
+ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ()),)
+# Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). At 4096,
+# QuACK's shape: a CTA of 128 threads a row, 32 values a thread. H100 bf16, TB/s 256 threads a
+# row (16 values) / 128 (QuACK), every variant checked first, in one process (evals/results/
+# h100-2026-11-25b, q4096.txt): 65536x4096 2.845 / 2.865 (2.919), 32768x4096 2.797 / 2.821 (2.870).
+# (Held in registers across the reduction as well, SECOND_READ: 2.857 and 2.807.)
+KNOBS_16BIT: tuple[tuple[int | None, dict], ...] = (
+    (2048, {}), (4096, {"threads_per_row": 128, "num_threads": 128, "cluster_n": 1}), (None, {})
+)  # fmt: skip
 # Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). A cluster
 # needs its SMs in one GPC, and the H100 runs fewer clusters of 8 or 16 at once than 132 / 8 or
 # 132 / 16 (one CTA a SM, as at these N): a grid of a few more runs a last wave almost empty.
@@ -190,11 +219,17 @@ class NormBackward:
         if knobs.row_loop is None or knobs.row_loop < 2:
             knobs = dataclasses.replace(knobs, row_loop=2)
         widths = (mX.element_type.width, mdY.element_type.width, mW.element_type.width)
+        if widths[0] <= 16:
+            knobs = R.fill_knobs(knobs, self.knobs_16bit(), n)
         if knobs.stage_smem is None:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
         self.cta_first = _mode("CLUSTER_SEND", CLUSTER_SEND, n, ("warps", "cta")) == "cta"
+        self.widen_bits = _mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
+        self.arithmetic = R.pick(self.arithmetic_table(widths[0]), n)
+        if not set(self.arithmetic) <= {"dx", "xhat", "sums"}:
+            raise ValueError(f"ARITHMETIC: {self.arithmetic!r} names none of dx, xhat, sums")
         arity = 2 if self.bias else 1
         need = self.shared_bytes(t, self.weight_in, widths, 3)
         need += R.scratch_bytes(t, arity, OVERLAP_STAGES, self.cta_first)
@@ -231,6 +266,16 @@ class NormBackward:
     def stage_16bit() -> tuple[tuple[int | None, int], ...]:
         """The op's table of which 16-bit rows are staged (read when traced: a sweep may swap it)."""
         return STAGE_16BIT
+
+    @staticmethod
+    def knobs_16bit() -> tuple[tuple[int | None, dict], ...]:
+        """The op's knob sets for 16-bit rows, by N (read when traced)."""
+        return KNOBS_16BIT
+
+    @staticmethod
+    def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
+        """The op's table of arithmetic forms for rows of `bits`-wide x (read when traced)."""
+        return ARITHMETIC_16BIT if bits <= 16 else ARITHMETIC_32BIT
 
     def plan(
         self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int
@@ -377,8 +422,8 @@ class NormBackward:
                     cute.arch.cp_async_wait_group(2 * (depth - 1))
                     tXrX = R.read_staged_row(ctx, sXi, 0.0)
                     tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
-                x = tXrX.load().to(Float32)
-                dy = tXrdY.load().to(Float32)
+                x = R.widen(tXrX, self.widen_bits)
+                dy = R.widen(tXrdY, self.widen_bits)
                 if const_expr(early):
                     # the tile is in registers: its buffer takes tile i + depth through the
                     # reduction (each thread overwrites only what it has read itself)
@@ -398,8 +443,8 @@ class NormBackward:
                     if const_expr(not early):
                         # x and dy again from shared memory rather than held in registers across
                         # the reduction (its barriers keep the compiler from reusing the first reads)
-                        x = R.read_staged_row(ctx, sXi, 0.0).load().to(Float32)
-                        dy = R.read_staged_row(ctx, sdYi, 0.0).load().to(Float32)
+                        x = R.widen(R.read_staged_row(ctx, sXi, 0.0), self.widen_bits)
+                        dy = R.widen(R.read_staged_row(ctx, sdYi, 0.0), self.widen_bits)
                     dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
                 else:
                     dx = self.dx(xhat, g, c1, c2, rstd)
@@ -435,13 +480,13 @@ class NormBackward:
     @cute.jit
     def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor):
         if const_expr(self.weight_in == "late"):
-            return R.load_columns(ctx, mW).load().to(Float32)
-        return tXrW.load().to(Float32)
+            return R.widen(R.load_columns(ctx, mW), self.widen_bits)
+        return R.widen(tXrW, self.widen_bits)
 
     @cute.jit
     def accumulate(self, ctx: R.RowContext, dy, xhat, acc_w: cute.Tensor, acc_b: cute.Tensor):
         """A row's share of dw (and db) into the thread's column sums."""
-        if const_expr(self.tiling.rows_per_cta == 1):
+        if const_expr(self.tiling.rows_per_cta == 1 and "sums" in self.arithmetic):
             # Each tile the loops visit is below ceil(M / rows a tile), so a tile of one row is a
             # row of M: no branch, around which the compiler made x, dy and xhat a second time
             # (64 conversions and 32 FMAs more a tile at 32 values a thread).
@@ -456,13 +501,18 @@ class NormBackward:
         # (x * rstd - mean * rstd: one FMA a value, not a subtraction and a product. It errs by
         # the rounding of mean * rstd, at most an ulp of |x| * rstd where |mean| ~ |x|: the error
         # x's own rounding already carries, as the "shifted" case, a mean 100 sigma, checks)
-        xhat = x * rstd + (-mean * rstd) if const_expr(self.bias) else x * rstd
+        if const_expr(self.bias and "xhat" in self.arithmetic):
+            xhat = x * rstd + (-mean * rstd)
+        else:
+            xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
         return xhat, dy * self.weight(ctx, mW, tXrW)
 
     @cute.jit
     def dx(self, xhat, g, c1: Float32, c2: Float32, rstd: Float32):
         """dx = (g - xhat * c1 / n - c2 / n) * rstd from the row sums c1 = sum(g * xhat) and
         c2 = sum(g) (`bias` alone), as two FMAs a value on the row's constants."""
+        if const_expr("dx" not in self.arithmetic):
+            return (g - xhat * (c1 * (1.0 / self.tiling.n)) - c2 * (1.0 / self.tiling.n)) * rstd
         k, shift = self.dx_terms(c1, c2, rstd)
         if const_expr(self.bias):
             return g * rstd + (xhat * k + shift)
@@ -477,6 +527,9 @@ class NormBackward:
         tiles' sums unbranched, see `accumulate`), every variant checked first
         (evals/results/h100-2026-11-25, fma.txt): layernorm 1024x262144 bf16 2.363 / 2.589,
         fp32 1.930 / 2.553 (156 B of spills gone); rmsnorm bf16 2.781 / 2.887."""
+        if const_expr("dx" not in self.arithmetic):
+            xhat, g = self.xhat_g(ctx, x, dy, rstd, mean, mW, tXrW)
+            return self.dx(xhat, g, c1, c2, rstd)
         k, shift = self.dx_terms(c1, c2, rstd)
         g = dy * self.weight(ctx, mW, tXrW)
         if const_expr(self.bias):
@@ -545,8 +598,8 @@ class NormBackward:
             c1, c2 = totals[0], Float32(0.0)
             if const_expr(self.bias):
                 c2 = totals[1]
-            x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0).load().to(Float32)
-            dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0).load().to(Float32)
+            x = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0), self.widen_bits)
+            dy = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0), self.widen_bits)
             R.store_row(ctx, self.dx_of_rows(first, x, dy, stats[0], stats[1], c1, c2, mW, tXrW), mdX)
             stats.store(stats_next.load())
             stats_next.store(stats_after.load())
@@ -567,8 +620,8 @@ class NormBackward:
         """A staged tile's share of dw (and db) into the accumulators, and its row sums on their
         way to the cluster (`R.row_reduce_send`)."""
         depth = self.depth
-        x = R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0).load().to(Float32)
-        dy = R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0).load().to(Float32)
+        x = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0), self.widen_bits)
+        dy = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0), self.widen_bits)
         xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
         self.accumulate(ctx, dy, xhat, acc_w, acc_b)
         gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import pytest
 
@@ -324,6 +325,66 @@ def test_norm_backward_holds_staged_rows_where_its_table_says(
     monkeypatch.setattr(rmsnorm_bwd, "SECOND_READ", ((None, "gmem"),))
     with pytest.raises(ValueError, match="SECOND_READ"):
         contract.compile_entry(type(mod.launch)(RowKnobs()), spec, "bfloat16", 4096, workspace=ws)
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "n", "forms", "tpr"),
+    [
+        ("rmsnorm_bwd", "bfloat16", 4096, (), 128),  # QuACK's shape (rmsnorm_bwd.KNOBS_16BIT)
+        ("rmsnorm_bwd", "bfloat16", 16384, (), 512),
+        ("rmsnorm_bwd", "bfloat16", 262144, ("dx", "sums"), 512),
+        ("rmsnorm_bwd", "float32", 262144, (), 512),
+        ("layernorm_bwd", "bfloat16", 4096, (), 256),
+        ("layernorm_bwd", "bfloat16", 16384, ("xhat", "sums"), 512),
+        ("layernorm_bwd", "bfloat16", 262144, ("dx", "xhat", "sums"), 512),
+        ("layernorm_bwd", "float32", 262144, ("dx", "xhat", "sums"), 512),
+    ],
+)
+def test_norm_backward_arithmetic_and_shape_by_op(op: str, dtype: str, n: int, forms: tuple, tpr: int) -> None:
+    """Each norm backward takes its own table's arithmetic forms and 16-bit knob sets (the
+    forms that won at one N lost 10-30% at another, by op: rmsnorm_bwd.ARITHMETIC_16BIT)."""
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(RowKnobs())
+    assert contract.compile_entry(entry, spec, dtype, n, workspace=contract.workspace_of(mod)) is not None
+    assert tuple(entry.arithmetic) == forms
+    assert entry.tiling.threads_per_row == tpr
+
+
+def test_norm_backward_arithmetic_form_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN["rmsnorm_bwd"]
+    monkeypatch.setattr(rmsnorm_bwd, "ARITHMETIC_16BIT", ((None, ("dx", "fast")),))
+    with pytest.raises(ValueError, match="ARITHMETIC"):
+        contract.compile_entry(rmsnorm_bwd.NormBackward(RowKnobs()), spec, "bfloat16", 8192,
+                               workspace=rmsnorm_bwd.WORKSPACE)  # fmt: skip
+
+
+def test_widen_bits_replaces_the_bf16_conversions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """rmsnorm_bwd.WIDEN_BF16 "bits" (a table for sweeps): bf16 pairs become fp32 by a shift and a
+    mask, no cvt.f32.bf16 left in the row kernel; "cvt" (the default) keeps them."""
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN["layernorm_bwd"]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+
+    def row_kernel_ptx(out: Path) -> str:
+        out.mkdir()
+        entry = type(mod.launch)(RowKnobs())
+        options = f"--keep-ptx --dump-dir={out}"
+        assert contract.compile_entry(entry, spec, "bfloat16", 65536, options=options, workspace=mod.WORKSPACE)
+        ptx = "\n".join(p.read_text() for p in out.rglob("*.ptx"))
+        return ptx[ptx.index(".entry kernel_cutlass_kernel") :]
+
+    assert "cvt.f32.bf16" in row_kernel_ptx(tmp_path / "cvt")
+    monkeypatch.setattr(rmsnorm_bwd, "WIDEN_BF16", ((None, "bits"),))
+    bits = row_kernel_ptx(tmp_path / "bits")
+    assert "cvt.f32.bf16" not in bits and "and.b32" in bits
 
 
 def test_cta_first_scratch_takes_one_slot_a_peer() -> None:

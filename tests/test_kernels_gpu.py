@@ -114,6 +114,9 @@ SWEEP_TABLES = [
     ("CLUSTER_SEND", "cta", 16384, {}),
     ("CLUSTER_SEND", "cta", 65536, {}),
     ("CLUSTER_SEND", "cta", 262144, {}),
+    # bf16 pairs widened by a shift and a mask (fp32 rows: unchanged), staged twice and held
+    ("WIDEN_BF16", "bits", 4096, {}),
+    ("WIDEN_BF16", "bits", 65536, {}),
 ]
 
 
@@ -122,9 +125,9 @@ SWEEP_TABLES = [
 def test_norm_backward_sweep_tables(
     op: str, table: str, value: str, n: int, knobs: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The norm backwards' modes that only a sweep turns on (rmsnorm_bwd.SECOND_READ and
-    CLUSTER_SEND) against float64: M not a multiple of the grid, enough rows that a CTA loops
-    over several tiles and each reduction stage is reused, both widths."""
+    """The norm backwards' modes that only a sweep turns on (rmsnorm_bwd.SECOND_READ,
+    CLUSTER_SEND and WIDEN_BF16) against float64: M not a multiple of the grid, enough rows
+    that a CTA loops over several tiles and each reduction stage is reused, both widths."""
     from reference_kernels import rmsnorm_bwd
 
     monkeypatch.setattr(rmsnorm_bwd, table, ((None, value),))

@@ -480,11 +480,11 @@ def widen(tXrX: cute.Tensor, bits: cutlass.Constexpr[bool] = False) -> cute.Tens
     narrow = cute.make_rmem_tensor(tXrX.shape, tXrX.element_type)
     narrow.store(tXrX.load())
     wide = cute.make_rmem_tensor(tXrX.shape, Float32)
-    words, bits = cute.recast_tensor(narrow, cutlass.Uint32), cute.recast_tensor(wide, cutlass.Uint32)
-    for k in cutlass.range_constexpr(cute.size(words)):
-        word = words[k]
-        bits[2 * k] = word << cutlass.Uint32(16)
-        bits[2 * k + 1] = word & cutlass.Uint32(0xFFFF0000)
+    pairs_in, words_out = cute.recast_tensor(narrow, cutlass.Uint32), cute.recast_tensor(wide, cutlass.Uint32)
+    for k in cutlass.range_constexpr(cute.size(pairs_in)):
+        word = pairs_in[k]
+        words_out[2 * k] = word << cutlass.Uint32(16)
+        words_out[2 * k + 1] = word & cutlass.Uint32(0xFFFF0000)
     return wide.load()
 
 

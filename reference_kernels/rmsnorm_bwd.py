@@ -229,7 +229,7 @@ class NormBackward:
         self.widen_bits = _mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
         self.arithmetic = R.pick(self.arithmetic_table(widths[0]), n)
         if not set(self.arithmetic) <= {"dx", "xhat", "sums"}:
-            raise ValueError(f"ARITHMETIC: {self.arithmetic!r} names none of dx, xhat, sums")
+            raise ValueError(f"ARITHMETIC: {self.arithmetic!r} names a form other than dx, xhat, sums")
         arity = 2 if self.bias else 1
         need = self.shared_bytes(t, self.weight_in, widths, 3)
         need += R.scratch_bytes(t, arity, OVERLAP_STAGES, self.cta_first)
@@ -443,8 +443,7 @@ class NormBackward:
                     if const_expr(not early):
                         # x and dy again from shared memory rather than held in registers across
                         # the reduction (its barriers keep the compiler from reusing the first reads)
-                        x = R.widen(R.read_staged_row(ctx, sXi, 0.0), self.widen_bits)
-                        dy = R.widen(R.read_staged_row(ctx, sdYi, 0.0), self.widen_bits)
+                        x, dy = self.staged_values(ctx, sXi), self.staged_values(ctx, sdYi)
                     dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
                 else:
                     dx = self.dx(xhat, g, c1, c2, rstd)
@@ -476,6 +475,11 @@ class NormBackward:
                         theirs = copy.get_slice(tidx + r * t.threads_per_row).partition_D(sAcc[k])
                         total.store(total.load() + theirs.load())
                     cute.autovec_copy(total, tXgP)
+
+    @cute.jit
+    def staged_values(self, ctx: R.RowContext, sX: cute.Tensor):
+        """The thread's slice of a staged row, in fp32 (0 in the padding columns)."""
+        return R.widen(R.read_staged_row(ctx, sX, 0.0), self.widen_bits)
 
     @cute.jit
     def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor):
@@ -598,8 +602,8 @@ class NormBackward:
             c1, c2 = totals[0], Float32(0.0)
             if const_expr(self.bias):
                 c2 = totals[1]
-            x = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[0], depth, i % depth), 0.0), self.widen_bits)
-            dy = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[1], depth, i % depth), 0.0), self.widen_bits)
+            x = self.staged_values(ctx, R.staged_tile(staging[0], depth, i % depth))
+            dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, i % depth))
             R.store_row(ctx, self.dx_of_rows(first, x, dy, stats[0], stats[1], c1, c2, mW, tXrW), mdX)
             stats.store(stats_next.load())
             stats_next.store(stats_after.load())
@@ -620,8 +624,8 @@ class NormBackward:
         """A staged tile's share of dw (and db) into the accumulators, and its row sums on their
         way to the cluster (`R.row_reduce_send`)."""
         depth = self.depth
-        x = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[0], depth, buffer), 0.0), self.widen_bits)
-        dy = R.widen(R.read_staged_row(ctx, R.staged_tile(staging[1], depth, buffer), 0.0), self.widen_bits)
+        x = self.staged_values(ctx, R.staged_tile(staging[0], depth, buffer))
+        dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, buffer))
         xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
         self.accumulate(ctx, dy, xhat, acc_w, acc_b)
         gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)

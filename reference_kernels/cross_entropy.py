@@ -30,6 +30,36 @@ OP = "cross_entropy"
 # 2.386 / 2.488, 2.493 (2.563); 1024 2.733, 2.716 / 2.782, 2.766 (2.781); 2048 2.906, 2.919 /
 # 2.936, 2.944 (2.947).
 TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
+# The three tables below shape dlogits (cross_entropy_fused). H100, TB/s, every variant checked
+# first and all timed back to back in one process (evals/results/h100-2026-11-26, ce-probs.txt,
+# ce-fused.txt; there our outputs rotate with the inputs while QuACK's dlogits reuse one buffer).
+# Where each value's softmax probability comes from, by N: "again", exp(x - lse), an exponential
+# a value after the reduction; "kept", the reduction's own exp(x - max) times 1 / sum, held across
+# it (as the forward softmax does). again / kept: bf16 32768x256 2.432 / 2.441, 32768x512 2.680 /
+# 2.686, 4096x65536 2.902 / 2.961, 1024x262144 2.629 / 2.737 (2.630 / 2.990 in the second run);
+# fp32 within 0.5% at every N of the grid.
+PROBABILITIES: tuple[tuple[int | None, str], ...] = ((None, "kept"),)
+# With dlogits, every thread of a row reads its target index (each may hold the target column);
+# where the loss's target logit comes from is TARGET_LOGIT's choice again, by these tables (16-bit
+# and 32-bit x; modes as there). "registers" takes the holder through a branch of its values, a
+# few dozen instructions a row that one lane of 32 runs: at N = 256, where a thread has 8 values,
+# ncu counted 24 active threads a warp, and the kernel took 14.46 us to QuACK's 13.12 (with
+# "registers" and ONEHOT "every", 13.34 to 13.25: evals/results/h100-2026-11-26, ce256*.txt).
+# "smem" ends each row on a warp barrier and a dependent shared load, which a bf16 row of 256
+# (one vector a thread) cannot hide. H100, us a call as the bench times the public function
+# (graphs, rotated inputs, dlogits into one buffer, as QuACK's are; ce-hot.txt), PROBABILITIES
+# "kept", ONEHOT "every", smem / registers / load (QuACK): bf16 32768x256 12.08 / 11.54 / 11.30
+# (11.18), 32768x512 24.45 / 24.96 / 25.33 (24.77), 32768x1024 46.84 / 47.49 / 47.81 (47.36);
+# fp32 32768x256 24.29 / 24.82 / 24.80 (24.64). Past 3072 "smem" is "load" (the row no longer one
+# warp's, or clustered), and the holder's branch costs little beside a long row: bf16 4096x65536
+# TB/s registers 2.978 / load 2.747 (our outputs rotating with the inputs: ce-fused.txt).
+FUSED_TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
+FUSED_TARGET_LOGIT_32BIT: tuple[tuple[int | None, str], ...] = ((3072, "smem"), (None, "registers"))
+# How dlogits take 1 off the target column, by N: "holder", the thread holding it alone, in a
+# branch; "every", each value a select, no branch (three operations a value, where the holder's
+# branch is one lane's). Registers, holder / every: bf16 4096x65536 2.978 / 2.927, 16384x8192
+# 2.961 / 2.952; within 0.5% at 2048 and past 65536.
+ONEHOT: tuple[tuple[int | None, str], ...] = ((3072, "every"), (None, "holder"))
 
 
 class CrossEntropy:
@@ -51,13 +81,20 @@ class CrossEntropy:
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = t = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
-        # (dlogits need every thread of the row to know its target: "load" tells the leader only)
-        self.logit_from = "registers" if self.write_dx else R.pick(TARGET_LOGIT, t.n)
+        fused = FUSED_TARGET_LOGIT if mX.element_type.width <= 16 else FUSED_TARGET_LOGIT_32BIT
+        self.logit_from = R.pick(fused if self.write_dx else TARGET_LOGIT, t.n)
         if self.logit_from == "smem" and not (
             t.stage_smem and t.row_loop == 1 and t.cluster_n == 1 and t.threads_per_row <= R.WARP
         ):
             self.logit_from = "load"
         self.from_registers = self.logit_from == "registers"
+        self.probabilities = R.pick(PROBABILITIES, t.n)
+        self.onehot = R.pick(ONEHOT, t.n)
+        for name, value, modes in (("TARGET_LOGIT", self.logit_from, ("load", "smem", "registers")),
+                                   ("PROBABILITIES", self.probabilities, ("again", "kept")),
+                                   ("ONEHOT", self.onehot, ("holder", "every"))):  # fmt: skip
+            if value not in modes:
+                raise ValueError(f"{name}: {value!r} is none of {', '.join(modes)}")
         copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
         R.launch_rows(kernel, t, mX.shape[0], stream)
@@ -86,7 +123,11 @@ class CrossEntropy:
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
-        if cutlass.const_expr(self.from_registers):
+        if cutlass.const_expr(self.write_dx):
+            # (dlogits need every thread of the row to know its target)
+            with_logit = self.logit_from == "load"
+            fetch = functools.partial(load_target_everywhere, mX, mTarget, t.n, target, x_target, with_logit)
+        elif cutlass.const_expr(self.from_registers):
             fetch = functools.partial(load_target, mTarget, target)
         elif cutlass.const_expr(self.logit_from == "smem"):
             fetch = functools.partial(load_target_index, mTarget, target)
@@ -111,7 +152,7 @@ class CrossEntropy:
         if cutlass.const_expr(self.from_registers):
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
-        m, s, _ = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
+        m, s, e = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
         if cutlass.const_expr(self.logit_from == "smem"):
             # each lane has waited on its own copies; the warp barrier lets the leader see the
             # others' (the row is this warp's, and nothing refills the buffer: one tile a CTA).
@@ -126,7 +167,12 @@ class CrossEntropy:
                 if ctx.row_ok & ctx.row_leader:
                     mLse[ctx.row] = lse
             if cutlass.const_expr(self.write_dx):
-                write_dlogits(ctx, tXrX, lse, cutlass.select_(ignored, Float32(0.0), scale), target[0], mdX)
+                g = cutlass.select_(ignored, Float32(0.0), scale)
+                if cutlass.const_expr(self.probabilities == "kept"):
+                    # (s >= 1: the max contributes exp(0))
+                    write_dlogits(ctx, tXrX, e, cute.arch.rcp_approx(s) * g, g, target[0], mdX, self.onehot == "every")
+                else:
+                    write_dlogits(ctx, tXrX, softmax_from_lse(tXrX, lse), g, g, target[0], mdX, self.onehot == "every")
         if ctx.row_ok:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:
@@ -142,6 +188,19 @@ def load_target(mTarget, target, ctx: R.RowContext):
     """Every thread's copy of its row's target index, read while the row is in flight."""
     if ctx.row_ok:
         target[0] = mTarget[ctx.row]
+
+
+@cute.jit
+def load_target_everywhere(
+    mX, mTarget, n: cutlass.Constexpr[int], target, x_target, with_logit: cutlass.Constexpr[bool], ctx: R.RowContext
+):
+    """Every thread's copy of its row's target index, read while the row is in flight; with
+    `with_logit`, the row leader's read of the target logit after it (TARGET_LOGIT "load")."""
+    if ctx.row_ok:
+        target[0] = mTarget[ctx.row]
+        if cutlass.const_expr(with_logit):
+            if ctx.row_leader:
+                x_target[0] = Float32(mX[ctx.row, clamped_column(target[0], n)])
 
 
 def clamped_column(target: Int64, n: int) -> Int32:
@@ -167,20 +226,37 @@ def load_target_logit(mX, mTarget, n: cutlass.Constexpr[int], target, x_target, 
 
 
 @cute.jit
-def write_dlogits(ctx: R.RowContext, tXrX: cute.Tensor, lse: Float32, g: Float32, target: Int64, mdX: cute.Tensor):
-    """dx = (exp(x - lse) - onehot(target)) * g for the thread's slice of its row (no onehot
-    for a target outside [0, N): its loss is NaN already)."""
-    x = tXrX.load().to(Float32)
+def softmax_from_lse(tXrX: cute.Tensor, lse: Float32) -> cute.TensorSSA:
+    """exp(x - lse) for the thread's slice of its row, in fp32."""
     # (x - lse) first: exact 0 at a row whose one logit dominates
-    p = cute.math.exp2((x - lse) * R.LOG2_E, fastmath=True)
+    return cute.math.exp2((tXrX.load().to(Float32) - lse) * R.LOG2_E, fastmath=True)
+
+
+@cute.jit
+def write_dlogits(
+    ctx: R.RowContext, tXrX: cute.Tensor, e: cute.TensorSSA, k: Float32, g: Float32, target: Int64, mdX: cute.Tensor,
+    every: cutlass.Constexpr[bool],
+):  # fmt: skip
+    """dx = e * k - onehot(target) * g for the thread's slice of its row, where e * k is its
+    softmax probabilities times g (no onehot for a target outside [0, N): its loss is NaN
+    already); the onehot by a select at every value, in one FMA with the product (`every`), or in
+    the holding thread's branch."""
     tXrG = cute.make_rmem_tensor_like(tXrX, Float32)
-    tXrG.store(p * g)
     col = Int32(cutlass.select_((target < 0) | (target >= ctx.tiling.n), Int64(-1), target))
-    holds, _ = R.value_at_column(ctx, tXrX, col)
-    if holds:
+    if cutlass.const_expr(every):
+        tXrE = cute.make_rmem_tensor_like(tXrX, Float32)
+        tXrE.store(e)
+        at = col - ctx.tXcX[0][1]  # (each value's column offset from the first is a constant)
         for i in cutlass.range_constexpr(cute.size(tXrG)):
-            if ctx.tXcX[i][1] == col:
-                tXrG[i] = tXrG[i] - g
+            onehot = cutlass.select_(ctx.tXcX[i][1] - ctx.tXcX[0][1] == at, -g, Float32(0.0))
+            tXrG[i] = cute.math.fma(tXrE[i], k, onehot)
+    else:
+        tXrG.store(e * k)
+        holds, _ = R.value_at_column(ctx, tXrX, col)
+        if holds:
+            for i in cutlass.range_constexpr(cute.size(tXrG)):
+                if ctx.tXcX[i][1] == col:
+                    tXrG[i] = tXrG[i] - g
     R.store_row(ctx, tXrG.load(), mdX)
 
 

@@ -15,7 +15,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int64
 
 from reference_kernels import reduce as R
-from reference_kernels.cross_entropy import write_dlogits
+from reference_kernels.cross_entropy import softmax_from_lse, write_dlogits
 
 OP = "cross_entropy_bwd"
 
@@ -69,7 +69,7 @@ class CrossEntropyBackward:
         # an ignored row's gradient is 0; so is its dloss (torch's mean divides by the kept
         # rows only), but a caller's dloss need not be: the kernel zeroes it itself
         g = cutlass.select_(target[0] == ignore_index, Float32(0.0), stats[1])
-        write_dlogits(ctx, tXrX, stats[0], g, target[0], mdX)
+        write_dlogits(ctx, tXrX, softmax_from_lse(tXrX, stats[0]), g, g, target[0], mdX, every=False)
 
 
 @cute.jit

@@ -435,25 +435,50 @@ def load_row_into(ctx: RowContext, mX: cute.Tensor, tXrX: cute.Tensor, fill: cut
         cute.copy(copy_atom(mX.element_type, t.vec), row_partition(ctx, mX), tXrX, pred=ctx.pred)
 
 
+def chunk_of(t: cute.Tensor, chunks: int, c: int | None) -> cute.Tensor:
+    """Chunk `c` of `chunks` of a thread's row partition ((vec, 1), rows, K): a view of its vectors
+    c K / chunks to (c + 1) K / chunks - 1 (the whole partition where `c` is None)."""
+    if c is None or chunks == 1:
+        return t
+    split = cute.logical_divide(t.layout, (None, None, cute.size(t, mode=[2]) // chunks))
+    return cute.make_tensor(t.iterator, split)[None, None, (None, c)]
+
+
+def fitting_chunks(tiling: RowTiling, chunks: int) -> int:
+    """The most chunks, up to `chunks` (a power of two), a thread's row partition splits into
+    (`chunk_of`): whole vectors each, and none where the row has padding columns (a chunk takes
+    no column predicates)."""
+    if chunks < 1 or chunks & (chunks - 1):
+        raise ValueError(f"chunks={chunks} must be a power of two")
+    if not tiling.even_n:
+        return 1
+    vectors = tiling.values_per_thread // tiling.vec
+    while vectors % chunks:
+        chunks //= 2
+    return chunks
+
+
 @cute.jit
-def copy_row_async(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor):
-    """cp.async this thread's slice of its row into `sX`, as one commit group (committed
-    even when the row is past M, so that group counts stay uniform)."""
+def copy_row_async(ctx: RowContext, mX: cute.Tensor, sX: cute.Tensor, chunks: int = 1, c: int | None = None):
+    """cp.async this thread's slice of its row (or chunk `c` of it, see `chunk_of`) into `sX`, as
+    one commit group (committed even when the row is past M, so that group counts stay uniform)."""
     t = ctx.tiling
     thr = ctx.copy.get_slice(ctx.tidx)
-    tXgX = thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile))
-    tXsX = thr.partition_D(sX)
+    tXgX = chunk_of(thr.partition_S(cute.local_tile(mX, t.tiler_mn, ctx.tile)), chunks, c)
+    tXsX = chunk_of(thr.partition_D(sX), chunks, c)
     if ctx.row_ok:
         cute.copy(copy_atom(mX.element_type, t.vec, is_async=True), tXgX, tXsX, pred=ctx.pred)
     cute.arch.cp_async_commit_group()
 
 
 @cute.jit
-def read_staged_row(ctx: RowContext, sX: cute.Tensor, fill: cutlass.Constexpr[float]) -> cute.Tensor:
-    """The thread's staged slice in registers, once its copy group has been waited on; each
-    thread reads only what its own cp.async wrote, so no barrier is needed."""
+def read_staged_row(
+    ctx: RowContext, sX: cute.Tensor, fill: cutlass.Constexpr[float], chunks: int = 1, c: int | None = None
+) -> cute.Tensor:
+    """The thread's staged slice (or chunk `c` of it) in registers, once its copy group has been
+    waited on; each thread reads only what its own cp.async wrote, so no barrier is needed."""
     t = ctx.tiling
-    tXsX = ctx.copy.get_slice(ctx.tidx).partition_D(sX)
+    tXsX = chunk_of(ctx.copy.get_slice(ctx.tidx).partition_D(sX), chunks, c)
     if const_expr(not t.even_n):
         # a predicated-off cp.async still zero-fills its destination
         tXrFill = cute.make_rmem_tensor_like(tXsX[(None, 0), None, 0])
@@ -577,10 +602,11 @@ def _bound(fn: Callable | None, ctx: RowContext) -> Callable | None:
 
 
 @cute.jit
-def store_row(ctx: RowContext, values: cute.TensorSSA, mO: cute.Tensor):
-    """Convert `values` (in the thread's partition order) to mO's type and write its row."""
+def store_row(ctx: RowContext, values: cute.TensorSSA, mO: cute.Tensor, chunks: int = 1, c: int | None = None):
+    """Convert `values` (in the thread's partition order) to mO's type and write its row (or
+    chunk `c` of it, see `chunk_of`)."""
     t = ctx.tiling
-    tXgO = ctx.copy.get_slice(ctx.tidx).partition_D(cute.local_tile(mO, t.tiler_mn, ctx.tile))
+    tXgO = chunk_of(ctx.copy.get_slice(ctx.tidx).partition_D(cute.local_tile(mO, t.tiler_mn, ctx.tile)), chunks, c)
     tXrO = cute.make_rmem_tensor_like(tXgO)
     tXrO.store(values.to(tXrO.element_type))
     if ctx.row_ok:
@@ -588,11 +614,13 @@ def store_row(ctx: RowContext, values: cute.TensorSSA, mO: cute.Tensor):
 
 
 @cute.jit
-def load_columns(ctx: RowContext, mV: cute.Tensor) -> cute.Tensor:
+def load_columns(ctx: RowContext, mV: cute.Tensor, chunks: int = 1, c: int | None = None) -> cute.Tensor:
     """A per-column vector (a norm's weight or bias, shape (N,)) in the same partition as
-    the row, so that it lines up element for element with `load_row`'s registers."""
+    the row (or chunk `c` of it), so that it lines up element for element with `load_row`'s
+    registers."""
     t = ctx.tiling
-    tXgV = _column_partition(ctx, mV)  # the vector viewed as a tile of identical rows (row stride 0)
+    # (the vector viewed as a tile of identical rows, row stride 0)
+    tXgV = chunk_of(_column_partition(ctx, mV), chunks, c)
     tXrV = cute.make_rmem_tensor_like(tXgV)
     if const_expr(not t.even_n):
         tXrV.fill(0.0)

@@ -162,6 +162,20 @@ WIDEN_BF16: tuple[tuple[int | None, str], ...] = ((None, "cvt"),)
 # LayerNorm: layernorm_bwd.ARITHMETIC_*.
 ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((131072, ()), (None, ("dx", "sums")))
 ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ()),)
+# How many parts a staged tile's copies are issued in and its two passes read it in, by N (one
+# commit group a part and tensor; a thread's vectors split in equal runs, reduce.chunk_of). The
+# first pass waits on each part alone, so a thread's arithmetic on the first parts runs while the
+# rest lands; at one tile staged (STAGING_DEPTH 1), each part of the next tile goes out as soon as
+# the second pass has read the part it refills. Not in the overlapped loop, nor with SECOND_READ
+# "registers"; fewer where a thread's vectors do not split so (reduce.fitting_chunks). It was
+# tried for layernorm_bwd fp32 1024x262144, where one tile is staged at a time and the loop falls
+# short of the copy, and lost there and nearly everywhere else. H100, TB/s at 1 / 2 / 4 parts,
+# every variant checked first, in one process (evals/results/h100-2026-11-26, chunks*.txt):
+# layernorm fp32 1024x262144 2.555 / 2.429 / 2.529 (8: 2.538), 2048x131072 2.902 / 2.772 / 2.787,
+# 4096x65536 2.926 / 2.901 / 2.909 (2.860 / 2.917 / 2.925 in an earlier call); bf16 1024x262144
+# 2.668 / 2.682 / 2.650, 65536x4096 2.993 / 2.812 / 2.809; rmsnorm fp32 1024x262144 2.902 /
+# 2.735 / 2.904, bf16 2.903 / 2.914 / 2.910, 65536x4096 bf16 2.875 / 2.862 / 2.853.
+TILE_CHUNKS: tuple[tuple[int | None, int], ...] = ((None, 1),)
 # Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). At 4096,
 # QuACK's shape: a CTA of 128 threads a row, 32 values a thread. H100 bf16, TB/s 256 threads a
 # row (16 values) / 128 (QuACK), every variant checked first, in one process (evals/results/
@@ -239,6 +253,7 @@ class NormBackward:
             self.depth = max(self.depth, 3)
         held = t.stage_smem and not self.overlap
         self.second_read = _mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
+        self.chunks = R.fitting_chunks(t, R.pick(TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
@@ -397,7 +412,7 @@ class NormBackward:
             rows, staging = (mX, mdY), (sX, sdY)
             if const_expr(t.stage_smem):
                 for k in cutlass.range_constexpr(depth if early else max(depth - 1, 1)):
-                    _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
+                    _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k, self.chunks)
             for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
                 ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
                 sXi = sdYi = None
@@ -407,7 +422,7 @@ class NormBackward:
                     # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
                     # alone: each thread reads back only what its own copies wrote)
                     j = i + depth - 1
-                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth, self.chunks)
                 if const_expr(not t.stage_smem):
                     tXrX = R.load_row(ctx, mX, None, 0.0)
                     tXrdY = R.load_row(ctx, mdY, None, 0.0)
@@ -417,41 +432,45 @@ class NormBackward:
                 else:
                     _load_stats(mRstd, mMean, stats, ctx.row, mX.shape[0], self.bias)
                     rstd, mean = stats[0], stats[1]
-                if const_expr(t.stage_smem):
-                    # (two commit groups a tile: those of the tiles still ahead may stay in flight)
-                    cute.arch.cp_async_wait_group(2 * (depth - 1))
-                    tXrX = R.read_staged_row(ctx, sXi, 0.0)
-                    tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
-                x = R.widen(tXrX, self.widen_bits)
-                dy = R.widen(tXrdY, self.widen_bits)
-                if const_expr(early):
-                    # the tile is in registers: its buffer takes tile i + depth through the
-                    # reduction (each thread overwrites only what it has read itself)
-                    j = i + depth
-                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
-                # padding columns: dy reads 0, so g and every sum below get nothing from them
-                xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
-                self.accumulate(ctx, dy, xhat, acc_w, acc_b)
-                gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-                c2 = Float32(0.0)
-                if const_expr(self.bias):
-                    gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-                    c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
+                if const_expr(self.chunks > 1):
+                    self.chunked_tile(ctx, first, copy, bidx + (i + 1) * grid_m, rows, staging, (sXi, sdYi), rstd,
+                                      mean, mW, tXrW, mdX, scratch, acc_w, acc_b)  # fmt: skip
                 else:
-                    (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
-                if const_expr(t.stage_smem):
-                    if const_expr(not early):
-                        # x and dy again from shared memory rather than held in registers across
-                        # the reduction (its barriers keep the compiler from reusing the first reads)
-                        x, dy = self.staged_values(ctx, sXi), self.staged_values(ctx, sdYi)
-                    dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
-                else:
-                    dx = self.dx(xhat, g, c1, c2, rstd)
-                if const_expr(t.stage_smem and depth == 1 and not early):
-                    # the next tile's rows stream in while this one's dx is written (each thread
-                    # overwrites only what it has read itself)
-                    _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
-                R.store_row(ctx, dx, mdX)
+                    if const_expr(t.stage_smem):
+                        # (two commit groups a tile: those of the tiles still ahead may stay in flight)
+                        cute.arch.cp_async_wait_group(2 * (depth - 1))
+                        tXrX = R.read_staged_row(ctx, sXi, 0.0)
+                        tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
+                    x = R.widen(tXrX, self.widen_bits)
+                    dy = R.widen(tXrdY, self.widen_bits)
+                    if const_expr(early):
+                        # the tile is in registers: its buffer takes tile i + depth through the
+                        # reduction (each thread overwrites only what it has read itself)
+                        j = i + depth
+                        _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+                    # padding columns: dy reads 0, so g and every sum below get nothing from them
+                    xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
+                    self.accumulate(ctx, dy, xhat, acc_w, acc_b)
+                    gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+                    c2 = Float32(0.0)
+                    if const_expr(self.bias):
+                        gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+                        c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
+                    else:
+                        (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+                    if const_expr(t.stage_smem):
+                        if const_expr(not early):
+                            # x and dy again from shared memory rather than held in registers across
+                            # the reduction (its barriers keep the compiler from reusing the first reads)
+                            x, dy = self.staged_values(ctx, sXi), self.staged_values(ctx, sdYi)
+                        dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
+                    else:
+                        dx = self.dx(xhat, g, c1, c2, rstd)
+                    if const_expr(t.stage_smem and depth == 1 and not early):
+                        # the next tile's rows stream in while this one's dx is written (each thread
+                        # overwrites only what it has read itself)
+                        _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
+                    R.store_row(ctx, dx, mdX)
 
         # Fold the CTA's rows' shares of each column sum (in row order, in shared memory)
         # and write them as partial row `bidx` of the workspace. The partial rows are seen
@@ -477,15 +496,67 @@ class NormBackward:
                     cute.autovec_copy(total, tXgP)
 
     @cute.jit
-    def staged_values(self, ctx: R.RowContext, sX: cute.Tensor):
-        """The thread's slice of a staged row, in fp32 (0 in the padding columns)."""
-        return R.widen(R.read_staged_row(ctx, sX, 0.0), self.widen_bits)
+    def staged_values(self, ctx: R.RowContext, sX: cute.Tensor, c: int | None = None):
+        """The thread's slice of a staged row (chunk `c` of it, see TILE_CHUNKS), in fp32 (0 in the
+        padding columns)."""
+        return R.widen(R.read_staged_row(ctx, sX, 0.0, self.chunks, c), self.widen_bits)
 
     @cute.jit
-    def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor):
+    def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor, c: int | None = None):
         if const_expr(self.weight_in == "late"):
-            return R.widen(R.load_columns(ctx, mW), self.widen_bits)
-        return R.widen(tXrW, self.widen_bits)
+            return R.widen(R.load_columns(ctx, mW, self.chunks, c), self.widen_bits)
+        return R.widen(R.chunk_of(tXrW, self.chunks, c), self.widen_bits)
+
+    @cute.jit
+    def chunked_tile(
+        self,
+        ctx: R.RowContext,
+        first: R.RowContext,
+        copy: cute.TiledCopy,
+        next_tile: Int32,
+        rows: tuple,
+        staging: tuple,
+        buffers: tuple,
+        rstd: Float32,
+        mean: Float32,
+        mW: cute.Tensor,
+        tXrW: cute.Tensor,
+        mdX: cute.Tensor,
+        scratch: R.ReductionScratch,
+        acc_w: cute.Tensor,
+        acc_b: cute.Tensor,
+    ):
+        """A staged tile's two passes, a chunk at a time (TILE_CHUNKS): the first pass takes each
+        chunk as soon as its own copies have landed, and with one tile staged the second pass
+        sends the next tile's chunk into each buffer chunk it has read. The loop's arithmetic
+        forms as a whole tile takes them."""
+        t = self.tiling
+        chunks, depth = self.chunks, self.depth
+        sX, sdY = buffers
+        gx, gs = Float32(0.0), Float32(0.0)
+        for c in cutlass.range_constexpr(chunks):
+            # (this tile's later chunks, and each tile still ahead, may stay in flight)
+            cute.arch.cp_async_wait_group(2 * chunks * (depth - 1) + 2 * (chunks - 1 - c))
+            x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
+            xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW, c)
+            self.accumulate(ctx, dy, xhat, R.chunk_of(acc_w, chunks, c), R.chunk_of(acc_b, chunks, c))
+            gx += (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+            if const_expr(self.bias):
+                gs += g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        c2 = Float32(0.0)
+        if const_expr(self.bias):
+            c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
+        else:
+            (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+        for c in cutlass.range_constexpr(chunks):
+            x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
+            dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, c)
+            if const_expr(depth == 1):
+                # (each thread overwrites only what it has read itself)
+                nxt = R.RowContext.make(t, copy, rows[0], ctx.tidx, next_tile)
+                for m, s in zip(rows, staging):
+                    R.copy_row_async(nxt, m, s, chunks, c)
+            R.store_row(ctx, dx, mdX, chunks, c)
 
     @cute.jit
     def accumulate(self, ctx: R.RowContext, dy, xhat, acc_w: cute.Tensor, acc_b: cute.Tensor):
@@ -500,8 +571,11 @@ class NormBackward:
                 _add_products(acc_w, acc_b, dy, xhat, self.bias)
 
     @cute.jit
-    def xhat_g(self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, mW: cute.Tensor, tXrW: cute.Tensor):
-        """The normalized row and dy * w (mean used with `bias` alone)."""
+    def xhat_g(
+        self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, mW: cute.Tensor, tXrW: cute.Tensor,
+        c: int | None = None,
+    ):  # fmt: skip
+        """The normalized row and dy * w (mean used with `bias` alone; chunk `c` of w)."""
         # (x * rstd - mean * rstd: one FMA a value, not a subtraction and a product. It errs by
         # the rounding of mean * rstd, at most an ulp of |x| * rstd where |mean| ~ |x|: the error
         # x's own rounding already carries, as the "shifted" case, a mean 100 sigma, checks)
@@ -509,7 +583,7 @@ class NormBackward:
             xhat = x * rstd + (-mean * rstd)
         else:
             xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
-        return xhat, dy * self.weight(ctx, mW, tXrW)
+        return xhat, dy * self.weight(ctx, mW, tXrW, c)
 
     @cute.jit
     def dx(self, xhat, g, c1: Float32, c2: Float32, rstd: Float32):
@@ -523,7 +597,10 @@ class NormBackward:
         return g * rstd + xhat * k
 
     @cute.jit
-    def dx_of_rows(self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, c1: Float32, c2: Float32, mW, tXrW):
+    def dx_of_rows(
+        self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, c1: Float32, c2: Float32, mW, tXrW,
+        c: int | None = None,
+    ):  # fmt: skip
         """`dx` from x and dy themselves, xhat folded into the row's constants: dy * w, then two
         FMAs a value, where making xhat and g again took seven operations. A staged row's
         second pass is its loop's longest stretch of arithmetic, and a long row's CTA is alone
@@ -532,10 +609,10 @@ class NormBackward:
         (evals/results/h100-2026-11-25, fma.txt): layernorm 1024x262144 bf16 2.363 / 2.589,
         fp32 1.930 / 2.553 (156 B of spills gone); rmsnorm bf16 2.781 / 2.887."""
         if const_expr("dx" not in self.arithmetic):
-            xhat, g = self.xhat_g(ctx, x, dy, rstd, mean, mW, tXrW)
+            xhat, g = self.xhat_g(ctx, x, dy, rstd, mean, mW, tXrW, c)
             return self.dx(xhat, g, c1, c2, rstd)
         k, shift = self.dx_terms(c1, c2, rstd)
-        g = dy * self.weight(ctx, mW, tXrW)
+        g = dy * self.weight(ctx, mW, tXrW, c)
         if const_expr(self.bias):
             # xhat * k + shift = x * (rstd * k) + (shift - mean * rstd * k)
             return g * rstd + (x * (rstd * k) + (shift - mean * rstd * k))
@@ -691,12 +768,14 @@ def _copy_tile(
     staging: tuple,
     depth: int,
     k: Int32 | int,
+    chunks: int = 1,
 ) -> None:
     """cp.async row tile `tile` of each of `rows` into buffer `k` of its staging (one commit group
-    a tensor)."""
+    a tensor and chunk, chunk by chunk: see TILE_CHUNKS)."""
     ctx = R.RowContext.make(t, copy, rows[0], tidx, tile)
-    for m, s in zip(rows, staging):
-        R.copy_row_async(ctx, m, R.staged_tile(s, depth, k))
+    for c in range(chunks):
+        for m, s in zip(rows, staging):
+            R.copy_row_async(ctx, m, R.staged_tile(s, depth, k), chunks, c if chunks > 1 else None)
 
 
 launch = NormBackward(R.RowKnobs())

@@ -71,3 +71,30 @@ def test_every_variant_is_checked_before_any_is_timed(monkeypatch: pytest.Monkey
     monkeypatch.setitem(baselines.BASELINES, "fake", lambda spec, s, scalars: lambda: None)
     assert sweep_knobs.main(["softmax", "bfloat16", "8x16", "{}", "fake", '{"num_threads": 64}']) == 0
     assert events == ["check {}", "check {'num_threads': 64}", "settle", "time", "time", "time"]
+
+
+def test_a_variant_writes_every_input_set_into_one_output_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the public function and the baselines do (the allocator hands back the same freed
+    block call after call), so a small row op's writes meet L2 alike for all of them."""
+    from types import SimpleNamespace
+
+    written: list[int] = []
+    spec = SimpleNamespace(
+        compute_bound=False, unit="TB/s", work=lambda m, n, d: 1e6, scalars={}, alloc_outputs=lambda *a: [object()]
+    )
+    monkeypatch.setattr(sweep_knobs, "get_op", lambda op: spec)
+    monkeypatch.setattr(sweep_knobs.timing, "copy_bandwidths", lambda *a, **k: {"torch": 3.0})
+    monkeypatch.setattr(sweep_knobs, "input_sets", lambda *a, **k: [["a"], ["b"], ["c"]])
+    kernel = SimpleNamespace(compiled=lambda d, n: lambda x, out: written.append(id(out)))
+    monkeypatch.setattr(sweep_knobs, "_variant", lambda spec, fields: kernel)
+    monkeypatch.setattr(sweep_knobs, "_check", lambda *a: "ok")
+    monkeypatch.setattr(sweep_knobs.timing, "settle", lambda *a: None)
+
+    def time_calls(calls: list) -> SimpleNamespace:
+        for c in calls:
+            c()
+        return SimpleNamespace(median_ms=1.0)
+
+    monkeypatch.setattr(sweep_knobs.timing, "time_calls", time_calls)
+    assert sweep_knobs.main(["softmax", "bfloat16", "8x16", "{}"]) == 0
+    assert len(written) == 3 and len(set(written)) == 1

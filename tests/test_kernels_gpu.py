@@ -117,6 +117,12 @@ SWEEP_TABLES = [
     # bf16 pairs widened by a shift and a mask (fp32 rows: unchanged), staged twice and held
     ("WIDEN_BF16", "bits", 4096, {}),
     ("WIDEN_BF16", "bits", 65536, {}),
+    # a staged tile in chunks: two tiles staged (bf16 4096 and 262144; fp32 65536), one (fp32
+    # 262144 and 16384)
+    ("TILE_CHUNKS", 2, 262144, {}),
+    ("TILE_CHUNKS", 4, 16384, {}),
+    ("TILE_CHUNKS", 4, 4096, {}),
+    ("TILE_CHUNKS", 4, 65536, {}),
 ]
 
 
@@ -126,7 +132,7 @@ def test_norm_backward_sweep_tables(
     op: str, table: str, value: str, n: int, knobs: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The norm backwards' modes that only a sweep turns on (rmsnorm_bwd.SECOND_READ,
-    CLUSTER_SEND and WIDEN_BF16) against float64: M not a multiple of the grid, enough rows
+    CLUSTER_SEND, WIDEN_BF16 and TILE_CHUNKS) against float64: M not a multiple of the grid, enough rows
     that a CTA loops over several tiles and each reduction stage is reused, both widths."""
     from reference_kernels import rmsnorm_bwd
 
@@ -181,34 +187,76 @@ def test_second_call_gives_new_results() -> None:
     assert not torch.equal(a, b)
 
 
-@pytest.mark.parametrize("n", (256, 1000, 65536))  # the three ways to the target logit (TARGET_LOGIT)
-def test_cross_entropy_targets_outside_and_ignored(n: int) -> None:
-    """Out-of-range targets give NaN (torch raises), an in-range ignore_index gives 0, and
-    every other row the exact loss, whether the logit is loaded, read from the staged row or
-    taken from registers."""
+def _ce_rows(n: int, ignore: int, m: int = 64) -> tuple:
+    """bf16 logits on the GPU and targets with every fifth row at `ignore`, row 1 at N, row 2 below
+    0 and row 3 at N - 1; which rows' targets lie in [0, N), and those rows' float64 losses."""
     import torch
     import torch.nn.functional as F
 
-    from llmcompile import kernels
-
-    m, ignore = 64, 3
     gen = torch.Generator().manual_seed(n)
     x = torch.randn(m, n, generator=gen).to(torch.bfloat16).cuda()
     target = torch.randint(0, n, (m,), generator=gen)
     target[::5] = ignore
     target[1], target[2], target[3] = n, -5, n - 1
     target = target.cuda()
+    inside = (target >= 0) & (target < n)
+    ref = F.cross_entropy(x.double()[inside], target[inside], ignore_index=ignore, reduction="none")
+    return x, target, inside, ref
+
+
+def _check_losses(loss, target, inside, ref, ignore: int) -> None:  # noqa: ANN001 - tensors
+    import torch
+
+    assert torch.isnan(loss[~inside]).all()
+    torch.testing.assert_close(loss[inside].double(), ref, atol=1e-4, rtol=1e-4)
+    assert (loss[target == ignore] == 0).all()
+
+
+@pytest.mark.parametrize("n", (256, 1000, 65536))  # the three ways to the target logit (TARGET_LOGIT)
+def test_cross_entropy_targets_outside_and_ignored(n: int) -> None:
+    """Out-of-range targets give NaN (torch raises), an in-range ignore_index gives 0, and
+    every other row the exact loss, whether the logit is loaded, read from the staged row or
+    taken from registers."""
+    import torch
+
+    from llmcompile import kernels
+
+    m, ignore = 64, 3
+    x, target, inside, ref = _ce_rows(n, ignore, m)
     loss = torch.full((m,), float("nan"), device="cuda")
     poisoned = torch.full((m,), -7.0, device="cuda")
     for out in (loss, poisoned):
         kernels.BY_NAME["cross_entropy"].compiled("bfloat16", n)(x, target, out, ignore)
     torch.cuda.synchronize()
-    inside = (target >= 0) & (target < n)
-    ref = F.cross_entropy(x.double()[inside], target[inside], ignore_index=ignore, reduction="none")
     for out in (loss, poisoned):
-        assert torch.isnan(out[~inside]).all()
-        torch.testing.assert_close(out[inside].double(), ref, atol=1e-4, rtol=1e-4)
-        assert (out[target == ignore] == 0).all()
+        _check_losses(out, target, inside, ref, ignore)
+
+
+@pytest.mark.parametrize("n", (256, 1000, 2048, 65536))  # the fused kernel's ways to the logit (FUSED_TARGET_LOGIT)
+def test_fused_cross_entropy_targets_outside_and_ignored(n: int) -> None:
+    """The fused kernel's loss as the plain one's (NaN outside [0, N), 0 at ignore_index), and its
+    dlogits: 0 on ignored rows, softmax - onehot times the scale on the others (no onehot where the
+    target is outside), whether the loss's logit is loaded, read from the staged row or taken from
+    registers."""
+    import torch
+    import torch.nn.functional as F
+
+    from llmcompile import kernels
+
+    m, ignore, scale = 64, 3, 0.25
+    x, target, inside, ref = _ce_rows(n, ignore, m)
+    loss = torch.full((m,), -7.0, device="cuda")
+    dx = torch.full((m, n), -7.0, dtype=torch.bfloat16, device="cuda")
+    kernels.BY_NAME["cross_entropy_fused"].compiled("bfloat16", n)(
+        x, target, torch.tensor([scale], device="cuda"), loss, dx, ignore
+    )
+    torch.cuda.synchronize()
+    _check_losses(loss, target, inside, ref, ignore)
+    kept = inside & (target != ignore)
+    p = torch.softmax(x.double(), -1) * scale
+    p[kept] -= F.one_hot(target[kept], n).double() * scale
+    p[target == ignore] = 0.0
+    torch.testing.assert_close(dx.double(), p, atol=2e-3, rtol=2e-2)
 
 
 # (M, N): partial query and key tiles (129, 1000, 5001), one tile, many heads

@@ -216,19 +216,38 @@ def test_norm_backward_keeps_two_reduction_stages(capfd: pytest.CaptureFixture[s
     capfd.readouterr()
 
 
-def test_fused_cross_entropy_tells_every_thread_its_target() -> None:
-    """dlogits need the target column in every thread of a row; below 3072 the plain forward
-    reads the target through the row leader alone (the H100 found the fused kernel's short
-    rows missing their `- 1`)."""
+@pytest.mark.parametrize(
+    ("dtype", "n", "plan"),
+    [("bfloat16", 256, ("load", "every")), ("float32", 256, ("smem", "every")), ("bfloat16", 2048, ("smem", "every")),
+     ("bfloat16", 4096, ("registers", "holder")), ("bfloat16", 262144, ("registers", "holder"))],
+)  # fmt: skip
+def test_fused_cross_entropy_plan_by_n(dtype: str, n: int, plan: tuple[str, str], tmp_path: Path) -> None:
+    """dlogits need the target column in every thread of a row (the H100 once found the fused
+    kernel's short rows missing their `- 1`), so the fused kernel reads the index everywhere and
+    takes the loss's logit as its own table says (FUSED_TARGET_LOGIT, ONEHOT); its probabilities
+    are the reduction's exponentials (PROBABILITIES "kept"): one exponential a value, not two."""
+    import re
+
     spec = BUILTIN["cross_entropy_fused"]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     entry = type(mod.launch)(mod.launch.knobs)
-    assert contract.compile_entry(entry, spec, "bfloat16", 256) is not None
-    assert entry.from_registers
-    plain = importlib.import_module("reference_kernels.cross_entropy")
-    entry = type(plain.launch)(plain.launch.knobs)
-    assert contract.compile_entry(entry, BUILTIN["cross_entropy"], "bfloat16", 256) is not None
-    assert not entry.from_registers
+    assert contract.compile_entry(entry, spec, dtype, n, options=f"--keep-ptx --dump-dir={tmp_path}") is not None
+    assert (entry.logit_from, entry.onehot, entry.probabilities) == (*plan, "kept")
+    if n == 256:
+        ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+        assert len(re.findall(r"ex2\.approx", ptx)) == entry.tiling.values_per_thread
+
+
+def test_fused_cross_entropy_mode_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import cross_entropy
+
+    spec = BUILTIN["cross_entropy_fused"]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    for table, value in (("ONEHOT", "branch"), ("PROBABILITIES", "twice"), ("FUSED_TARGET_LOGIT", "global")):
+        with monkeypatch.context() as patch:
+            patch.setattr(cross_entropy, table, ((None, value),))
+            with pytest.raises(ValueError, match=table.removeprefix("FUSED_")):
+                contract.compile_entry(type(mod.launch)(mod.launch.knobs), spec, "bfloat16", 512)
 
 
 @pytest.mark.parametrize(
@@ -385,6 +404,55 @@ def test_widen_bits_replaces_the_bf16_conversions(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(rmsnorm_bwd, "WIDEN_BF16", ((None, "bits"),))
     bits = row_kernel_ptx(tmp_path / "bits")
     assert "cvt.f32.bf16" not in bits and "and.b32" in bits
+
+
+def test_norm_backward_tile_chunks_wait_on_each_chunk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """rmsnorm_bwd.TILE_CHUNKS (a table for sweeps, 1 by default): at one staged tile (fp32
+    262144), a tile's copies go out as one commit group a tensor and chunk, the first pass waits
+    on each chunk alone (wait_group 2, then 0 at two chunks), and the second pass sends the next
+    tile chunk by chunk; the default keeps one group a tensor and one wait."""
+    import re
+
+    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.reduce import RowKnobs
+
+    spec = BUILTIN["layernorm_bwd"]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+
+    def row_kernel(out: Path) -> tuple[list[str], int]:
+        out.mkdir()
+        entry = type(mod.launch)(RowKnobs())
+        options = f"--keep-ptx --dump-dir={out}"
+        assert contract.compile_entry(entry, spec, "float32", 262144, options=options, workspace=mod.WORKSPACE)
+        ptx = "\n".join(p.read_text() for p in out.rglob("*.ptx"))
+        ptx = ptx[ptx.index(".entry kernel_cutlass_kernel") :]
+        ops = [" ".join(op.split()) for op in re.findall(r"cp\.async\.(wait_group\s+\d+|commit_group)", ptx)]
+        return ops, entry.chunks
+
+    def shape(ops: list[str]) -> tuple[list[str], int]:
+        # the waits in order (w's, then the loop's), and tile 0's groups between w's and the loop's
+        waits = [op for op in ops if op.startswith("wait")]
+        at = [i for i, op in enumerate(ops) if op.startswith("wait")]
+        return waits, at[1] - at[0] - 1
+
+    ops, chunks = row_kernel(tmp_path / "one")
+    assert chunks == 1 and shape(ops) == (["wait_group 0", "wait_group 0"], 2)
+    monkeypatch.setattr(rmsnorm_bwd, "TILE_CHUNKS", ((None, 2),))
+    ops, chunks = row_kernel(tmp_path / "two")
+    assert chunks == 2 and shape(ops) == (["wait_group 0", "wait_group 2", "wait_group 0"], 4)
+
+
+def test_fitting_chunks() -> None:
+    """A thread's vectors split into equal whole chunks; a row with padding columns takes none."""
+    from reference_kernels import reduce as R
+
+    t = R.resolve_tiling(R.RowKnobs(cluster_n=16), 32, 262144, 32, 4, R.THREADS_PER_ROW)
+    assert t.values_per_thread // t.vec == 8
+    assert [R.fitting_chunks(t, c) for c in (1, 2, 4, 8, 16)] == [1, 2, 4, 8, 8]
+    odd = R.resolve_tiling(R.RowKnobs(), 32, 5001, 32, 4, R.THREADS_PER_ROW)
+    assert not odd.even_n and R.fitting_chunks(odd, 4) == 1
+    with pytest.raises(ValueError, match="power of two"):
+        R.fitting_chunks(t, 3)
 
 
 def test_cta_first_scratch_takes_one_slot_a_peer() -> None:

@@ -442,6 +442,20 @@ def test_norm_backward_tile_chunks_wait_on_each_chunk(monkeypatch: pytest.Monkey
     assert chunks == 2 and shape(ops) == (["wait_group 0", "wait_group 2", "wait_group 0"], 4)
 
 
+def test_log_softmax_backward_takes_exp_before_its_reduction_on_long_rows(tmp_path: Path) -> None:
+    """softmax_bwd.LOG_EXP: past 16K the exponentials come before the cluster reduction's sends
+    and wait in the PTX (a plain exp2 there was sunk to its use, after the wait); at 16384 after."""
+    spec = BUILTIN["log_softmax_bwd"]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    short = type(mod.launch)(mod.launch.knobs)
+    assert contract.compile_entry(short, spec, "bfloat16", 16384) and not short.exp_first
+    entry = type(mod.launch)(mod.launch.knobs)
+    assert contract.compile_entry(entry, spec, "bfloat16", 262144, options=f"--keep-ptx --dump-dir={tmp_path}")
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    assert entry.exp_first and entry.tiling.cluster_n > 1
+    assert ptx.rindex("ex2.approx") < ptx.index("mbarrier.try_wait")
+
+
 def test_fitting_chunks() -> None:
     """A thread's vectors split into equal whole chunks; a row with padding columns takes none."""
     from reference_kernels import reduce as R

@@ -82,19 +82,15 @@ class CrossEntropy:
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = t = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
         fused = FUSED_TARGET_LOGIT if mX.element_type.width <= 16 else FUSED_TARGET_LOGIT_32BIT
-        self.logit_from = R.pick(fused if self.write_dx else TARGET_LOGIT, t.n)
+        self.logit_from = R.pick_mode("TARGET_LOGIT", fused if self.write_dx else TARGET_LOGIT, t.n,
+                                      ("load", "smem", "registers"))  # fmt: skip
         if self.logit_from == "smem" and not (
             t.stage_smem and t.row_loop == 1 and t.cluster_n == 1 and t.threads_per_row <= R.WARP
         ):
             self.logit_from = "load"
         self.from_registers = self.logit_from == "registers"
-        self.probabilities = R.pick(PROBABILITIES, t.n)
-        self.onehot = R.pick(ONEHOT, t.n)
-        for name, value, modes in (("TARGET_LOGIT", self.logit_from, ("load", "smem", "registers")),
-                                   ("PROBABILITIES", self.probabilities, ("again", "kept")),
-                                   ("ONEHOT", self.onehot, ("holder", "every"))):  # fmt: skip
-            if value not in modes:
-                raise ValueError(f"{name}: {value!r} is none of {', '.join(modes)}")
+        self.probabilities = R.pick_mode("PROBABILITIES", PROBABILITIES, t.n, ("again", "kept"))
+        self.onehot = R.pick_mode("ONEHOT", ONEHOT, t.n, ("holder", "every"))
         copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
         R.launch_rows(kernel, t, mX.shape[0], stream)
@@ -123,12 +119,10 @@ class CrossEntropy:
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
-        if cutlass.const_expr(self.write_dx):
+        if cutlass.const_expr(self.write_dx or self.from_registers):
             # (dlogits need every thread of the row to know its target)
-            with_logit = self.logit_from == "load"
-            fetch = functools.partial(load_target_everywhere, mX, mTarget, t.n, target, x_target, with_logit)
-        elif cutlass.const_expr(self.from_registers):
-            fetch = functools.partial(load_target, mTarget, target)
+            with_logit = self.write_dx and self.logit_from == "load"
+            fetch = functools.partial(load_target, mX, mTarget, t.n, target, x_target, with_logit)
         elif cutlass.const_expr(self.logit_from == "smem"):
             fetch = functools.partial(load_target_index, mTarget, target)
         else:
@@ -169,10 +163,10 @@ class CrossEntropy:
             if cutlass.const_expr(self.write_dx):
                 g = cutlass.select_(ignored, Float32(0.0), scale)
                 if cutlass.const_expr(self.probabilities == "kept"):
-                    # (s >= 1: the max contributes exp(0))
-                    write_dlogits(ctx, tXrX, e, cute.arch.rcp_approx(s) * g, g, target[0], mdX, self.onehot == "every")
+                    k = cute.arch.rcp_approx(s) * g  # (s >= 1: the max contributes exp(0))
                 else:
-                    write_dlogits(ctx, tXrX, softmax_from_lse(tXrX, lse), g, g, target[0], mdX, self.onehot == "every")
+                    e, k = softmax_from_lse(tXrX, lse), g
+                write_dlogits(ctx, tXrX, e, k, g, target[0], mdX, self.onehot == "every")
         if ctx.row_ok:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:
@@ -184,14 +178,7 @@ class CrossEntropy:
 
 
 @cute.jit
-def load_target(mTarget, target, ctx: R.RowContext):
-    """Every thread's copy of its row's target index, read while the row is in flight."""
-    if ctx.row_ok:
-        target[0] = mTarget[ctx.row]
-
-
-@cute.jit
-def load_target_everywhere(
+def load_target(
     mX, mTarget, n: cutlass.Constexpr[int], target, x_target, with_logit: cutlass.Constexpr[bool], ctx: R.RowContext
 ):
     """Every thread's copy of its row's target index, read while the row is in flight; with

@@ -71,6 +71,15 @@ def pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
     raise AssertionError("limit table must end with a None row")
 
 
+def pick_mode(name: str, table: tuple[tuple[int | None, str], ...], n: int, modes: tuple[str, ...]) -> str:
+    """The mode a table of modes named `name` picks at N, one of `modes` (a sweep may put
+    anything there)."""
+    mode = pick(table, n)
+    if mode not in modes:
+        raise ValueError(f"{name}: {mode!r} is none of {', '.join(modes)}")
+    return mode
+
+
 @dataclass(frozen=True)
 class RowKnobs:
     """Tuning knobs a search may vary; None means 'take the limit table's value'."""

@@ -239,8 +239,8 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        self.cta_first = _mode("CLUSTER_SEND", CLUSTER_SEND, n, ("warps", "cta")) == "cta"
-        self.widen_bits = _mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
+        self.cta_first = R.pick_mode("CLUSTER_SEND", CLUSTER_SEND, n, ("warps", "cta")) == "cta"
+        self.widen_bits = R.pick_mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
         self.arithmetic = R.pick(self.arithmetic_table(widths[0]), n)
         if not set(self.arithmetic) <= {"dx", "xhat", "sums"}:
             raise ValueError(f"ARITHMETIC: {self.arithmetic!r} names a form other than dx, xhat, sums")
@@ -252,7 +252,7 @@ class NormBackward:
         if self.overlap:
             self.depth = max(self.depth, 3)
         held = t.stage_smem and not self.overlap
-        self.second_read = _mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
+        self.second_read = R.pick_mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
         self.chunks = R.fitting_chunks(t, R.pick(TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
@@ -451,13 +451,7 @@ class NormBackward:
                     # padding columns: dy reads 0, so g and every sum below get nothing from them
                     xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
                     self.accumulate(ctx, dy, xhat, acc_w, acc_b)
-                    gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-                    c2 = Float32(0.0)
-                    if const_expr(self.bias):
-                        gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-                        c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
-                    else:
-                        (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+                    c1, c2 = self.row_totals(self.partials(g, xhat), scratch.at(ctx))
                     if const_expr(t.stage_smem):
                         if const_expr(not early):
                             # x and dy again from shared memory rather than held in registers across
@@ -533,21 +527,15 @@ class NormBackward:
         t = self.tiling
         chunks, depth = self.chunks, self.depth
         sX, sdY = buffers
-        gx, gs = Float32(0.0), Float32(0.0)
+        sums = (Float32(0.0),) * (2 if self.bias else 1)
         for c in cutlass.range_constexpr(chunks):
             # (this tile's later chunks, and each tile still ahead, may stay in flight)
             cute.arch.cp_async_wait_group(2 * chunks * (depth - 1) + 2 * (chunks - 1 - c))
             x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
             xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW, c)
             self.accumulate(ctx, dy, xhat, R.chunk_of(acc_w, chunks, c), R.chunk_of(acc_b, chunks, c))
-            gx += (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-            if const_expr(self.bias):
-                gs += g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        c2 = Float32(0.0)
-        if const_expr(self.bias):
-            c1, c2 = R.row_reduce((gx, gs), R.add, t, scratch.at(ctx))
-        else:
-            (c1,) = R.row_reduce((gx,), R.add, t, scratch.at(ctx))
+            sums = R.add(sums, self.partials(g, xhat))
+        c1, c2 = self.row_totals(sums, scratch.at(ctx))
         for c in cutlass.range_constexpr(chunks):
             x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
             dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, c)
@@ -569,6 +557,23 @@ class NormBackward:
         else:
             if ctx.row_ok:  # (rows past M were never loaded)
                 _add_products(acc_w, acc_b, dy, xhat, self.bias)
+
+    @cute.jit
+    def partials(self, g, xhat) -> tuple:
+        """The thread's share of the row sums dx needs: sum(g * xhat), and with `bias` sum(g)."""
+        gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        if const_expr(self.bias):
+            return gx, g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        return (gx,)
+
+    @cute.jit
+    def row_totals(self, partials: tuple, scratch: R.ReductionScratch) -> tuple:
+        """The row's (c1, c2) from every thread's `partials`."""
+        return self.c1_c2(R.row_reduce(partials, R.add, self.tiling, scratch))
+
+    def c1_c2(self, totals: tuple) -> tuple:
+        """sum(g * xhat) and sum(g) from a row reduction's totals (sum(g) 0 without `bias`)."""
+        return totals[0], totals[1] if self.bias else Float32(0.0)
 
     @cute.jit
     def xhat_g(
@@ -675,10 +680,7 @@ class NormBackward:
                 after = R.RowContext.make(t, copy, rows[0], tidx, bidx + k * grid_m, k % 4, (k // 4) % 2)
                 cute.arch.cp_async_wait_group(2 * (depth - 2))
                 self.send_partials(after, staging, k % depth, stats_next, mW, tXrW, scratch, acc_w, acc_b)
-            totals = R.row_reduce_wait(R.add, t, scratch.at(ctx))
-            c1, c2 = totals[0], Float32(0.0)
-            if const_expr(self.bias):
-                c2 = totals[1]
+            c1, c2 = self.c1_c2(R.row_reduce_wait(R.add, t, scratch.at(ctx)))
             x = self.staged_values(ctx, R.staged_tile(staging[0], depth, i % depth))
             dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, i % depth))
             R.store_row(ctx, self.dx_of_rows(first, x, dy, stats[0], stats[1], c1, c2, mW, tXrW), mdX)
@@ -705,12 +707,7 @@ class NormBackward:
         dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, buffer))
         xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
         self.accumulate(ctx, dy, xhat, acc_w, acc_b)
-        gx = (g * xhat).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        if const_expr(self.bias):
-            gs = g.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-            R.row_reduce_send((gx, gs), R.add, self.tiling, scratch.at(ctx))
-        else:
-            R.row_reduce_send((gx,), R.add, self.tiling, scratch.at(ctx))
+        R.row_reduce_send(self.partials(g, xhat), R.add, self.tiling, scratch.at(ctx))
 
     @cute.kernel
     def finish(self, mPart: cute.Tensor, mOut: cute.Tensor, rows: Int32):
@@ -732,14 +729,6 @@ class NormBackward:
             for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
-
-
-def _mode(name: str, table: tuple[tuple[int | None, str], ...], n: int, modes: tuple[str, ...]) -> str:
-    """The mode a table of modes picks at N, one of `modes` (a sweep may put anything there)."""
-    mode = R.pick(table, n)
-    if mode not in modes:
-        raise ValueError(f"{name}: {mode!r} is none of {', '.join(modes)}")
-    return mode
 
 
 @cute.jit

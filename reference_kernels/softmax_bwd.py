@@ -36,7 +36,7 @@ class SoftmaxBackward:
         widest = max(mY.element_type.width, mdX.element_type.width)
         # two rows live in registers at once (dy and y): the tables' slice per thread halves
         self.tiling = R.resolve_tiling(self.knobs, mdY.element_type.width, mdY.shape[1], widest, arrays=2)
-        self.exp_first = self.log and _log_exp(self.tiling.n) == "before"
+        self.exp_first = self.log and R.pick_mode("LOG_EXP", LOG_EXP, self.tiling.n, ("after", "before")) == "before"
         copy = R.row_tiled_copy(mdY.element_type, self.tiling)
         R.launch_rows(self.kernel(mdY, mY, mdX, copy), self.tiling, mdY.shape[0], stream)
 
@@ -79,15 +79,9 @@ class SoftmaxBackward:
 
 def _exp2_here(v: Float32) -> Float32:
     """2^v where it is written: as inline PTX, which the compiler keeps in order with the
-    reduction's own (a plain exp2 was sunk past the reduction's wait to its one use)."""
+    reduction's own (a plain exp2 was sunk past the reduction's wait to its one use). CuTe DSL's
+    cute.arch.exp2 is this, but deprecated for cute.math.exp2, which the compiler may move."""
     return cute.arch.inline_ptx("ex2.approx.ftz.f32 {$w0}, {$r0};", write_only_types=[Float32], read_only_args=[v])
-
-
-def _log_exp(n: int) -> str:
-    mode = R.pick(LOG_EXP, n)
-    if mode not in ("before", "after"):
-        raise ValueError(f"LOG_EXP: {mode!r} is neither before nor after")
-    return mode
 
 
 @cute.jit

@@ -35,6 +35,9 @@ class BenchRow:
     pct_sol: float | None
     note: str = ""
     unit: str = "TB/s"  # what `tbs` counts: TB/s, or TFLOP/s for a compute-bound op
+    # each round's median ms, in the order the rounds ran (`bench_one`'s `rounds`; `ms` is their
+    # median): round r of every implementation ran in the same stretch of time
+    rounds_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -152,7 +155,8 @@ def bench_one(
         if t.events_disagree:
             notes.append(f"TIMER MISMATCH: events {t.median_ms:.4f} ms vs wall clock {t.wall_ms:.4f} ms a call")
         note = "; ".join(notes)
-        rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note, spec.unit))
+        each = [x.median_ms for x in timings[name]]
+        rows.append(BenchRow(spec.name, dtype, m, n, name, t.median_ms, bw, 100 * bw / sol_tbs, note, spec.unit, each))
     # (after every implementation is timed: the float64 check lowers the clocks for seconds, and
     # whatever were timed next would run slow)
     if check is not None and rows and rows[0].impl == "llmcompile" and rows[0].tbs is not None:
@@ -253,6 +257,13 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
         "| op | dtype | M | N | " + " | ".join(f"{i} TB/s" for i in impls) + " | ours % SOL | ours / QuACK |",
         "|---|---|---|---|" + "---|" * len(impls) + "---|---|",
     ]
+    # With rounds, how far the ratio moved between them: ours and QuACK's times of the same round
+    # (run back to back), the lowest and highest ratio of any round. A median below 1.0 whose
+    # rounds reach above it is a tie within the run's own noise, not a deficit.
+    by_round = any(len(r.rounds_ms) > 1 for r in rows)
+    if by_round:
+        lines[2] += " ours / QuACK by round |"
+        lines[3] += "---|"
     keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in rows))
     for key in keys:
         cells = []
@@ -263,8 +274,19 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
         q = result.get(*key, "quack")
         pct = f"{ours.pct_sol:.1f}" if ours and ours.pct_sol else "n/a"
         ratio = f"{ours.tbs / q.tbs:.3f}" if ours and ours.tbs and q and q.tbs else "n/a"
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |")
+        line = f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |"
+        if by_round:
+            line += f" {_round_range(ours, q)} |"
+        lines.append(line)
     return lines
+
+
+def _round_range(ours: BenchRow | None, other: BenchRow | None) -> str:
+    """min-max over the rounds of other's time / ours (a rate ratio), or n/a."""
+    if not (ours and other and ours.tbs and other.tbs) or len(ours.rounds_ms) != len(other.rounds_ms):
+        return "n/a"
+    ratios = [theirs / mine for mine, theirs in zip(ours.rounds_ms, other.rounds_ms)]
+    return f"{min(ratios):.3f}-{max(ratios):.3f}"
 
 
 def plot(result: BenchResult, path: Path) -> None:

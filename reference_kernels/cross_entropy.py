@@ -61,6 +61,17 @@ FUSED_TARGET_LOGIT_32BIT: tuple[tuple[int | None, str], ...] = ((3072, "smem"), 
 # 2.961 / 2.952; within 0.5% at 2048 and past 65536.
 ONEHOT: tuple[tuple[int | None, str], ...] = ((3072, "every"), (None, "holder"))
 
+# Where the row's exponentials take the one-FFMA form (reduce.exp_offset), by N: "fma", "sub". H100
+# bf16 32768xN, TB/s fma / sub (QuACK), every variant checked first, in one process, two runs
+# (evals/results/h100-2026-11-26b, exp-offset*.txt): the loss alone at 256 2.218, 2.213 / 2.144,
+# 2.147 (2.217), 512 2.520, 2.533 / 2.499, 2.518 (2.569), 2048 2.954 / 2.947; with the lse
+# (cross_entropy_fwd) at 256 1.852, 1.840 / 2.102, 2.088 (2.164), 512 2.502, 2.513 / 2.477, 2.487
+# (2.585), 2048 2.923 / 2.921; with dlogits, 256 2.999 / 3.006, 512 2.698 / 2.708; fp32 512 and
+# 1024 within 0.1%. (softmax and log_softmax: within 0.7%, "sub" kept.)
+EXP_OFFSET: tuple[tuple[int | None, str], ...] = ((512, "fma"), (None, "sub"))
+EXP_OFFSET_LSE: tuple[tuple[int | None, str], ...] = ((256, "sub"), (512, "fma"), (None, "sub"))
+EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
+
 
 class CrossEntropy:
     save_lse = False  # also write each row's log-sum-exp (what the backward needs): cross_entropy_fwd
@@ -91,6 +102,8 @@ class CrossEntropy:
         self.from_registers = self.logit_from == "registers"
         self.probabilities = R.pick_mode("PROBABILITIES", PROBABILITIES, t.n, ("again", "kept"))
         self.onehot = R.pick_mode("ONEHOT", ONEHOT, t.n, ("holder", "every"))
+        offsets = EXP_OFFSET_FUSED if self.write_dx else EXP_OFFSET_LSE if self.save_lse else EXP_OFFSET
+        self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
         R.launch_rows(kernel, t, mX.shape[0], stream)
@@ -146,7 +159,7 @@ class CrossEntropy:
         if cutlass.const_expr(self.from_registers):
             col = Int32(cutlass.select_(outside, Int64(-1), target[0]))
             holds, x_target[0] = R.value_at_column(ctx, tXrX, col)
-        m, s, e = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx))
+        m, s, e = R.softmax_stats(x, t, self.knobs.online, scratch_a.at(ctx), scratch_b.at(ctx), self.exp_fma)
         if cutlass.const_expr(self.logit_from == "smem"):
             # each lane has waited on its own copies; the warp barrier lets the leader see the
             # others' (the row is this warp's, and nothing refills the buffer: one tile a CTA).

@@ -1070,8 +1070,12 @@ def finish_max_sumexp(acc: tuple, width: int) -> tuple:
 
 
 @cute.jit
-def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.Constexpr[bool], scratch_a, scratch_b):
-    """Row max M and sum of exp(x - M), plus exp(x - M) for this thread's values.
+def softmax_stats(
+    x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.Constexpr[bool], scratch_a, scratch_b,
+    fma: bool = False,
+):  # fmt: skip
+    """Row max M and sum of exp(x - M), plus exp(x - M) for this thread's values (`fma`: in
+    `exp_offset`'s one-FFMA form).
 
     online: exponentiate against the warp's max (a plain max butterfly first), so the warp
     level sums without rescaling; one fused (max, sum) reduction across warps and CTAs, then
@@ -1082,9 +1086,7 @@ def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.
         width = const_expr(min(tiling.threads_per_row, WARP))
         (m_warp,) = warp_reduce((m_local,), fmax, width)
         mw = safe_max(m_warp)
-        # (x - max) first: exact 0 at the max, where x*log2e - max*log2e is off by the
-        # rounding of max*log2e (2.4e-4 at |x| = 4000)
-        e = cute.math.exp2((x - mw) * LOG2_E, fastmath=True)
+        e = exp_offset(x, mw, fma)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
         (s_warp,) = warp_reduce((s_local,), add, width)
         m, s = across_warps((m_warp, s_warp), max_sumexp, tiling, scratch_a, finish=finish_max_sumexp)
@@ -1092,7 +1094,17 @@ def softmax_stats(x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.
             e = e * cute.math.exp2((mw - safe_max(m)) * LOG2_E, fastmath=True)
     else:
         (m,) = row_reduce((m_local,), fmax, tiling, scratch_a)
-        e = cute.math.exp2((x - safe_max(m)) * LOG2_E, fastmath=True)
+        e = exp_offset(x, safe_max(m), fma)
         s_local = e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
         (s,) = row_reduce((s_local,), add, tiling, scratch_b, first_cluster_reduce=False)
     return m, s, e
+
+
+def exp_offset(x: cute.TensorSSA, m: Float32, fma: bool = False) -> cute.TensorSSA:
+    """exp(x - m): as exp2((x - m) * log2e), exact 0 at the max; with `fma`, exp2(x * log2e -
+    m * log2e), one FFMA a value where the other takes an FADD and an FMUL, off by the rounding of
+    m * log2e (2.4e-4 relative at |x| = 4000, 3e-6 at 64), as QuACK computes them. On a short row,
+    a few instructions a value, that is a tenth of them; an op's table says where to take it."""
+    if fma:
+        return cute.math.exp2(x * LOG2_E - m * LOG2_E, fastmath=True)
+    return cute.math.exp2((x - m) * LOG2_E, fastmath=True)

@@ -106,4 +106,22 @@ def test_rounds_take_turns_and_each_keeps_its_median(monkeypatch: pytest.MonkeyP
     )
     assert order == ["llmcompile", "quack", "eager", "quack", "llmcompile", "llmcompile", "quack"]
     assert [r.ms for r in rows[:2]] == [2.0, 5.0]
+    assert rows[0].rounds_ms == [3.0, 1.0, 2.0] and rows[1].rounds_ms == [5.0, 4.0, 6.0]
     assert rows[2].tbs is None and "RuntimeError: no kernel" in rows[2].note
+
+
+def test_rounds_show_how_far_the_ratio_moved() -> None:
+    """With rounds, the memory table gives the lowest and highest ratio to QuACK of any one round
+    (the two timed back to back in it), beside the ratio of the medians; without, no such column."""
+    res = bench.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1)
+    res.rows += [
+        bench.BenchRow("softmax", "bfloat16", 32768, 2048, "llmcompile", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.02, 0.99]),
+        bench.BenchRow("softmax", "bfloat16", 32768, 2048, "quack", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.0, 1.0]),
+        bench.BenchRow("rmsnorm", "bfloat16", 32768, 256, "llmcompile", 1.0, 2.0, 66.7, rounds_ms=[1.0, 1.0, 1.0]),
+        bench.BenchRow("rmsnorm", "bfloat16", 32768, 256, "quack", None, None, None, "failed"),
+    ]
+    md = bench.markdown(res)
+    assert "| ours % SOL | ours / QuACK | ours / QuACK by round |" in md
+    assert "| softmax | bfloat16 | 32768 | 2048 | 2.88 | 2.88 | 96.0 | 1.000 | 0.980-1.010 |" in md
+    assert "| rmsnorm | bfloat16 | 32768 | 256 | 2.00 | n/a | 66.7 | n/a | n/a |" in md
+    assert "by round" not in bench.markdown(_result())

@@ -251,6 +251,31 @@ def test_fused_cross_entropy_mode_unknown_is_an_error(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize(
+    ("op", "n", "fma"),
+    [("cross_entropy", 256, True), ("cross_entropy", 512, True), ("cross_entropy", 1024, False),
+     ("cross_entropy_fwd", 256, False), ("cross_entropy_fwd", 512, True), ("cross_entropy_fused", 512, False)],
+)  # fmt: skip
+def test_cross_entropy_exponentials_take_one_fma_where_their_table_says(op: str, n: int, fma: bool) -> None:
+    """Each cross-entropy kernel has its own table of where exp(x - max) is one FFMA a value
+    (reduce.exp_offset): the loss alone gained with it at 256 and 512, the loss with its lse only
+    at 512 (12% slower at 256), dlogits nowhere (evals/results/h100-2026-11-26b)."""
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(mod.launch.knobs)
+    assert contract.compile_entry(entry, spec, "bfloat16", n) is not None
+    assert entry.exp_fma is fma
+
+
+def test_cross_entropy_exponential_form_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_kernels import cross_entropy
+
+    spec = BUILTIN["cross_entropy"]
+    monkeypatch.setattr(cross_entropy, "EXP_OFFSET", ((None, "fused"),))
+    with pytest.raises(ValueError, match="EXP_OFFSET"):
+        contract.compile_entry(cross_entropy.CrossEntropy(), spec, "bfloat16", 512)
+
+
+@pytest.mark.parametrize(
     ("n", "knobs", "mode"),
     [(256, {}, "load"), (1000, {}, "smem"), (2048, {}, "smem"), (4096, {}, "registers"),
      (1024, {"stage_smem": False}, "load"), (1024, {"row_loop": 2}, "load")],

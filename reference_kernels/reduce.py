@@ -1072,7 +1072,7 @@ def finish_max_sumexp(acc: tuple, width: int) -> tuple:
 @cute.jit
 def softmax_stats(
     x: cute.TensorSSA, tiling: cutlass.Constexpr, online: cutlass.Constexpr[bool], scratch_a, scratch_b,
-    fma: bool = False,
+    fma: cutlass.Constexpr[bool] = False,
 ):  # fmt: skip
     """Row max M and sum of exp(x - M), plus exp(x - M) for this thread's values (`fma`: in
     `exp_offset`'s one-FFMA form).

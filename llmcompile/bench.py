@@ -249,21 +249,21 @@ def _compute_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
 
 def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
     impls = list(dict.fromkeys(r.impl for r in rows))
+    # With rounds, how far the ratio moved between them: ours and QuACK's times of the same round
+    # (run back to back), the lowest and highest ratio of any round. A median below 1.0 whose
+    # rounds reach above it is a tie within the run's own noise, not a deficit.
+    by_round = any(len(r.rounds_ms) > 1 for r in rows)
     lines = [
         f"GPU: {result.gpu}; device copy (SOL, best of {', '.join(f'{k} {v:.3f}' for k, v in result.copies.items())}): "
         f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2"
         + ("" if result.graph else "; every call eager, without CUDA graphs (host time included)"),
         "",
-        "| op | dtype | M | N | " + " | ".join(f"{i} TB/s" for i in impls) + " | ours % SOL | ours / QuACK |",
-        "|---|---|---|---|" + "---|" * len(impls) + "---|---|",
+        "| op | dtype | M | N | "
+        + " | ".join(f"{i} TB/s" for i in impls)
+        + " | ours % SOL | ours / QuACK |"
+        + (" ours / QuACK by round |" if by_round else ""),
+        "|---|---|---|---|" + "---|" * len(impls) + "---|---|" + ("---|" if by_round else ""),
     ]
-    # With rounds, how far the ratio moved between them: ours and QuACK's times of the same round
-    # (run back to back), the lowest and highest ratio of any round. A median below 1.0 whose
-    # rounds reach above it is a tie within the run's own noise, not a deficit.
-    by_round = any(len(r.rounds_ms) > 1 for r in rows)
-    if by_round:
-        lines[2] += " ours / QuACK by round |"
-        lines[3] += "---|"
     keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in rows))
     for key in keys:
         cells = []

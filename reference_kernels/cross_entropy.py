@@ -72,6 +72,24 @@ EXP_OFFSET: tuple[tuple[int | None, str], ...] = ((512, "fma"), (None, "sub"))
 EXP_OFFSET_LSE: tuple[tuple[int | None, str], ...] = ((256, "sub"), (512, "fma"), (None, "sub"))
 EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
 
+# How the row leader reads its target index where the logit comes from the staged row, by N
+# (16-bit and 32-bit x): "plain", a global load; "staged", cp.async into shared memory in the
+# row's own commit group, read once the row has landed. ptxas moved the plain load (and an
+# ld.volatile, and one issued before the row's copies) past the row's wait to just before its
+# use at the row's end: the index's memory latency came after the row's, not beside it (ncu:
+# 27% of the warps' stall samples on that one use at bf16 32768x512). H100, TB/s plain /
+# staged (QuACK), every variant checked first, in one process (evals/results/h100-2026-11-26c,
+# ce-staged.txt): bf16 cross_entropy 512 2.537 / 2.590 (2.593), 1024 2.790 / 2.792 (2.802);
+# cross_entropy_fwd 512 2.518 / 2.579 (2.584), 1024 2.773 / 2.770; fp32 cross_entropy 512
+# 2.819 / 2.773 (2.830). (At 256 the logit is loaded, "load": with "smem" and either index,
+# 2.137-2.143 against 2.218.) Lost or no better at bf16 512, TB/s against the plain index's
+# 2.52-2.54 (ce-vars.txt, ce-before.txt, ce-vol.txt): the logit read from the staged row as soon
+# as it lands, before the reductions, 2.41-2.42 (2.58 with the staged index); the plain load
+# issued before the row's copies, 2.53; ld.volatile, 2.51; the loss written through selects
+# rather than a branch, 2.53.
+INDEX_LOAD: tuple[tuple[int | None, str], ...] = ((256, "plain"), (512, "staged"), (None, "plain"))
+INDEX_LOAD_32BIT: tuple[tuple[int | None, str], ...] = ((None, "plain"),)
+
 
 class CrossEntropy:
     save_lse = False  # also write each row's log-sum-exp (what the backward needs): cross_entropy_fwd
@@ -102,6 +120,9 @@ class CrossEntropy:
         self.from_registers = self.logit_from == "registers"
         self.probabilities = R.pick_mode("PROBABILITIES", PROBABILITIES, t.n, ("again", "kept"))
         self.onehot = R.pick_mode("ONEHOT", ONEHOT, t.n, ("holder", "every"))
+        index_load = INDEX_LOAD if mX.element_type.width <= 16 else INDEX_LOAD_32BIT
+        self.staged_index = not self.write_dx and self.logit_from == "smem" and R.pick_mode(
+            "INDEX_LOAD", index_load, t.n, ("plain", "staged")) == "staged"  # fmt: skip
         offsets = EXP_OFFSET_FUSED if self.write_dx else EXP_OFFSET_LSE if self.save_lse else EXP_OFFSET
         self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
@@ -132,26 +153,36 @@ class CrossEntropy:
         x_target = cute.make_rmem_tensor(1, Float32)
         target[0] = Int64(0)
         x_target[0] = Float32(0.0)
+        sTarget = None
         if cutlass.const_expr(self.write_dx or self.from_registers):
             # (dlogits need every thread of the row to know its target)
             with_logit = self.write_dx and self.logit_from == "load"
             fetch = functools.partial(load_target, mX, mTarget, t.n, target, x_target, with_logit)
         elif cutlass.const_expr(self.logit_from == "smem"):
-            fetch = functools.partial(load_target_index, mTarget, target)
+            if cutlass.const_expr(self.staged_index):
+                sTarget = smem.allocate_tensor(Int64, cute.make_layout(t.rows_per_cta), byte_alignment=16)
+                fetch = functools.partial(stage_target_index, mTarget, sTarget)
+            else:
+                fetch = functools.partial(load_target_index, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
         scale = Float32(mScale[0]) if cutlass.const_expr(self.write_dx) else Float32(0.0)
         row = functools.partial(
-            self.row, mLoss, mLse, mdX, sX, scale, ignore_index, scratch_a, scratch_b, target, x_target
+            self.row, mLoss, mLse, mdX, sX, sTarget, scale, ignore_index, scratch_a, scratch_b, target, x_target
         )
-        R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch)
+        # (a staged index joins the row's commit group only if issued before the row's copies)
+        R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch, scalars_first=self.staged_index)
 
     @cute.jit
     def row(
-        self, mLoss, mLse, mdX, sX, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
+        self, mLoss, mLse, mdX, sX, sTarget, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
         ctx: R.RowContext, tXrX,
     ):  # fmt: skip
         t = self.tiling
+        if cutlass.const_expr(self.staged_index):
+            # (the leader's own copy: its wait on the row's group covers it)
+            if ctx.row_leader & ctx.row_ok:
+                target[0] = sTarget[ctx.row - ctx.tile[0] * t.rows_per_cta]
         x = tXrX.load().to(Float32)
         ignored = target[0] == ignore_index
         outside = (target[0] < 0) | (target[0] >= t.n)
@@ -163,7 +194,7 @@ class CrossEntropy:
         if cutlass.const_expr(self.logit_from == "smem"):
             # each lane has waited on its own copies; the warp barrier lets the leader see the
             # others' (the row is this warp's, and nothing refills the buffer: one tile a CTA).
-            # Read last, as "load" uses its logit: the index's latency hides behind the row's.
+            # Read last, as "load" uses its logit.
             cute.arch.sync_warp()
             if ctx.row_leader & ctx.row_ok:
                 at = clamped_column(target[0], t.n)
@@ -214,6 +245,16 @@ def load_target_index(mTarget, target, ctx: R.RowContext):
     """The row leader's copy of its row's target index, read while the row is in flight."""
     if ctx.row_leader & ctx.row_ok:
         target[0] = mTarget[ctx.row]
+
+
+@cute.jit
+def stage_target_index(mTarget: cute.Tensor, sTarget: cute.Tensor, ctx: R.RowContext):
+    """cp.async of the row's target index into its slot of `sTarget`, by the row leader, before
+    the row's own copies (so in their commit group: INDEX_LOAD "staged")."""
+    if ctx.row_leader & ctx.row_ok:
+        r = ctx.row - ctx.tile[0] * ctx.tiling.rows_per_cta
+        atom = R.copy_atom(mTarget.element_type, 1, is_async=True)
+        cute.copy(atom, cute.local_tile(mTarget, (1,), (ctx.row,)), cute.local_tile(sTarget, (1,), (r,)))
 
 
 @cute.jit

@@ -20,11 +20,29 @@ OP = "layernorm"
 # bf16 2048x131072 2.29/2.44/2.80, 1024x262144 1.64/2.25/2.42; fp32 4096x65536 2.97/2.89/2.67,
 # 1024x262144 2.18/2.27/1.93 (fp32 vectors in shared memory cost the second CTA per SM).
 COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
-COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((65536, "early"), (None, "late"))
+# Short fp32 rows take them through shared memory too, and at 1024 spread over 64 threads
+# (THREADS_PER_ROW_32BIT). H100 fp32, TB/s as the tables were (early, 32 threads a row) / smem /
+# 64 threads / both (QuACK), every variant checked first, in one process
+# (evals/results/h100-2026-11-26c, ln32-small2.txt): layernorm 32768x256 2.725 / 2.786 / 2.764
+# / 2.769 (2.733), 32768x512 2.769 / 2.891 / 2.888 / 2.879 (2.787), 32768x1024 2.868 / 2.906 /
+# 2.942 / 2.917 (2.899), 262144x1024 2.997 / 2.970 / 3.016 / 2.964 (3.000), 32768x2048 2.988 /
+# 2.908 / 2.976 / 2.870 (2.949); layernorm_fwd 32768x512 2.783 / 2.873 / 2.843 / 2.848 (2.800),
+# 32768x1024 2.908 / 2.900 / 2.925 / 2.898 (2.887).
+COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((512, "smem"), (65536, "early"), (None, "late"))
 # fp32 rows past 64K: 512 threads a row, half the values a thread (H100, late, TB/s, 256 vs 512
 # threads a row): 2048x131072 2.80/2.88, 1024x262144 2.12/2.63. bf16 keeps the template's 256
 # without a row loop (1024x262144: 2.35 vs 2.18 with smem, 2.26 late); with one, see below.
-THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = R.THREADS_PER_ROW[:-1] + ((65536, 256), (None, 512))
+# At 1024, 64 threads a row (COLUMNS_32BIT says why). 16-bit rows of 257-512 take 64 too (8
+# values a thread). H100 bf16 32768x512, TB/s at 32 / 64 threads (weight and bias early; smem;
+# late) (QuACK), every variant checked first, in one process (evals/results/h100-2026-11-26c,
+# ln16-512.txt): layernorm 2.654 / 2.755 (2.754; 2.653) (2.590), layernorm_fwd 2.592 / 2.729
+# (2.716; 2.630) (2.588).
+THREADS_PER_ROW_16BIT: tuple[tuple[int | None, int], ...] = ((64, 8), (128, 16), (256, 32), (512, 64)) + (
+    R.THREADS_PER_ROW[2:]
+)
+THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
+    (64, 8), (128, 16), (512, 32), (1024, 64), (3072, 32), (6144, 64), (16384, 128), (65536, 256), (None, 512)
+)  # fmt: skip
 # The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
 # L2 once per CTA rather than once per row. fp32 keeps them in registers and stages x in
 # shared memory instead (fp32 w and b would fill it), the next tile copied in during the
@@ -71,7 +89,7 @@ class LayerNorm:
             widest,
             2,
             COLUMNS_16BIT if narrow else COLUMNS_32BIT,
-            R.THREADS_PER_ROW if narrow else THREADS_PER_ROW_32BIT,
+            THREADS_PER_ROW_16BIT if narrow else THREADS_PER_ROW_32BIT,
         )
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mB, mO, mMean, mRstd, eps, copy), self.tiling, mX.shape[0], stream)

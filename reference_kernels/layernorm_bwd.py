@@ -11,7 +11,7 @@ from __future__ import annotations
 import cutlass.cute as cute
 
 from reference_kernels import reduce as R
-from reference_kernels.rmsnorm_bwd import WORKSPACE, NormBackward
+from reference_kernels.rmsnorm_bwd import CTAS_PER_SM_32BIT, WORKSPACE, NormBackward
 
 OP = "layernorm_bwd"
 __all__ = ["WORKSPACE", "launch"]
@@ -33,6 +33,10 @@ ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = (
     (2048, ("dx", "xhat", "sums")), (4096, ()), (16384, ("xhat", "sums")), (None, ("dx", "xhat", "sums"))
 )  # fmt: skip
 ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ("dx", "xhat", "sums")),)
+# Row-tile CTAs a SM for 16-bit rows, by N: RMSNorm's table (rmsnorm_bwd.CTAS_PER_SM says why)
+# but 8 at 1024, where 4 lost 10% (H100 bf16 32768x1024, TB/s at 8 / 4, 2.217 / 1.991, QuACK
+# 1.763: evals/results/h100-2026-11-24e, ctas2.txt). 32-bit rows as RMSNorm's.
+CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
 
 
 class LayerNormBackward(NormBackward):
@@ -50,6 +54,10 @@ class LayerNormBackward(NormBackward):
     @staticmethod
     def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
         return ARITHMETIC_16BIT if bits <= 16 else ARITHMETIC_32BIT
+
+    @staticmethod
+    def ctas_per_sm_table(bits: int) -> tuple[tuple[int | None, int], ...]:
+        return CTAS_PER_SM if bits <= 16 else CTAS_PER_SM_32BIT
 
     @cute.jit
     def __call__(

@@ -409,22 +409,27 @@ def load_row(
     sX: cute.Tensor | None,
     fill: cutlass.Constexpr[float],
     while_in_flight: cutlass.Constexpr = None,
+    scalars_first: cutlass.Constexpr[bool] = False,
 ) -> cute.Tensor:
     """This thread's slice of its row, in registers; columns past N read as `fill` (the
     reduction's identity), rows past M are left unread. `while_in_flight()` runs after the
     row's loads are issued and before they are waited on: scalar loads placed there (a
-    cross-entropy row's target index) overlap the row instead of delaying it."""
+    cross-entropy row's target index) overlap the row instead of delaying it. With
+    `scalars_first` it runs before the row's loads are issued: its loads still overlap the
+    row's, and are not queued behind them."""
+    if const_expr(scalars_first and while_in_flight is not None):
+        while_in_flight()
     if const_expr(sX is not None):
         # Stage through shared memory: cp.async keeps every load of the row in flight at
         # once without holding registers for them.
         copy_row_async(ctx, mX, sX)
-        if const_expr(while_in_flight is not None):
+        if const_expr(not scalars_first and while_in_flight is not None):
             while_in_flight()
         cute.arch.cp_async_wait_group(0)
         return read_staged_row(ctx, sX, fill)
     tXrX = cute.make_rmem_tensor_like(row_partition(ctx, mX))
     load_row_into(ctx, mX, tXrX, fill)
-    if const_expr(while_in_flight is not None):
+    if const_expr(not scalars_first and while_in_flight is not None):
         while_in_flight()
     return tXrX
 
@@ -532,9 +537,10 @@ def for_each_row(
     fill: cutlass.Constexpr[float],
     body: cutlass.Constexpr,
     while_in_flight: cutlass.Constexpr = None,
+    scalars_first: cutlass.Constexpr[bool] = False,
 ):
     """`body(ctx, tXrX)` for each row tile of this CTA, with its row slice in registers
-    (`load_row`'s; `while_in_flight(ctx)` as there). With `row_loop` > 1 the tiles are
+    (`load_row`'s; `while_in_flight(ctx)` and `scalars_first` as there). With `row_loop` > 1 the tiles are
     grid-strided and each takes the reduction stage and barrier phase of its parity; the
     body must take its reduction scratch `.at(ctx)` and run its reductions unconditionally
     (they synchronise the row anyway). A staged tile's successor is copied in from the
@@ -543,7 +549,7 @@ def for_each_row(
     (`while_in_flight` then runs as the tile's turn begins, its loads issued a turn earlier.)"""
     if const_expr(tiling.row_loop == 1):
         ctx = RowContext.make(tiling, copy, mX, tidx)
-        body(ctx, load_row(ctx, mX, sX, fill, _bound(while_in_flight, ctx)))
+        body(ctx, load_row(ctx, mX, sX, fill, _bound(while_in_flight, ctx), scalars_first))
     else:
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()

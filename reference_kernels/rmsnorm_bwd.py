@@ -40,9 +40,13 @@ NUM_SMS = 132  # H100 SXM and H200
 # (evals/results/h100-2026-11-24e, ctas32.txt, ctas2.txt): rmsnorm 256 2.259 / 2.352 / - (2.186),
 # 512 2.429 / 2.618 / 2.181 (2.423), 1024 2.562 / 2.758 / 2.294 (2.611), 2048 2.703 / 2.769 /
 # 2.820 (2.582); layernorm 256 1.902 / 1.943 / - (1.777), 1024 2.356 / 2.600 / 2.147 (2.316),
-# 2048 2.615 / 2.486 / 2.738 (2.491). (16-bit rows at 512 and 1024 split: rmsnorm 1024 gains at
-# 4, layernorm loses 10%; left at 8.)
-CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
+# 2048 2.615 / 2.486 / 2.738 (2.491). 16-bit rows at 512 and 1024 split: each op has its own
+# table (layernorm_bwd.CTAS_PER_SM keeps 8 at 1024, where 4 lost 10%). RMSNorm at 1024, H100
+# bf16, TB/s at 8 / 4 / 2 (QuACK), every variant checked first, in one process
+# (evals/results/h100-2026-11-26c, rmsbwd-ctas.txt): 32768x1024 2.423 / 2.514 / 2.104 (2.422),
+# 65536x1024 2.581 / 2.664 / 2.192 (2.603), 262144x1024 2.786 / 2.784 / 2.239 (2.765); at 512,
+# 8 / 4 2.292 / 2.280 (evals/results/h100-2026-11-24e, ctas2.txt).
+CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((512, 8), (2048, 4), (16384, 2), (None, 4))
 CTAS_PER_SM_32BIT: tuple[tuple[int | None, int], ...] = ((1024, 4), (16384, 2), (None, 4))
 # Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table
 # would give a row with twice the registers behind each value (see ROW_ARRAYS). At 2048 and
@@ -256,7 +260,7 @@ class NormBackward:
         self.chunks = R.fitting_chunks(t, R.pick(TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
-        per_sm = R.pick(CTAS_PER_SM if widths[0] <= 16 else CTAS_PER_SM_32BIT, n)
+        per_sm = R.pick(self.ctas_per_sm_table(widths[0]), n)
         self.cap = max(1, min(NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
         at_once = R.pick(CLUSTERS_AT_ONCE, t.cluster_n)
         if at_once:
@@ -291,6 +295,11 @@ class NormBackward:
     def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
         """The op's table of arithmetic forms for rows of `bits`-wide x (read when traced)."""
         return ARITHMETIC_16BIT if bits <= 16 else ARITHMETIC_32BIT
+
+    @staticmethod
+    def ctas_per_sm_table(bits: int) -> tuple[tuple[int | None, int], ...]:
+        """The op's table of row-tile CTAs a SM for rows of `bits`-wide x (read when traced)."""
+        return CTAS_PER_SM if bits <= 16 else CTAS_PER_SM_32BIT
 
     def plan(
         self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int

@@ -58,6 +58,34 @@ def test_matches_float64_reference(op: str, n: int, dtype: str) -> None:
     assert not failures, "\n".join(failures)
 
 
+# Short rows where a table picks a mode of its own (the cross-entropy index staged at bf16 512,
+# LayerNorm's fp32 weight and bias through shared memory up to 512 and 64 threads at 1024 (and
+# at 16-bit 257-512),
+# cross_entropy_bwd's 256 threads up to fp32 2048, rmsnorm_bwd's 4 CTAs a SM at bf16 1024), at
+# N off the grid above: partial vectors, an odd N, the bounds of each table row.
+SHORT_ROWS = (
+    ("cross_entropy", "bfloat16", 509), ("cross_entropy", "bfloat16", 512), ("cross_entropy_fwd", "bfloat16", 260),
+    ("cross_entropy_fwd", "float16", 500), ("layernorm", "float32", 257), ("layernorm", "float32", 509),
+    ("layernorm", "float32", 1000), ("layernorm_fwd", "float32", 300), ("layernorm_fwd", "float32", 1023),
+    ("cross_entropy_bwd", "float32", 1025), ("cross_entropy_bwd", "float32", 2047), ("rmsnorm_bwd", "bfloat16", 1000),
+    ("rmsnorm_bwd", "float16", 777), ("layernorm", "bfloat16", 509), ("layernorm_fwd", "float16", 300),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "dtype", "n"), SHORT_ROWS)
+def test_short_row_table_modes_match_float64_reference(op: str, dtype: str, n: int) -> None:
+    failures = []
+    for i, m in enumerate((1, 3, 2049)):
+        bad = _run(op, m, n, dtype, "random", seed=17 * i + n)
+        if bad:
+            failures.append(f"M={m}: {bad.describe()}")
+    for case in BUILTIN[op].cases[1:]:
+        bad = _run(op, 2049, n, dtype, case, seed=5 + n)
+        if bad:
+            failures.append(f"M=2049 {case}: {bad.describe()}")
+    assert not failures, "\n".join(failures)
+
+
 LOOP_KNOBS = (
     {"row_loop": 2, "stage_smem": False, "prefetch_registers": False},
     {"row_loop": 3, "stage_smem": True},
@@ -212,11 +240,12 @@ def _check_losses(loss, target, inside, ref, ignore: int) -> None:  # noqa: ANN0
     assert (loss[target == ignore] == 0).all()
 
 
-@pytest.mark.parametrize("n", (256, 1000, 65536))  # the three ways to the target logit (TARGET_LOGIT)
+# the three ways to the target logit (TARGET_LOGIT), and at 512 the staged index (INDEX_LOAD)
+@pytest.mark.parametrize("n", (256, 512, 1000, 65536))
 def test_cross_entropy_targets_outside_and_ignored(n: int) -> None:
     """Out-of-range targets give NaN (torch raises), an in-range ignore_index gives 0, and
-    every other row the exact loss, whether the logit is loaded, read from the staged row or
-    taken from registers."""
+    every other row the exact loss, whether the logit is loaded, read from the staged row (its
+    index loaded or staged beside the row) or taken from registers."""
     import torch
 
     from llmcompile import kernels

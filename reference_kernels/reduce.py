@@ -415,8 +415,8 @@ def load_row(
     reduction's identity), rows past M are left unread. `while_in_flight()` runs after the
     row's loads are issued and before they are waited on: scalar loads placed there (a
     cross-entropy row's target index) overlap the row instead of delaying it. With
-    `scalars_first` it runs before the row's loads are issued: its loads still overlap the
-    row's, and are not queued behind them."""
+    `scalars_first` it runs before the row's loads are issued, so that a cp.async it issues
+    joins the row's commit group and the row's one wait covers it."""
     if const_expr(scalars_first and while_in_flight is not None):
         while_in_flight()
     if const_expr(sX is not None):
@@ -540,9 +540,10 @@ def for_each_row(
     scalars_first: cutlass.Constexpr[bool] = False,
 ):
     """`body(ctx, tXrX)` for each row tile of this CTA, with its row slice in registers
-    (`load_row`'s; `while_in_flight(ctx)` and `scalars_first` as there). With `row_loop` > 1 the tiles are
-    grid-strided and each takes the reduction stage and barrier phase of its parity; the
-    body must take its reduction scratch `.at(ctx)` and run its reductions unconditionally
+    (`load_row`'s; `while_in_flight(ctx)` and `scalars_first` as there, the latter with
+    `row_loop` 1 alone). With `row_loop` > 1 the tiles are grid-strided and each takes the
+    reduction stage and barrier phase of its parity; the body must take its reduction
+    scratch `.at(ctx)` and run its reductions unconditionally
     (they synchronise the row anyway). A staged tile's successor is copied in from the
     body's first reduction on, so its loads overlap the reduction wait and the writes; with
     `prefetch_registers`, an unstaged one's is loaded into a second set of registers then.

@@ -23,9 +23,10 @@ OP = "cross_entropy"
 # logit from its registers; on a long row the leader's chain would hold up the whole row's
 # reduction. H100 bf16, TB/s (load / registers, from two runs a few minutes apart): 32768x512
 # 2.56/2.46, 32768x1024 2.70/2.68, 4096x65536 2.99/3.06, 1024x262144 2.87/2.98. "smem": the
-# leader reads the index while the row is in flight and the logit from the staged row once it
-# has landed (no second trip to memory); only where a row is one warp's, staged, one tile a
-# CTA ("load" elsewhere). H100 32768xN bf16, TB/s load / smem, each twice (QuACK)
+# leader reads the index while the row is in flight (or stages it beside the row: INDEX_LOAD)
+# and the logit from the staged row once it has landed (no second trip to memory); only where
+# a row is one warp's, staged, one tile a CTA ("load" elsewhere). H100 32768xN bf16, TB/s load
+# / smem, each twice (QuACK)
 # (evals/results/h100-2026-11-24e, ce3.txt): 256 2.118, 2.112 / 1.952, 1.951 (2.191); 512 2.387,
 # 2.386 / 2.488, 2.493 (2.563); 1024 2.733, 2.716 / 2.782, 2.766 (2.781); 2048 2.906, 2.919 /
 # 2.936, 2.944 (2.947).

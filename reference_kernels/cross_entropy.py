@@ -183,7 +183,7 @@ class CrossEntropy:
         if cutlass.const_expr(self.staged_index):
             # (the leader's own copy: its wait on the row's group covers it)
             if ctx.row_leader & ctx.row_ok:
-                target[0] = sTarget[ctx.row - ctx.tile[0] * t.rows_per_cta]
+                target[0] = sTarget[ctx.tile_row]
         x = tXrX.load().to(Float32)
         ignored = target[0] == ignore_index
         outside = (target[0] < 0) | (target[0] >= t.n)
@@ -199,7 +199,7 @@ class CrossEntropy:
             cute.arch.sync_warp()
             if ctx.row_leader & ctx.row_ok:
                 at = clamped_column(target[0], t.n)
-                x_target[0] = Float32(sX[ctx.row - ctx.tile[0] * t.rows_per_cta, at])
+                x_target[0] = Float32(sX[ctx.tile_row, at])
         if cutlass.const_expr(self.save_lse or self.write_dx):
             lse = m + cute.math.log(s, fastmath=True)
             if cutlass.const_expr(self.save_lse):
@@ -253,9 +253,8 @@ def stage_target_index(mTarget: cute.Tensor, sTarget: cute.Tensor, ctx: R.RowCon
     """cp.async of the row's target index into its slot of `sTarget`, by the row leader, before
     the row's own copies (so in their commit group: INDEX_LOAD "staged")."""
     if ctx.row_leader & ctx.row_ok:
-        r = ctx.row - ctx.tile[0] * ctx.tiling.rows_per_cta
         atom = R.copy_atom(mTarget.element_type, 1, is_async=True)
-        cute.copy(atom, cute.local_tile(mTarget, (1,), (ctx.row,)), cute.local_tile(sTarget, (1,), (r,)))
+        cute.copy(atom, cute.local_tile(mTarget, (1,), (ctx.row,)), cute.local_tile(sTarget, (1,), (ctx.tile_row,)))
 
 
 @cute.jit

@@ -24,8 +24,8 @@ OP = "cross_entropy_bwd"
 # (evals/results/h100-2026-11-26c, ceb32-small2.txt): 32768x2048 2.944 / 2.952 / 2.976 (2.970),
 # 131072x2048 2.967 / 2.972 / 2.999 (2.993); 32768x1024 2.903 / 2.912 / 2.905 (2.917), left at 32.
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
-    (64, 8), (128, 16), (1024, 32), (2048, 256), (3072, 32), (6144, 64), (16384, 128), (None, 256)
-)  # fmt: skip
+    R.THREADS_PER_ROW[:2] + ((1024, 32), (2048, 256)) + R.THREADS_PER_ROW[2:]
+)
 
 
 class CrossEntropyBackward:

@@ -37,12 +37,13 @@ COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((512, "smem"), (65536, "ear
 # late) (QuACK), every variant checked first, in one process (evals/results/h100-2026-11-26c,
 # ln16-512.txt): layernorm 2.654 / 2.755 (2.754; 2.653) (2.590), layernorm_fwd 2.592 / 2.729
 # (2.716; 2.630) (2.588).
-THREADS_PER_ROW_16BIT: tuple[tuple[int | None, int], ...] = ((64, 8), (128, 16), (256, 32), (512, 64)) + (
-    R.THREADS_PER_ROW[2:]
+# (Both are the template's table, reduce.THREADS_PER_ROW, with these rows put in before its 3072.)
+THREADS_PER_ROW_16BIT: tuple[tuple[int | None, int], ...] = (
+    R.THREADS_PER_ROW[:2] + ((256, 32), (512, 64)) + R.THREADS_PER_ROW[2:]
 )
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
-    (64, 8), (128, 16), (512, 32), (1024, 64), (3072, 32), (6144, 64), (16384, 128), (65536, 256), (None, 512)
-)  # fmt: skip
+    R.THREADS_PER_ROW[:2] + ((512, 32), (1024, 64)) + R.THREADS_PER_ROW[2:-1] + ((65536, 256), (None, 512))
+)
 # The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
 # L2 once per CTA rather than once per row. fp32 keeps them in registers and stages x in
 # shared memory instead (fp32 w and b would fill it), the next tile copied in during the

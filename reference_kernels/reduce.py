@@ -379,6 +379,11 @@ class RowContext:
     # first reduction runs it (through `ReductionScratch.at`), once its values are consumed.
     prefetch: Callable | None = None
 
+    @property
+    def tile_row(self) -> Int32:
+        """This thread's row within its CTA's row tile (a staged tile's row index)."""
+        return self.row - self.tile[0] * self.tiling.rows_per_cta
+
     @staticmethod
     def make(
         tiling: RowTiling,

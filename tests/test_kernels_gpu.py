@@ -58,11 +58,10 @@ def test_matches_float64_reference(op: str, n: int, dtype: str) -> None:
     assert not failures, "\n".join(failures)
 
 
-# Short rows where a table picks a mode of its own (the cross-entropy index staged at bf16 512,
-# LayerNorm's fp32 weight and bias through shared memory up to 512 and 64 threads at 1024 (and
-# at 16-bit 257-512),
-# cross_entropy_bwd's 256 threads up to fp32 2048, rmsnorm_bwd's 4 CTAs a SM at bf16 1024), at
-# N off the grid above: partial vectors, an odd N, the bounds of each table row.
+# Short rows where a table picks a mode of its own (the cross-entropy index staged at bf16 512;
+# LayerNorm's fp32 weight and bias through shared memory up to 512, and 64 threads a row at fp32
+# 1024 and 16-bit 257-512; cross_entropy_bwd's 256 threads up to fp32 2048; rmsnorm_bwd's 4 CTAs
+# a SM at bf16 1024), at N off the grid above: partial vectors, an odd N, each table row's bounds.
 SHORT_ROWS = (
     ("cross_entropy", "bfloat16", 509), ("cross_entropy", "bfloat16", 512), ("cross_entropy_fwd", "bfloat16", 260),
     ("cross_entropy_fwd", "float16", 500), ("layernorm", "float32", 257), ("layernorm", "float32", 509),

@@ -37,6 +37,11 @@ ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ("dx"
 # but 8 at 1024, where 4 lost 10% (H100 bf16 32768x1024, TB/s at 8 / 4, 2.217 / 1.991, QuACK
 # 1.763: evals/results/h100-2026-11-24e, ctas2.txt). 32-bit rows as RMSNorm's.
 CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
+# Knob sets for 32-bit rows, by N (RMSNorm's are empty): cluster 8 at 16385-32768, two tiles staged
+# (rmsnorm_bwd.STAGING_DEPTH_32BIT). H100 fp32 8192x32768, TB/s cluster 4 / 8 (QuACK), every
+# variant checked first, in one process (evals/results/h100-2026-11-26d, layernorm_bwd-32-32k.txt):
+# two tiles 2.764 / 2.937 (2.814), one 2.670 / 2.226. (RMSNorm, two tiles: 2.832 / 2.267.)
+KNOBS_32BIT: tuple[tuple[int | None, dict], ...] = ((16384, {}), (32768, {"cluster_n": 8}), (None, {}))
 
 
 class LayerNormBackward(NormBackward):
@@ -50,6 +55,10 @@ class LayerNormBackward(NormBackward):
     @staticmethod
     def knobs_16bit() -> tuple[tuple[int | None, dict], ...]:
         return ((None, {}),)  # (QuACK's shape at 4096 lost to 256 threads a row: see THREADS_PER_ROW)
+
+    @staticmethod
+    def knobs_32bit() -> tuple[tuple[int | None, dict], ...]:
+        return KNOBS_32BIT
 
     @staticmethod
     def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:

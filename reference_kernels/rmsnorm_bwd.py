@@ -99,9 +99,12 @@ STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (8192, 0), (None, 
 # 2.499 / 2.441 (2.166), 2048x131072 1.800 / 1.793 and 2.407 / 2.369; fp32 rmsnorm 65536 2.795 /
 # 2.665 (2.795), 131072 2.730 / 2.538 (2.457), layernorm 2.559 / 2.574 and 2.402 / 2.405.
 # 16-bit 256K, cluster 16 in whole waves (evals/results/h100-2026-11-24i, long.txt): rmsnorm
-# 2.752 / 2.604, layernorm 2.343 / 2.181.
+# 2.752 / 2.604, layernorm 2.343 / 2.181. fp32 8192x32768 (cluster 4, 1 / 2 CTAs a SM), every
+# variant checked first, in one process (evals/results/h100-2026-11-26d, *-32-32k.txt): rmsnorm
+# 2.832 / 2.773 (QuACK 2.883), layernorm 2.764 / 2.670 (2.814; at cluster 8,
+# layernorm_bwd.KNOBS_32BIT, 2.937).
 STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (None, 2))
-STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((32768, 1), (131072, 2), (None, 1))
+STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((16384, 1), (131072, 2), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
 # partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
 # are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
@@ -135,9 +138,14 @@ SMEM_PER_CTA = 232448 - 1024
 # peer (at 256K, 16 warps to 16 peers: 256 stores a CTA, 8 KiB of slots at the overlap's four
 # stages for layernorm); "cta", the row's warps fold theirs in the CTA first and one warp sends
 # (16 stores, 1 KiB), at one CTA barrier more a tile. Folded, three staged tiles, w and the
-# scratch fit at 16-bit 256K (within 2 KiB), so the overlap is taken there too. Not yet
-# measured: "warps" everywhere.
+# scratch fit at 16-bit 256K (within 2 KiB), so the overlap is taken there too. 16-bit rows, not
+# yet measured: "warps" everywhere. 32-bit rows: "cta" at 256K, where one tile is staged and with
+# the second pass's refill in parts (REFILL_PARTS_32BIT says what each gave): layernorm fp32
+# 1024x262144 2.871-2.878 TB/s against 2.563-2.573, rmsnorm 2.912 against 2.900-2.905.
+# ("cta" alone there: 2.473. At fp32 8192x32768 with one tile staged, "cta" read 2.612 against
+# 2.627, and with 2 parts 2.657 against 2.666.)
 CLUSTER_SEND: tuple[tuple[int | None, str], ...] = ((None, "warps"),)
+CLUSTER_SEND_32BIT: tuple[tuple[int | None, str], ...] = ((131072, "warps"), (None, "cta"))
 # Where dx reads a staged row's x and dy from, by N: "smem", read again from shared memory
 # after the row reduction; "registers", held across it from the first read, as QuACK's Hopper
 # backward does up to 16K (one CTA of 128 threads a row at 4096, 32 values a thread). Held, a
@@ -180,6 +188,26 @@ ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ()),)
 # 2.668 / 2.682 / 2.650, 65536x4096 2.993 / 2.812 / 2.809; rmsnorm fp32 1024x262144 2.902 /
 # 2.735 / 2.904, bf16 2.903 / 2.914 / 2.910, 65536x4096 bf16 2.875 / 2.862 / 2.853.
 TILE_CHUNKS: tuple[tuple[int | None, int], ...] = ((None, 1),)
+# How a staged tile's second pass refills its buffers where one tile is staged (STAGING_DEPTH 1),
+# by N, for 16-bit and for 32-bit rows: 0, the next tile's copies once the whole tile's dx is made;
+# p, the second pass in p parts (reduce.chunk_of; fewer where a thread's vectors do not split so,
+# reduce.fitting_chunks), each part's copies issued as soon as the part is read, before its dx
+# and its stores (the first pass and its one wait stay whole). One tile is staged at 16-bit N of
+# 16385-32768 and 32-bit N up to 16384 and past 131072; at fp32 256K the refill pays with
+# CLUSTER_SEND_32BIT's folded sends alone. H100, TB/s, every variant checked first, in one
+# process (evals/results/h100-2026-11-26d): bf16 8192x32768 0 / 2 / 8, layernorm 2.604 / 2.740 /
+# 2.710, rmsnorm 2.773 / 2.795 / 2.788 (*-16-32k.txt); fp32 ("cta" the folded sends) layernorm
+# 1024x262144 0 2.563-2.573, 2 2.591, 8 2.607; "cta" and 0 / 2 / 4 / 8, 2.473 / 2.758-2.783 /
+# 2.781 / 2.871-2.878 (ln32-256k*.txt); rmsnorm 2.900-2.905, "cta" and 8 2.912; 32768x8192
+# within 0.6% (*-32-mid.txt). (At fp32 8192x32768, 0 / 2 / 8 gave layernorm 2.627 / 2.666 /
+# 2.652 and rmsnorm 2.733 / 2.775 / 2.623 with one tile staged; two are staged there now,
+# STAGING_DEPTH_32BIT.) Lost at fp32 256K (ln32-256k*.txt): parts 1 (the whole refill before
+# dx, 92 B of spills) 2.190; the leading part held in registers from the first pass and refilled
+# before the reduction, 2.281-2.447 (60-112 B of spills); dw and db summed in the second pass,
+# 2.557, and with "cta" and 2, 2.685; the copies as cp.async.cg (L2 only) rather than .ca, 2.446
+# against 2.851 (cg-lnbwd.txt).
+REFILL_PARTS: tuple[tuple[int | None, int], ...] = ((16384, 0), (32768, 2), (None, 0))
+REFILL_PARTS_32BIT: tuple[tuple[int | None, int], ...] = ((131072, 0), (None, 8))
 # Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). At 4096,
 # QuACK's shape: a CTA of 128 threads a row, 32 values a thread. H100 bf16, TB/s 256 threads a
 # row (16 values) / 128 (QuACK), every variant checked first, in one process (evals/results/
@@ -237,13 +265,13 @@ class NormBackward:
         if knobs.row_loop is None or knobs.row_loop < 2:
             knobs = dataclasses.replace(knobs, row_loop=2)
         widths = (mX.element_type.width, mdY.element_type.width, mW.element_type.width)
-        if widths[0] <= 16:
-            knobs = R.fill_knobs(knobs, self.knobs_16bit(), n)
+        knobs = R.fill_knobs(knobs, self.knobs_16bit() if widths[0] <= 16 else self.knobs_32bit(), n)
         if knobs.stage_smem is None:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        self.cta_first = R.pick_mode("CLUSTER_SEND", CLUSTER_SEND, n, ("warps", "cta")) == "cta"
+        sends = CLUSTER_SEND if widths[0] <= 16 else CLUSTER_SEND_32BIT
+        self.cta_first = R.pick_mode("CLUSTER_SEND", sends, n, ("warps", "cta")) == "cta"
         self.widen_bits = R.pick_mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
         self.arithmetic = R.pick(self.arithmetic_table(widths[0]), n)
         if not set(self.arithmetic) <= {"dx", "xhat", "sums"}:
@@ -258,6 +286,12 @@ class NormBackward:
         held = t.stage_smem and not self.overlap
         self.second_read = R.pick_mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
         self.chunks = R.fitting_chunks(t, R.pick(TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
+        # (one tile staged, read again from shared memory, whole; in one part, the refill before
+        # dx lost everywhere it ran: REFILL_PARTS)
+        refill = R.pick(REFILL_PARTS if widths[0] <= 16 else REFILL_PARTS_32BIT, n)
+        refills = refill > 0 and held and self.depth == 1 and self.second_read == "smem" and self.chunks == 1
+        self.refill_parts = R.fitting_chunks(t, refill) if refills else 1
+        self.refill_first = self.refill_parts > 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(self.ctas_per_sm_table(widths[0]), n)
@@ -290,6 +324,11 @@ class NormBackward:
     def knobs_16bit() -> tuple[tuple[int | None, dict], ...]:
         """The op's knob sets for 16-bit rows, by N (read when traced)."""
         return KNOBS_16BIT
+
+    @staticmethod
+    def knobs_32bit() -> tuple[tuple[int | None, dict], ...]:
+        """The op's knob sets for 32-bit rows, by N (read when traced)."""
+        return ((None, {}),)
 
     @staticmethod
     def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
@@ -461,19 +500,16 @@ class NormBackward:
                     xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
                     self.accumulate(ctx, dy, xhat, acc_w, acc_b)
                     c1, c2 = self.row_totals(self.partials(g, xhat), scratch.at(ctx))
-                    if const_expr(t.stage_smem):
-                        if const_expr(not early):
-                            # x and dy again from shared memory rather than held in registers across
-                            # the reduction (its barriers keep the compiler from reusing the first reads)
-                            x, dy = self.staged_values(ctx, sXi), self.staged_values(ctx, sdYi)
-                        dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW)
+                    if const_expr(t.stage_smem and not early):
+                        # x and dy again from shared memory rather than held in registers across
+                        # the reduction (its barriers keep the compiler from reusing the first reads)
+                        self.second_pass(ctx, first, copy, bidx + (i + 1) * grid_m, rows, staging, (sXi, sdYi),
+                                         (rstd, mean, c1, c2), mW, tXrW, mdX)  # fmt: skip
+                    elif const_expr(t.stage_smem):
+                        # (held in registers across the reduction: SECOND_READ)
+                        R.store_row(ctx, self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW), mdX)
                     else:
-                        dx = self.dx(xhat, g, c1, c2, rstd)
-                    if const_expr(t.stage_smem and depth == 1 and not early):
-                        # the next tile's rows stream in while this one's dx is written (each thread
-                        # overwrites only what it has read itself)
-                        _copy_tile(t, copy, tidx, bidx + (i + 1) * grid_m, rows, staging, depth, 0)
-                    R.store_row(ctx, dx, mdX)
+                        R.store_row(ctx, self.dx(xhat, g, c1, c2, rstd), mdX)
 
         # Fold the CTA's rows' shares of each column sum (in row order, in shared memory)
         # and write them as partial row `bidx` of the workspace. The partial rows are seen
@@ -499,16 +535,51 @@ class NormBackward:
                     cute.autovec_copy(total, tXgP)
 
     @cute.jit
-    def staged_values(self, ctx: R.RowContext, sX: cute.Tensor, c: int | None = None):
-        """The thread's slice of a staged row (chunk `c` of it, see TILE_CHUNKS), in fp32 (0 in the
-        padding columns)."""
-        return R.widen(R.read_staged_row(ctx, sX, 0.0, self.chunks, c), self.widen_bits)
+    def second_pass(
+        self,
+        ctx: R.RowContext,
+        first: R.RowContext,
+        copy: cute.TiledCopy,
+        next_tile: Int32,
+        rows: tuple,
+        staging: tuple,
+        buffers: tuple,
+        stats: tuple,
+        mW: cute.Tensor,
+        tXrW: cute.Tensor,
+        mdX: cute.Tensor,
+    ):
+        """A staged tile's dx from x and dy read again (`stats`: rstd, mean, c1, c2). With one
+        tile staged, the next tile's copies go into the buffers once dx is made, or part by part
+        as each is read (REFILL_PARTS); each thread overwrites only what it has read itself."""
+        t = self.tiling
+        rstd, mean, c1, c2 = stats
+        parts = self.refill_parts
+        for c in cutlass.range_constexpr(parts):
+            part = c if const_expr(parts > 1) else None
+            x = self.staged_values(ctx, buffers[0], part, parts)
+            dy = self.staged_values(ctx, buffers[1], part, parts)
+            if const_expr(self.refill_first):
+                nxt = R.RowContext.make(t, copy, rows[0], ctx.tidx, next_tile)
+                for m, s in zip(rows, staging):
+                    R.copy_row_async(nxt, m, s, parts, part)
+            dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, part, parts)
+            if const_expr(self.depth == 1 and not self.refill_first):
+                # the next tile's rows stream in while this one's dx is written
+                _copy_tile(t, copy, ctx.tidx, next_tile, rows, staging, 1, 0)
+            R.store_row(ctx, dx, mdX, parts, part)
 
     @cute.jit
-    def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor, c: int | None = None):
+    def staged_values(self, ctx: R.RowContext, sX: cute.Tensor, c: int | None = None, parts: int = 0):
+        """The thread's slice of a staged row (chunk `c` of `parts`, or of TILE_CHUNKS'), in fp32 (0
+        in the padding columns)."""
+        return R.widen(R.read_staged_row(ctx, sX, 0.0, parts or self.chunks, c), self.widen_bits)
+
+    @cute.jit
+    def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor, c: int | None = None, parts: int = 0):
         if const_expr(self.weight_in == "late"):
-            return R.widen(R.load_columns(ctx, mW, self.chunks, c), self.widen_bits)
-        return R.widen(R.chunk_of(tXrW, self.chunks, c), self.widen_bits)
+            return R.widen(R.load_columns(ctx, mW, parts or self.chunks, c), self.widen_bits)
+        return R.widen(R.chunk_of(tXrW, parts or self.chunks, c), self.widen_bits)
 
     @cute.jit
     def chunked_tile(
@@ -587,7 +658,7 @@ class NormBackward:
     @cute.jit
     def xhat_g(
         self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, mW: cute.Tensor, tXrW: cute.Tensor,
-        c: int | None = None,
+        c: int | None = None, parts: int = 0,
     ):  # fmt: skip
         """The normalized row and dy * w (mean used with `bias` alone; chunk `c` of w)."""
         # (x * rstd - mean * rstd: one FMA a value, not a subtraction and a product. It errs by
@@ -597,7 +668,7 @@ class NormBackward:
             xhat = x * rstd + (-mean * rstd)
         else:
             xhat = (x - mean) * rstd if const_expr(self.bias) else x * rstd
-        return xhat, dy * self.weight(ctx, mW, tXrW, c)
+        return xhat, dy * self.weight(ctx, mW, tXrW, c, parts)
 
     @cute.jit
     def dx(self, xhat, g, c1: Float32, c2: Float32, rstd: Float32):
@@ -613,7 +684,7 @@ class NormBackward:
     @cute.jit
     def dx_of_rows(
         self, ctx: R.RowContext, x, dy, rstd: Float32, mean: Float32, c1: Float32, c2: Float32, mW, tXrW,
-        c: int | None = None,
+        c: int | None = None, parts: int = 0,
     ):  # fmt: skip
         """`dx` from x and dy themselves, xhat folded into the row's constants: dy * w, then two
         FMAs a value, where making xhat and g again took seven operations. A staged row's
@@ -623,10 +694,10 @@ class NormBackward:
         (evals/results/h100-2026-11-25, fma.txt): layernorm 1024x262144 bf16 2.363 / 2.589,
         fp32 1.930 / 2.553 (156 B of spills gone); rmsnorm bf16 2.781 / 2.887."""
         if const_expr("dx" not in self.arithmetic):
-            xhat, g = self.xhat_g(ctx, x, dy, rstd, mean, mW, tXrW, c)
+            xhat, g = self.xhat_g(ctx, x, dy, rstd, mean, mW, tXrW, c, parts)
             return self.dx(xhat, g, c1, c2, rstd)
         k, shift = self.dx_terms(c1, c2, rstd)
-        g = dy * self.weight(ctx, mW, tXrW, c)
+        g = dy * self.weight(ctx, mW, tXrW, c, parts)
         if const_expr(self.bias):
             # xhat * k + shift = x * (rstd * k) + (shift - mean * rstd * k)
             return g * rstd + (x * (rstd * k) + (shift - mean * rstd * k))

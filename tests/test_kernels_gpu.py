@@ -141,6 +141,7 @@ SWEEP_TABLES = [
     ("CLUSTER_SEND", "cta", 16384, {}),
     ("CLUSTER_SEND", "cta", 65536, {}),
     ("CLUSTER_SEND", "cta", 262144, {}),
+    ("CLUSTER_SEND", "warps", 262144, {}),  # (fp32's table folds there)
     # bf16 pairs widened by a shift and a mask (fp32 rows: unchanged), staged twice and held
     ("WIDEN_BF16", "bits", 4096, {}),
     ("WIDEN_BF16", "bits", 65536, {}),
@@ -150,6 +151,16 @@ SWEEP_TABLES = [
     ("TILE_CHUNKS", 4, 16384, {}),
     ("TILE_CHUNKS", 4, 4096, {}),
     ("TILE_CHUNKS", 4, 65536, {}),
+    # the second pass in parts, each refilled once read, where one tile is staged: fp32 32768 and
+    # 262144 (bf16 262144: two tiles staged, unchanged), fp32 16384 (several rows a CTA), and N
+    # whose vectors do not split (one part)
+    ("REFILL_PARTS", 2, 32768, {}),
+    ("REFILL_PARTS", 8, 262144, {}),
+    ("REFILL_PARTS", 4, 16384, {}),
+    ("REFILL_PARTS", 8, 30001, {}),
+    # two tiles staged where one was: fp32 32768 (the tables' choice, LayerNorm on a cluster of 8)
+    # and bf16 32768
+    ("STAGING_DEPTH", 2, 32768, {}),
 ]
 
 
@@ -159,11 +170,14 @@ def test_norm_backward_sweep_tables(
     op: str, table: str, value: str, n: int, knobs: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The norm backwards' modes that only a sweep turns on (rmsnorm_bwd.SECOND_READ,
-    CLUSTER_SEND, WIDEN_BF16 and TILE_CHUNKS) against float64: M not a multiple of the grid, enough rows
+    CLUSTER_SEND, WIDEN_BF16, TILE_CHUNKS, REFILL_PARTS and STAGING_DEPTH; both widths' tables
+    where a table has a _32BIT one) against float64: M not a multiple of the grid, enough rows
     that a CTA loops over several tiles and each reduction stage is reused, both widths."""
     from reference_kernels import rmsnorm_bwd
 
-    monkeypatch.setattr(rmsnorm_bwd, table, ((None, value),))
+    for name in (table, f"{table}_32BIT"):
+        if hasattr(rmsnorm_bwd, name):
+            monkeypatch.setattr(rmsnorm_bwd, name, ((None, value),))
     failures = []
     for dtype in ("bfloat16", "float32"):
         for m in (1, 5, min(2049, MAX_ELEMS // n) | 1):

@@ -342,6 +342,40 @@ def test_norm_backward_keeps_its_own_ctas_a_sm_on_short_rows(op: str, dtype: str
     assert entry.cap == rmsnorm_bwd.NUM_SMS * per_sm
 
 
+@pytest.mark.parametrize(
+    ("op", "dtype", "n", "parts", "cta"),
+    [("layernorm_bwd", "float32", 262144, 8, True), ("rmsnorm_bwd", "float32", 262144, 8, True),
+     ("layernorm_bwd", "bfloat16", 32768, 2, False), ("rmsnorm_bwd", "bfloat16", 32768, 2, False),
+     ("layernorm_bwd", "float32", 16384, 1, False), ("layernorm_bwd", "bfloat16", 262144, 1, False),
+     ("rmsnorm_bwd", "float32", 32768, 1, False),
+     ("layernorm_bwd", "float32", 151936, 1, True)],
+)  # fmt: skip
+def test_norm_backward_refills_in_parts_where_its_tables_say(
+    op: str, dtype: str, n: int, parts: int, cta: bool, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Where one tile is staged, the second pass goes in parts as REFILL_PARTS(_32BIT) says, each
+    part's copies issued before that part's dx is stored (H100 layernorm_bwd fp32 1024x262144:
+    2.871-2.878 TB/s with the folded sends, against 2.563-2.573; evals/results/h100-2026-11-26d).
+    Whole elsewhere: fp32 16384 (the table), bf16 256K and fp32 32768 (two tiles staged), fp32
+    151936 (padding columns: a thread's vectors do not split). The 32-bit folded sends are taken past 131072.
+    No spills where the parts are taken."""
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(mod.launch.knobs)
+    options = f"--keep-ptx --dump-dir={tmp_path} remarks{{ptx}}"
+    assert contract.compile_entry(entry, spec, dtype, n, options=options, workspace=contract.workspace_of(mod))
+    assert (entry.refill_parts, entry.refill_first, entry.cta_first) == (parts, parts > 1, cta)
+    if parts == 1:
+        return
+    assert max(_spill_stores("".join(capfd.readouterr()))) == 0
+    (ptx,) = [p.read_text() for p in tmp_path.glob("*.ptx")]
+    body = ptx[ptx.index(".entry") :]
+    # the loop's refill: `parts` groups a tensor, the first dx stores between them
+    loop = body[body.rindex("cp.async.wait_group") :]
+    assert loop.count("cp.async.commit_group") == 2 * parts
+    assert loop.index("cp.async.commit_group") < loop.index("st.global") < loop.rindex("cp.async.commit_group")
+
+
 @pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
 def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> None:
     """Long clustered rows: a grid of as many clusters as the H100 runs at once (7 of 16, 14 of
@@ -354,7 +388,7 @@ def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> N
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     seen = {}
     for dtype, n in (("bfloat16", 16384), ("bfloat16", 65536), ("bfloat16", 131072), ("bfloat16", 262144),
-                     ("float32", 65536)):  # fmt: skip
+                     ("float32", 32768), ("float32", 65536)):  # fmt: skip
         entry = type(mod.launch)(RowKnobs())
         assert contract.compile_entry(entry, spec, dtype, n, workspace=contract.workspace_of(mod)) is not None
         seen[dtype, n] = (entry.tiling.cluster_n, entry.overlap, entry.depth, entry.cap)
@@ -366,6 +400,8 @@ def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> N
     assert seen["bfloat16", 131072] == (16, True, 3, 7)
     assert seen["bfloat16", 262144] == (16, False, 2, 7)  # (three tiles and w: past the budget)
     assert seen["float32", 65536] == (8, False, 2, 14)
+    # (two fp32 tiles of 32768 staged: LayerNorm on a cluster of 8, layernorm_bwd.KNOBS_32BIT)
+    assert seen["float32", 32768] == ((8, False, 2, 14) if op == "layernorm_bwd" else (4, False, 2, 132))
 
 
 @pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
@@ -544,7 +580,7 @@ def test_cta_first_scratch_takes_one_slot_a_peer() -> None:
 def test_norm_backward_folds_in_the_cta_where_its_table_says(
     op: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """rmsnorm_bwd.CLUSTER_SEND (a table for sweeps, "warps" by default): with "cta" a row's
+    """rmsnorm_bwd.CLUSTER_SEND (16-bit rows; "warps" by default, a table for sweeps): with "cta" a row's
     warps fold their sums before one warp sends them to the peers, in the one-tile loop (bf16
     16384, cluster 2) and the overlapped one (65536); at bf16 262144 the smaller scratch lets
     three staged tiles and w in, within what a CTA may have, so the overlap is taken there.

@@ -503,7 +503,7 @@ class NormBackward:
                     if const_expr(t.stage_smem and not early):
                         # x and dy again from shared memory rather than held in registers across
                         # the reduction (its barriers keep the compiler from reusing the first reads)
-                        self.second_pass(ctx, first, copy, bidx + (i + 1) * grid_m, rows, staging, (sXi, sdYi),
+                        self.second_pass(ctx, first, bidx + (i + 1) * grid_m, rows, staging, (sXi, sdYi),
                                          (rstd, mean, c1, c2), mW, tXrW, mdX)  # fmt: skip
                     elif const_expr(t.stage_smem):
                         # (held in registers across the reduction: SECOND_READ)
@@ -536,19 +536,9 @@ class NormBackward:
 
     @cute.jit
     def second_pass(
-        self,
-        ctx: R.RowContext,
-        first: R.RowContext,
-        copy: cute.TiledCopy,
-        next_tile: Int32,
-        rows: tuple,
-        staging: tuple,
-        buffers: tuple,
-        stats: tuple,
-        mW: cute.Tensor,
-        tXrW: cute.Tensor,
-        mdX: cute.Tensor,
-    ):
+        self, ctx: R.RowContext, first: R.RowContext, next_tile: Int32, rows: tuple, staging: tuple,
+        buffers: tuple, stats: tuple, mW: cute.Tensor, tXrW: cute.Tensor, mdX: cute.Tensor,
+    ):  # fmt: skip
         """A staged tile's dx from x and dy read again (`stats`: rstd, mean, c1, c2). With one
         tile staged, the next tile's copies go into the buffers once dx is made, or part by part
         as each is read (REFILL_PARTS); each thread overwrites only what it has read itself."""
@@ -560,13 +550,13 @@ class NormBackward:
             x = self.staged_values(ctx, buffers[0], part, parts)
             dy = self.staged_values(ctx, buffers[1], part, parts)
             if const_expr(self.refill_first):
-                nxt = R.RowContext.make(t, copy, rows[0], ctx.tidx, next_tile)
+                nxt = R.RowContext.make(t, ctx.copy, rows[0], ctx.tidx, next_tile)
                 for m, s in zip(rows, staging):
                     R.copy_row_async(nxt, m, s, parts, part)
             dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, part, parts)
             if const_expr(self.depth == 1 and not self.refill_first):
                 # the next tile's rows stream in while this one's dx is written
-                _copy_tile(t, copy, ctx.tidx, next_tile, rows, staging, 1, 0)
+                _copy_tile(t, ctx.copy, ctx.tidx, next_tile, rows, staging, 1, 0)
             R.store_row(ctx, dx, mdX, parts, part)
 
     @cute.jit

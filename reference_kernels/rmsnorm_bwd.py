@@ -291,7 +291,6 @@ class NormBackward:
         refill = R.pick(REFILL_PARTS if widths[0] <= 16 else REFILL_PARTS_32BIT, n)
         refills = refill > 0 and held and self.depth == 1 and self.second_read == "smem" and self.chunks == 1
         self.refill_parts = R.fitting_chunks(t, refill) if refills else 1
-        self.refill_first = self.refill_parts > 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(self.ctas_per_sm_table(widths[0]), n)
@@ -549,12 +548,12 @@ class NormBackward:
             part = c if const_expr(parts > 1) else None
             x = self.staged_values(ctx, buffers[0], part, parts)
             dy = self.staged_values(ctx, buffers[1], part, parts)
-            if const_expr(self.refill_first):
+            if const_expr(parts > 1):
                 nxt = R.RowContext.make(t, ctx.copy, rows[0], ctx.tidx, next_tile)
                 for m, s in zip(rows, staging):
                     R.copy_row_async(nxt, m, s, parts, part)
             dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, part, parts)
-            if const_expr(self.depth == 1 and not self.refill_first):
+            if const_expr(self.depth == 1 and parts == 1):
                 # the next tile's rows stream in while this one's dx is written
                 _copy_tile(t, ctx.copy, ctx.tidx, next_tile, rows, staging, 1, 0)
             R.store_row(ctx, dx, mdX, parts, part)

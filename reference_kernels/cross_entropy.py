@@ -144,6 +144,7 @@ class CrossEntropy:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(self.tiling)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch_a = R.allocate_scratch(smem, t, 2 if cutlass.const_expr(self.knobs.online) else 1)

@@ -62,6 +62,7 @@ class CrossEntropyBackward:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(self.tiling)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         # the row's three scalars, read by every thread of the row while the row is in flight

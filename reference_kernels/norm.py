@@ -284,6 +284,7 @@ class GroupedNorm:
     def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, copy: cute.TiledCopy):
         t = self.row_tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(t)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch = R.allocate_scratch(smem, t, len(self.identity))

@@ -62,6 +62,13 @@ CLUSTER_N_32BIT: tuple[tuple[int | None, int], ...] = (
     (None, 16),
 )
 MAX_N = 262144 * 2  # beyond this a CTA's slice no longer fits in registers at cluster 16
+# Launch as a programmatic dependent (RowKnobs.dependent_launch). Without CUDA graphs, each
+# kernel of a stream otherwise starts only after the previous one has ended and its launch
+# has been processed: H100, eager calls back to back, cross_entropy bf16 32768x512 2.33-2.36
+# TB/s off, 2.64-2.66 on (QuACK 2.35-2.41), 32768x1024 2.60 -> 2.80 (evals/results/
+# h100-2026-11-26e). Also releasing the next kernel as soon as every CTA has started
+# (griddepcontrol.launch_dependents) was no better at 512 and lost at 256 (1.52 against 1.95).
+DEPENDENT_LAUNCH: tuple[tuple[int | None, bool], ...] = ((None, True),)
 
 
 def pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
@@ -114,6 +121,10 @@ class RowKnobs:
     # CTAs one SM must hold: ptxas then keeps registers within 65536 / (this * threads),
     # spilling if it must (None: as many registers as the code wants)
     min_ctas_per_sm: int | None = None
+    # Launched as a programmatic dependent (PDL): the launch may begin before the stream's
+    # previous kernel has ended, and the kernel waits for that grid before it touches
+    # global memory. None: DEPENDENT_LAUNCH by N.
+    dependent_launch: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,7 @@ class RowTiling:
     row_loop: int = 1
     min_ctas_per_sm: int | None = None
     prefetch_registers: bool = False
+    dependent_launch: bool = False
 
     @property
     def stages(self) -> int:
@@ -234,7 +246,8 @@ def resolve_tiling(
     stage = knobs.stage_smem if knobs.stage_smem is not None else cluster == 1
     staged = stage and vec * width_bits >= 32
     prefetch = bool(knobs.prefetch_registers) and row_loop > 1 and not staged
-    tiling = RowTiling(n, vec, tpr, threads, cluster, staged, row_loop, knobs.min_ctas_per_sm, prefetch)
+    dependent = pick(DEPENDENT_LAUNCH, n) if knobs.dependent_launch is None else knobs.dependent_launch
+    tiling = RowTiling(n, vec, tpr, threads, cluster, staged, row_loop, knobs.min_ctas_per_sm, prefetch, dependent)
     if tiling.values_per_thread > 256:
         raise ValueError(
             f"N={n} needs {tiling.values_per_thread} values per thread with these knobs "
@@ -326,7 +339,8 @@ def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tenso
 
 def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
     """Grid: one CTA per `row_loop` tiles of `rows_per_cta` rows, times `cluster_n` CTAs
-    along each row."""
+    along each row. A dependent launch (RowTiling.dependent_launch) needs the kernel to call
+    `await_previous_grid` before it touches global memory."""
     occupancy = {}
     if tiling.min_ctas_per_sm:
         # with the carveout given, the DSL does not ask a (possibly absent) GPU for it
@@ -336,8 +350,17 @@ def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
         block=[tiling.num_threads, 1, 1],
         cluster=[1, tiling.cluster_n, 1] if tiling.cluster_n > 1 else None,
         stream=stream,
+        use_pdl=tiling.dependent_launch,
         **occupancy,
     )
+
+
+def await_previous_grid(tiling: RowTiling) -> None:
+    """A dependent launch's first step: the stream's previous grid may still be running, so
+    wait until it has ended and its writes are visible. (The inputs may be its outputs, and
+    it may still read what this kernel writes.)"""
+    if tiling.dependent_launch:
+        cute.arch.griddepcontrol_wait()
 
 
 def allocate_staging(

@@ -56,6 +56,7 @@ class RMSNorm:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(self.tiling)
         smem = cutlass.memory.SmemAllocator()
         sX = R.allocate_staging(smem, t, mX.element_type)
         scratch = R.allocate_scratch(smem, t, 1)

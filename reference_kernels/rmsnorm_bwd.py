@@ -305,13 +305,17 @@ class NormBackward:
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if t.cluster_n > 1 else None,
             stream=stream,
+            use_pdl=t.dependent_launch,
         )
         self.finish_warps = min(MAX_FINISH_WARPS, 1 << (self.cap - 1).bit_length())
         sums = [(mdW, 0)] + ([(mdB, self.cap * self.padded_n)] if self.bias else [])
         for mOut, offset in sums:
             part = cute.make_tensor(mWork.iterator + offset, cute.make_layout(self.cap * self.padded_n))
             self.finish(part, mOut, grid_m).launch(
-                grid=[math.ceil(n / R.WARP), 1, 1], block=[R.WARP * self.finish_warps, 1, 1], stream=stream
+                grid=[math.ceil(n / R.WARP), 1, 1],
+                block=[R.WARP * self.finish_warps, 1, 1],
+                stream=stream,
+                use_pdl=t.dependent_launch,
             )
 
     @staticmethod
@@ -401,6 +405,7 @@ class NormBackward:
     ):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(t)
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()
         smem = cutlass.memory.SmemAllocator()
@@ -782,6 +787,7 @@ class NormBackward:
     def finish(self, mPart: cute.Tensor, mOut: cute.Tensor, rows: Int32):
         """mOut[c] = sum of partial rows' column c, in row order: warp w sums rows w, w +
         warps, ..., then warp 0 adds the warps' sums in warp order."""
+        R.await_previous_grid(self.tiling)  # (the partial sums are the kernel's before)
         lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
         bidx, _, _ = cute.arch.block_idx()
         col = bidx * R.WARP + lane

@@ -44,6 +44,7 @@ class SoftmaxBackward:
     def kernel(self, mdY: cute.Tensor, mY: cute.Tensor, mdX: cute.Tensor, copy: cute.TiledCopy):
         t = self.tiling
         tidx, _, _ = cute.arch.thread_idx()
+        R.await_previous_grid(self.tiling)
         smem = cutlass.memory.SmemAllocator()
         sdY = R.allocate_staging(smem, t, mdY.element_type)
         scratch = R.allocate_scratch(smem, t, 1)

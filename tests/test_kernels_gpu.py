@@ -228,6 +228,29 @@ def test_second_call_gives_new_results() -> None:
     assert not torch.equal(a, b)
 
 
+@pytest.mark.parametrize("n", [1024, 65536])
+def test_back_to_back_calls_read_what_the_kernel_before_wrote(n: int) -> None:
+    """Calls queued with no synchronisation, each reading what the kernel before it on the
+    stream wrote (torch's, then ours twice), launched as programmatic dependents
+    (reduce.DEPENDENT_LAUNCH). At 65536 the rows span a cluster of CTAs. With the kernels'
+    wait taken out this still passed on the H100 (evals/results/h100-2026-11-26e, nowait.log):
+    a grid that never releases its dependents early lets them launch only as it ends. The wait
+    itself is checked in the PTX (test_reference_kernels_compile)."""
+    import torch
+
+    from llmcompile import kernels
+
+    gen = torch.Generator("cuda").manual_seed(5)
+    noise = torch.randn(5, (1 << 23) // n, n, device="cuda", generator=gen)
+    z, ref = noise[0], noise[0].double()
+    for k in range(1, len(noise)):
+        # (log_softmax of a log_softmax is itself: the second call must read the first's rows,
+        # and fresh noise makes every step's rows differ from any earlier tensor's)
+        z = kernels.log_softmax(kernels.log_softmax(z)) + noise[k]
+        ref = torch.log_softmax(ref, -1) + noise[k].double()
+    torch.testing.assert_close(z.double(), ref, atol=2e-4, rtol=0)
+
+
 def _ce_rows(n: int, ignore: int, m: int = 64) -> tuple:
     """bf16 logits on the GPU and targets with every fifth row at `ignore`, row 1 at N, row 2 below
     0 and row 3 at N - 1; which rows' targets lie in [0, N), and those rows' float64 losses."""

@@ -87,6 +87,19 @@ def test_on_chip_path_compiles_with_its_barrier(tmp_path) -> None:
     assert "kernel_cutlass_partials" in ptx  # the split path, for an M whose counters do not fit
 
 
+def test_groups_as_rows_launch_dependent_and_wait_first(tmp_path) -> None:
+    """Groups taken as rows run the row template's kernel, launched as a programmatic
+    dependent (reduce.DEPENDENT_LAUNCH): it waits for the previous grid before it reads."""
+    from tests.test_reference_kernels_compile import assert_waits_before_global_access
+
+    seg = 65536
+    _compile(_norm(seg, 1, 0, seg, N.NormKnobs()), seg, 16, N.WORKSPACE, f"--keep-ptx --dump-dir={tmp_path}")
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    (body,) = ptx.split(".entry ")[1:]
+    assert body.startswith("kernel_cutlass_rows")
+    assert_waits_before_global_access(body)
+
+
 def test_a_weight_per_element_keeps_the_split_path(tmp_path) -> None:
     """A LayerNorm's weight over every normalized element: each group would read as many
     parameters as elements again, so the on-chip path is not taken."""

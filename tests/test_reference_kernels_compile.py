@@ -671,3 +671,69 @@ def test_softmax_stages_its_rows_unless_the_staged_tile_is_large() -> None:
     for dtype, n, staged in (("float32", 393216, False), ("float32", 262144, True), ("bfloat16", 393216, True)):
         contract.compile_entry(S.launch, spec, dtype, n)
         assert S.launch.tiling.stage_smem is staged, (dtype, n)
+
+
+# The first instruction of a kernel that may touch global memory: a load, store, copy or atomic
+# in the global or the generic state space (a generic address may be a global one).
+GLOBAL_ACCESS = re.compile(
+    r"^\s*(?:@!?%p\d+\s+)?(?:ld|st|red|atom|prefetch|cp\.async(?!\.(?:commit|wait)))\.(?!shared|param|local|const)\S*",
+    re.M,
+)
+
+
+def _launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(kernel, dependent launch) for each launch traced from now on."""
+    from cutlass.cutlass_dsl.cutlass import KernelLauncher
+
+    seen: list[tuple[str, bool]] = []
+    launch = KernelLauncher.launch
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN202 - the DSL's own signature
+        seen.append((self.funcBody.__name__, bool(kwargs.get("use_pdl", False))))
+        return launch(self, *args, **kwargs)
+
+    monkeypatch.setattr(KernelLauncher, "launch", recording)
+    return seen
+
+
+@pytest.mark.parametrize("dependent", [True, False], ids=["dependent", "off"])
+@pytest.mark.parametrize(
+    ("op", "dtype", "n"),
+    [(op, "bfloat16", 512) for op in sorted(BUILTIN) if not BUILTIN[op].compute_bound]
+    + [("layernorm", "float32", 65536), ("rmsnorm_bwd", "bfloat16", 262144), ("cross_entropy", "float32", 131072)],
+)
+def test_row_kernels_launch_dependent_and_wait_before_touching_global_memory(
+    op: str, dtype: str, n: int, dependent: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where DEPENDENT_LAUNCH says so every kernel of a row op is launched as a programmatic
+    dependent, which may start while the stream's previous kernel still runs: each must then
+    wait for that grid (griddepcontrol.wait) before its first global access. Off, no launch is
+    dependent and no kernel waits."""
+    from reference_kernels import reduce as R
+
+    monkeypatch.setattr(R, "DEPENDENT_LAUNCH", ((None, dependent),))
+    launches = _launches(monkeypatch)
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(mod.launch.knobs)
+    options = f"--keep-ptx --dump-dir={tmp_path}"
+    assert contract.compile_entry(entry, spec, dtype, n, options=options, workspace=contract.workspace_of(mod))
+    assert launches and all(pdl is dependent for _, pdl in launches), launches
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    bodies = ptx.split(".entry ")[1:]
+    assert len(bodies) == len(launches)
+    for body in bodies:
+        if dependent:
+            assert_waits_before_global_access(body)
+        else:
+            assert "griddepcontrol" not in body, body.split("(", 1)[0]
+
+
+def assert_waits_before_global_access(body: str) -> None:
+    """A kernel's PTX (from its .entry on) waits once for the previous grid, before it first
+    touches global memory."""
+    name = body.split("(", 1)[0]
+    first = GLOBAL_ACCESS.search(body)
+    assert first is not None, name
+    assert body.count("griddepcontrol.wait") == 1, name
+    assert body.index("griddepcontrol.wait") < first.start(), f"{name}: {first.group(0)} before the wait"

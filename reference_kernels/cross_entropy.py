@@ -128,7 +128,7 @@ class CrossEntropy:
         self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
-        R.launch_rows(kernel, t, mX.shape[0], stream)
+        R.launch_rows(kernel, t, mX.shape[0], stream, waits=True)
 
     @cute.kernel
     def kernel(

@@ -47,7 +47,13 @@ class CrossEntropyBackward:
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], mdX.element_type.width,
                                        threads_per_row_table=threads)  # fmt: skip
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mTarget, mLse, mdLoss, mdX, ignore_index, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(
+            self.kernel(mX, mTarget, mLse, mdLoss, mdX, ignore_index, copy),
+            self.tiling,
+            mX.shape[0],
+            stream,
+            waits=True,
+        )
 
     @cute.kernel
     def kernel(

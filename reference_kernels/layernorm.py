@@ -93,7 +93,9 @@ class LayerNorm:
             THREADS_PER_ROW_16BIT if narrow else THREADS_PER_ROW_32BIT,
         )
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mW, mB, mO, mMean, mRstd, eps, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(
+            self.kernel(mX, mW, mB, mO, mMean, mRstd, eps, copy), self.tiling, mX.shape[0], stream, waits=True
+        )
 
     @cute.kernel
     def kernel(

@@ -24,7 +24,7 @@ class LogSoftmax:
     def __call__(self, mX: cute.Tensor, mO: cute.Tensor, stream):
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], mO.element_type.width)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream, waits=True)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):

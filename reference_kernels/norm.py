@@ -211,7 +211,7 @@ class GroupedNorm:
             mO2 = cute.make_tensor(mO.iterator, rows_layout)
             self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest)
             copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
-            R.launch_rows(self.rows(mX2, params, mO2, copy), self.row_tiling, Int32(groups), stream)
+            R.launch_rows(self.rows(mX2, params, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
         elif const_expr(t.fused):
             self.fused(mX, params, mO, groups).launch(
                 grid=[Int32(groups), 1, 1], block=[t.num_threads, 1, 1], stream=stream

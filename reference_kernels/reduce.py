@@ -338,10 +338,14 @@ def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tenso
     return pred
 
 
-def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
+def launch_rows(kernel, tiling: RowTiling, m: Int32, stream, waits: bool = False) -> None:
     """Grid: one CTA per `row_loop` tiles of `rows_per_cta` rows, times `cluster_n` CTAs
-    along each row. A dependent launch (RowTiling.dependent_launch) needs the kernel to call
-    `await_previous_grid` before it touches global memory."""
+    along each row. `waits`: the kernel calls `await_previous_grid` before it touches global
+    memory, so it may launch as a programmatic dependent where the tiling says
+    (RowTiling.dependent_launch). A kernel that does not say so (a candidate's, written
+    without the wait) is launched plainly; one that says so and never waits is an error."""
+    dependent = waits and tiling.dependent_launch
+    _awaited.discard(tiling)
     occupancy = {}
     if tiling.min_ctas_per_sm:
         # with the carveout given, the DSL does not ask a (possibly absent) GPU for it
@@ -351,9 +355,15 @@ def launch_rows(kernel, tiling: RowTiling, m: Int32, stream) -> None:
         block=[tiling.num_threads, 1, 1],
         cluster=[1, tiling.cluster_n, 1] if tiling.cluster_n > 1 else None,
         stream=stream,
-        use_pdl=tiling.dependent_launch,
+        use_pdl=dependent,
         **occupancy,
     )
+    # (the kernel's body is traced inside its launch)
+    if dependent and tiling not in _awaited:
+        raise ValueError("launch_rows(waits=True): the kernel never called await_previous_grid")
+
+
+_awaited: set[RowTiling] = set()  # trace time: tilings whose kernel, traced last, has waited
 
 
 def await_previous_grid(tiling: RowTiling) -> None:
@@ -362,6 +372,7 @@ def await_previous_grid(tiling: RowTiling) -> None:
     it may still read what this kernel writes.)"""
     if tiling.dependent_launch:
         cute.arch.griddepcontrol_wait()
+        _awaited.add(tiling)
 
 
 def allocate_staging(

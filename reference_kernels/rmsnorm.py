@@ -48,7 +48,7 @@ class RMSNorm:
         table = COLUMNS_16BIT if narrow else COLUMNS_32BIT
         self.tiling, self.columns = R.resolve_with_columns(knobs, mX.element_type.width, n, widest, 1, table)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mW, mO, mRstd, eps, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(self.kernel(mX, mW, mO, mRstd, eps, copy), self.tiling, mX.shape[0], stream, waits=True)
 
     @cute.kernel
     def kernel(

@@ -28,7 +28,7 @@ class Softmax:
         if const_expr(self.tiling.stage_smem and R.pick(STAGE_SMEM, staged_bytes(self.tiling, width)) == 0):
             self.tiling = R.resolve_tiling(replace(self.knobs, stage_smem=False), width, n, mO.element_type.width)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
-        R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream)
+        R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream, waits=True)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):

@@ -38,7 +38,7 @@ class SoftmaxBackward:
         self.tiling = R.resolve_tiling(self.knobs, mdY.element_type.width, mdY.shape[1], widest, arrays=2)
         self.exp_first = self.log and R.pick_mode("LOG_EXP", LOG_EXP, self.tiling.n, ("after", "before")) == "before"
         copy = R.row_tiled_copy(mdY.element_type, self.tiling)
-        R.launch_rows(self.kernel(mdY, mY, mdX, copy), self.tiling, mdY.shape[0], stream)
+        R.launch_rows(self.kernel(mdY, mY, mdX, copy), self.tiling, mdY.shape[0], stream, waits=True)
 
     @cute.kernel
     def kernel(self, mdY: cute.Tensor, mY: cute.Tensor, mdX: cute.Tensor, copy: cute.TiledCopy):

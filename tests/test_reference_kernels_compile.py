@@ -729,6 +729,57 @@ def test_row_kernels_launch_dependent_and_wait_before_touching_global_memory(
             assert "griddepcontrol" not in body, body.split("(", 1)[0]
 
 
+def test_a_kernel_launched_without_saying_it_waits_launches_plainly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A row kernel as a candidate writes one (the LLM answers in shared/llm-answers call
+    launch_rows and never await_previous_grid): it is not launched as a dependent, so it
+    cannot start before the kernel it reads from has ended."""
+    import functools
+
+    import cutlass.cute as cute
+
+    from reference_kernels import reduce as R
+
+    class CandidateCopy:
+        knobs = R.RowKnobs(stage_smem=False)
+
+        # (no annotations: this module's are strings, which cute.jit resolves in its globals)
+        @cute.jit
+        def __call__(self, mX, mO, stream):  # noqa: ANN001, ANN204
+            self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
+            copy = R.row_tiled_copy(mX.element_type, self.tiling)
+            R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream)
+
+        @cute.kernel
+        def kernel(self, mX, mO, copy):  # noqa: ANN001, ANN202
+            tidx, _, _ = cute.arch.thread_idx()
+            R.for_each_row(self.tiling, copy, mX, None, tidx, 0.0, functools.partial(self.row, mO))
+
+        @cute.jit
+        def row(self, mO, ctx, tXrX):  # noqa: ANN001, ANN202
+            R.store_row(ctx, tXrX.load(), mO)
+
+    assert R.pick(R.DEPENDENT_LAUNCH, 4096)  # (else this would pass for nothing)
+    launches = _launches(monkeypatch)
+    options = f"--keep-ptx --dump-dir={tmp_path}"
+    assert contract.compile_entry(CandidateCopy(), BUILTIN["copy"], "bfloat16", 4096, options=options)
+    assert len(launches) == 1 and launches[0][1] is False
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    assert ".entry" in ptx and "griddepcontrol" not in ptx
+
+
+def test_a_kernel_that_says_it_waits_and_never_does_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """launch_rows(waits=True) whose kernel never called await_previous_grid while it was
+    traced: refused when compiled, not launched early."""
+    from reference_kernels import reduce as R
+    from reference_kernels import softmax
+
+    monkeypatch.setattr(R, "await_previous_grid", lambda tiling: None)
+    with pytest.raises(Exception, match="never called await_previous_grid"):
+        contract.compile_entry(type(softmax.launch)(softmax.launch.knobs), BUILTIN["softmax"], "bfloat16", 4096)
+
+
 def assert_waits_before_global_access(body: str) -> None:
     """A kernel's PTX (from its .entry on) waits once for the previous grid, before it first
     touches global memory."""

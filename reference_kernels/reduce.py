@@ -340,27 +340,35 @@ def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tenso
 
 def launch_rows(kernel, tiling: RowTiling, m: Int32, stream, waits: bool = False) -> None:
     """Grid: one CTA per `row_loop` tiles of `rows_per_cta` rows, times `cluster_n` CTAs
-    along each row. `waits`: the kernel calls `await_previous_grid` before it touches global
-    memory, so it may launch as a programmatic dependent where the tiling says
-    (RowTiling.dependent_launch). A kernel that does not say so (a candidate's, written
-    without the wait) is launched plainly; one that says so and never waits is an error."""
-    dependent = waits and tiling.dependent_launch
-    _awaited.discard(tiling)
+    along each row; `waits` as `launch_kernel`'s."""
     occupancy = {}
     if tiling.min_ctas_per_sm:
         # with the carveout given, the DSL does not ask a (possibly absent) GPU for it
         occupancy = {"min_blocks_per_mp": tiling.min_ctas_per_sm, "preferred_smem_carveout": 100}
-    kernel.launch(
+    launch_kernel(
+        kernel,
+        tiling,
+        stream,
+        waits,
         grid=[cute.ceil_div(cute.ceil_div(m, tiling.rows_per_cta), tiling.row_loop), tiling.cluster_n, 1],
         block=[tiling.num_threads, 1, 1],
         cluster=[1, tiling.cluster_n, 1] if tiling.cluster_n > 1 else None,
-        stream=stream,
-        use_pdl=dependent,
         **occupancy,
     )
+
+
+def launch_kernel(kernel, tiling: RowTiling, stream, waits: bool, **config) -> None:
+    """`kernel.launch(**config)` on `stream`. `waits`: the kernel calls `await_previous_grid`
+    before it touches global memory, so it may launch as a programmatic dependent where the
+    tiling says (RowTiling.dependent_launch). A kernel that does not say so (a candidate's,
+    written without the wait) is launched plainly; one that says so and never waits is an
+    error."""
+    dependent = waits and tiling.dependent_launch
+    _awaited.discard(tiling)
+    kernel.launch(stream=stream, use_pdl=dependent, **config)
     # (the kernel's body is traced inside its launch)
     if dependent and tiling not in _awaited:
-        raise ValueError("launch_rows(waits=True): the kernel never called await_previous_grid")
+        raise ValueError("a launch that waits: the kernel never called await_previous_grid")
 
 
 _awaited: set[RowTiling] = set()  # trace time: tilings whose kernel, traced last, has waited

@@ -300,22 +300,26 @@ class NormBackward:
             self.cap = min(self.cap, at_once)
         copy = R.row_tiled_copy(mX.element_type, t)
         grid_m = cutlass.min(cute.ceil_div(mX.shape[0], t.rows_per_cta), Int32(self.cap))
-        self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy).launch(
+        R.launch_kernel(
+            self.kernel(mdY, mX, mW, mMean, mRstd, mdX, mWork, copy),
+            t,
+            stream,
+            waits=True,
             grid=[grid_m, t.cluster_n, 1],
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if t.cluster_n > 1 else None,
-            stream=stream,
-            use_pdl=t.dependent_launch,
         )
         self.finish_warps = min(MAX_FINISH_WARPS, 1 << (self.cap - 1).bit_length())
         sums = [(mdW, 0)] + ([(mdB, self.cap * self.padded_n)] if self.bias else [])
         for mOut, offset in sums:
             part = cute.make_tensor(mWork.iterator + offset, cute.make_layout(self.cap * self.padded_n))
-            self.finish(part, mOut, grid_m).launch(
+            R.launch_kernel(
+                self.finish(part, mOut, grid_m),
+                t,
+                stream,
+                waits=True,
                 grid=[math.ceil(n / R.WARP), 1, 1],
                 block=[R.WARP * self.finish_warps, 1, 1],
-                stream=stream,
-                use_pdl=t.dependent_launch,
             )
 
     @staticmethod

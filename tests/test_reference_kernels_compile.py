@@ -769,15 +769,18 @@ def test_a_kernel_launched_without_saying_it_waits_launches_plainly(
     assert ".entry" in ptx and "griddepcontrol" not in ptx
 
 
-def test_a_kernel_that_says_it_waits_and_never_does_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    """launch_rows(waits=True) whose kernel never called await_previous_grid while it was
-    traced: refused when compiled, not launched early."""
+@pytest.mark.parametrize("op", ["softmax", "rmsnorm_bwd"])
+def test_a_kernel_that_says_it_waits_and_never_does_is_an_error(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch that waits (launch_rows or launch_kernel, waits=True) whose kernel never
+    called await_previous_grid while it was traced: refused when compiled, not launched early."""
     from reference_kernels import reduce as R
-    from reference_kernels import softmax
 
     monkeypatch.setattr(R, "await_previous_grid", lambda tiling: None)
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry = type(mod.launch)(mod.launch.knobs)
     with pytest.raises(Exception, match="never called await_previous_grid"):
-        contract.compile_entry(type(softmax.launch)(softmax.launch.knobs), BUILTIN["softmax"], "bfloat16", 4096)
+        contract.compile_entry(entry, spec, "bfloat16", 4096, workspace=contract.workspace_of(mod))
 
 
 def assert_waits_before_global_access(body: str) -> None:

@@ -303,6 +303,15 @@ def _results(out: fx.Node) -> list[Any]:
     return list(r) if isinstance(r, (tuple, list)) else [r]
 
 
+def _one_result(out: fx.Node, template: str) -> Any:
+    """The graph's one output, for a template that writes one."""
+    results = _results(out)
+    if len(results) != 1:
+        names = ", ".join(r.name if isinstance(r, fx.Node) else repr(r) for r in results)
+        raise _Unsupported(f"a graph with {len(results)} outputs ({names}): the {template} template writes one")
+    return results[0]
+
+
 def _names(spec: OpSpec, given: list, ph: list[fx.Node]) -> tuple[dict[fx.Node, str], list[str], list[str]]:
     """Placeholder -> parameter name of the kernel's launch; tensor and scalar names in order."""
     env, tensors, scalars = {}, [], []
@@ -445,7 +454,7 @@ def _match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) 
     r_len = shapes[xnode][dim]
     env, _, _ = _names(spec, given, ph)
     side = _depends(gm, {xnode}, carrier)
-    (res,) = _results(out)
+    res = _one_result(out, "strided")
     kind, wrap, post = red.kind, "{x}", "{s}"
     if kind == "norm":
         wrap, post, _ = _norm_as_sum(red)
@@ -536,7 +545,7 @@ def _match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) ->
         epi = post.format(s="acc[0] / count" if kind == "mean" else epi)
         pro = wrap.format(x=em.expr(red.args[0]))
     side = _depends(gm, {n for n, _ in tens}, red.node)
-    (res,) = _results(out)
+    res = _one_result(out, "total")
     rewrite = None
     if side.get(res) == {"r"}:
         epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
@@ -800,7 +809,7 @@ def _norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     if dim != len(shape) - 1 or red.kind in ("argmax", "argmin") or len(shape) < 2:
         return None
     side = _depends(gm, {xnode}, carrier)
-    (res,) = _results(out)
+    res = _one_result(out, "norm")
     if side.get(res) != {"x", "r"}:
         raise _Unsupported("a reduction along the last dim without a rewrite of x")
     kind, wrap, post = red.kind, "{x}", "{s}"
@@ -839,7 +848,7 @@ def _match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     rank = len(shapes[src])
     if not isinstance(dim, int) or dim % rank != rank - 1:
         raise _Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
-    (res,) = _results(out)
+    res = _one_result(out, "scan")
     reverse = exclusive = False
     n_len = shapes[src][-1]
 
@@ -923,7 +932,15 @@ _WHOLE_GRAPH = (
 
 
 def match(spec: OpSpec) -> Match | NoMatch:
-    """The template this problem's torch program matches, with its kernel; or why none does."""
+    """The template this problem's torch program matches, with its kernel; or why none does.
+    Never raises: a graph the matcher itself cannot read is "not attempted", with the reason."""
+    try:
+        return _match(spec)
+    except Exception as e:  # noqa: BLE001 - a gap in the matcher, never the user's traceback
+        return NoMatch(f"no template matches this graph: the matcher stopped on it ({type(e).__name__}: {e})")
+
+
+def _match(spec: OpSpec) -> Match | NoMatch:
     if not spec.source_path:
         return NoMatch(f"{spec.name} is a built-in op: its reference kernel is the offline default")
     try:

@@ -109,8 +109,9 @@ def bench_one(
     check: Callable[[list[list[torch.Tensor]]], str | None] | None = None,
     graph: bool = True,
     rounds: int = 1,
+    sets: list[list[torch.Tensor]] | None = None,
 ) -> list[BenchRow]:
-    """Time ours and each baseline on the same rotated input sets; with `rounds` > 1 they take
+    """Time ours and each baseline on the same rotated input sets (`sets`, or `input_sets`); with `rounds` > 1 they take
     turns that many times (in a rotated order) and each keeps its median round, so a slow spell
     of the host or of the clocks falls on all of them alike. A rate above 1.05x the
     ceiling (the best of copy and read-only bandwidth, when measured; the GEMM probe for a
@@ -118,7 +119,8 @@ def bench_one(
     `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
     wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row."""
     work = spec.work(m, n, dtype)
-    sets = input_sets(spec, m, n, dtype, seed)
+    own_sets = sets is None
+    sets = input_sets(spec, m, n, dtype, seed) if sets is None else sets
     scalars = dict(spec.scalars)
     impls: dict[str, list[Callable[[], object]] | str] = {
         "llmcompile": [lambda s=s: ours(*s) for s in sets],
@@ -163,9 +165,10 @@ def bench_one(
         if wrong := check(sets):
             mine = rows[0]
             mine.note = "; ".join(filter(None, (mine.note, f"WRONG TIMED OUTPUT: {wrong}")))
-        timing.settle()  # (before the next shape is timed)
-    del sets
-    torch.cuda.empty_cache()
+        timing.settle(sol_tbs if not spec.compute_bound else None)  # (before the next shape is timed)
+    if own_sets:
+        del sets
+        torch.cuda.empty_cache()
     return rows
 
 

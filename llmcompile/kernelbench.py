@@ -228,7 +228,7 @@ def load_problem(path: str | Path) -> OpSpec:
     def make_inputs(m: int, n_: int, dtype_: str, gen: torch.Generator, case: str, device: str) -> list[torch.Tensor]:
         if m > m0:
             raise OpError(f"{path.name}: M={m} is larger than the problem's batch {m0}")
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=gen.device))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             xs = [x for x in _batched_inputs(mod, m, m0, path) if isinstance(x, torch.Tensor)]

@@ -150,6 +150,12 @@ class OpSpec(HasTensors):
     extra_verify: tuple[tuple[int, int], ...] = ()
     # GPU bytes the float64 reference holds beyond its inputs and outputs (attention's scores)
     reference_scratch: int = 0
+    # every honest order of it is exact on small integers (a sum, a max, a cumsum): the verify
+    # stage's "integers" case then allows one output rounding, not the order's error bound
+    exact: bool = False
+    # scalar values the verify stage also calls with, each on inputs of the named case: a kernel
+    # that hard-codes eps or ignore_index is wrong for every caller who passes another
+    scalar_cases: tuple[tuple[str, dict[str, float | int]], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -196,12 +202,12 @@ class OpSpec(HasTensors):
 
 
 def _logits(m: int, n: int, dtype: str, gen: torch.Generator, case: str, device: str) -> torch.Tensor:
-    x = torch.randn(m, n, generator=gen, dtype=torch.float32)
+    x = torch.randn(m, n, generator=gen, dtype=torch.float32, device=gen.device)
     if case == "large":
         x = x * 1000.0
     elif case == "neg_inf":
         # -inf scattered over ~10% of entries, and one whole row when there are several
-        x = torch.where(torch.rand(m, n, generator=gen) < 0.1, torch.tensor(float("-inf")), x)
+        x = torch.where(torch.rand(m, n, generator=gen, device=gen.device) < 0.1, torch.tensor(float("-inf")), x)
         if m > 2:
             x[m // 2] = float("-inf")
     elif case == "shifted":
@@ -215,26 +221,87 @@ def _softmax_inputs(m, n, dtype, gen, case, device):
 
 def _norm_inputs(with_bias: bool):
     def make(m, n, dtype, gen, case, device):
-        x = torch.randn(m, n, generator=gen)
+        x = torch.randn(m, n, generator=gen, device=gen.device)
         if case == "large":
             x = x * 1000.0
         elif case == "shifted":
             x = x + 100.0  # a large mean: exposes E[x^2] - E[x]^2 cancellation
-        w = torch.rand(n, generator=gen) + 0.5
+        w = torch.rand(n, generator=gen, device=gen.device) + 0.5
         out = [x.to(DTYPES[dtype]).to(device), w.to(DTYPES[dtype]).to(device)]
         if with_bias:
-            out.append(torch.randn(n, generator=gen).to(DTYPES[dtype]).to(device))
+            out.append(torch.randn(n, generator=gen, device=gen.device).to(DTYPES[dtype]).to(device))
         return out
 
     return make
 
 
+IGNORE_CASE = 7  # the ignore_index of the cross-entropy ops' "ignore_7" case (scalar_cases)
+
+
 def _ce_inputs(m, n, dtype, gen, case, device):
     x = _logits(m, n, dtype, gen, "large" if case == "large" else "random", device)
-    target = torch.randint(0, n, (m,), generator=gen, dtype=torch.int64)
-    if case == "ignore_index":
-        target = torch.where(torch.rand(m, generator=gen) < 0.3, torch.tensor(-100), target)
+    target = torch.randint(0, n, (m,), generator=gen, dtype=torch.int64, device=gen.device)
+    if case in ("ignore_index", "ignore_7"):
+        ignored = -100 if case == "ignore_index" else IGNORE_CASE
+        target = torch.where(torch.rand(m, generator=gen, device=gen.device) < 0.3, torch.tensor(ignored), target)
     return [x, target.to(device)]
+
+
+# --------------------------------------------------------------------------- generic cases
+# Inputs every problem is also verified on, made from its random ones. A bound fair to every
+# honest order of a long reduction cannot see one skipped term among many small ones (verify.py);
+# on these the same slip moves the answer far past it.
+#   spikes:     SPIKE added along every edge of the first floating input (its first and last
+#               index in each dim) and at one random element in SPIKE_EVERY, so a skipped first,
+#               last or boundary row or column, or one random term, costs a term 64x the rest
+#   integers:   every floating input small integers, a zero-sum cycle along every dim, so sums in
+#               any order are exact in fp32 and a skipped term moves the result by at least 1
+#   degenerate: rows of zeros and a constant row in the first floating input (a user's padding)
+GENERIC_CASES = ("spikes", "integers", "degenerate")
+SPIKE = 64.0
+SPIKE_EVERY = 1024
+CYCLE = (1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 4.0, -4.0)
+
+
+def generic_inputs(case: str, inputs: list[torch.Tensor], gen: torch.Generator) -> list[torch.Tensor] | None:
+    """`inputs` (random ones) turned into a generic case's; None when the case says nothing here
+    (no floating input; fewer than three rows for `degenerate`)."""
+    first = next((i for i, x in enumerate(inputs) if x.is_floating_point()), None)
+    if first is None:
+        return None
+    out = list(inputs)
+    x = inputs[first]
+    if case == "spikes":
+        y = x.float().clone()
+        sign = 1.0 if float(torch.rand((), generator=gen, device=gen.device)) < 0.5 else -1.0
+        for d in range(y.dim()):
+            if y.shape[d] > 1:
+                y.select(d, 0).add_(sign * SPIKE)
+                y.select(d, -1).add_(sign * SPIKE)
+        where = torch.rand(y.shape, generator=gen, device=gen.device).to(y.device) < 1.0 / SPIKE_EVERY
+        signs = torch.where(torch.rand(y.shape, generator=gen, device=gen.device).to(y.device) < 0.5, -SPIKE, SPIKE)
+        out[first] = torch.where(where, y + signs, y).to(x.dtype)
+    elif case == "integers":
+        for i, t in enumerate(inputs):
+            if not t.is_floating_point():
+                continue
+            cycle = torch.tensor(CYCLE)[torch.randperm(len(CYCLE), generator=gen, device=gen.device).cpu()]
+            index = torch.zeros((), dtype=torch.int64)
+            for size in t.shape:
+                index = index.unsqueeze(-1) + torch.arange(size)  # the sum of each element's indices
+            out[i] = cycle[index % len(CYCLE)].to(t.dtype).to(t.device).reshape(t.shape)
+    elif case == "degenerate":
+        if x.dim() < 1 or x.shape[0] < 3:
+            return None
+        y = x.clone()
+        m = x.shape[0]
+        y[0] = 0.0
+        y[m // 3] = 0.0
+        y[m // 2] = 3.0
+        out[first] = y
+    else:
+        raise ValueError(f"unknown generic case {case!r}")
+    return out
 
 
 # --------------------------------------------------------------------------- references
@@ -276,7 +343,7 @@ def _softmax_bwd_inputs(log: bool):
         x = _logits(m, n, "float32", gen, "large" if case == "peaked" else "random", device)
         y = torch.log_softmax(x, -1) if log else torch.softmax(x, -1)
         del x
-        dy = torch.randn(m, n, generator=gen)
+        dy = torch.randn(m, n, generator=gen, device=gen.device)
         if case == "large":
             dy = dy * 1000.0
         return [dy.to(DTYPES[dtype]).to(device), y.to(DTYPES[dtype])]
@@ -286,7 +353,7 @@ def _softmax_bwd_inputs(log: bool):
 
 def _ce_bwd_inputs(m, n, dtype, gen, case, device):
     x, target = _ce_inputs(m, n, dtype, gen, case, device)
-    dloss = torch.randn(m, generator=gen)
+    dloss = torch.randn(m, generator=gen, device=gen.device)
     return [x, target, torch.logsumexp(x.float(), -1), dloss.to(device)]
 
 
@@ -334,7 +401,7 @@ def _norm_bwd_inputs(with_bias: bool):
 
     def make(m, n, dtype, gen, case, device):
         x, w, *_ = forward(m, n, dtype, gen, case, device)
-        dy = torch.randn(m, n, generator=gen).to(DTYPES[dtype]).to(device)
+        dy = torch.randn(m, n, generator=gen, device=gen.device).to(DTYPES[dtype]).to(device)
         xf = x.float()  # the statistics as the forward kernels save them: fp32
         if with_bias:
             mean = xf.mean(-1)
@@ -457,6 +524,11 @@ def _t_cross_entropy(x, t, ignore_index):
     return F.cross_entropy(x, t, ignore_index=ignore_index, reduction="none")
 
 
+# eps large enough to move every output (rsqrt(1 + 0.5) against rsqrt(1)); the cross-entropy ops
+# with 30% of their targets at IGNORE_CASE and that as ignore_index
+EPS_CASES = (("random", {"eps": 0.5}),)
+IGNORE_CASES = (("ignore_7", {"ignore_index": IGNORE_CASE}),)
+
 _X = TensorDesc("x", ("M", "N"))
 _OUT = TensorDesc("out", ("M", "N"), output=True)
 _W = TensorDesc("weight", ("N",))
@@ -511,6 +583,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_rmsnorm,
             _norm_inputs(False),
             scalars={"eps": 1e-6},
+            scalar_cases=EPS_CASES,
             cases=("random", "large", "shifted"),
             reference_module="rmsnorm",
             torch_expr="out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight",
@@ -523,6 +596,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_layernorm,
             _norm_inputs(True),
             scalars={"eps": 1e-5},
+            scalar_cases=EPS_CASES,
             cases=("random", "large", "shifted"),
             # fp32 x - mean at |mean| = 100 rounds at 1e-5 whatever the kernel does
             tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
@@ -537,6 +611,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_cross_entropy,
             _ce_inputs,
             scalars={"ignore_index": -100},
+            scalar_cases=IGNORE_CASES,
             cases=("random", "large", "ignore_index"),
             # the loss is fp32 whatever the logits are: only the kernel's own arithmetic errs
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
@@ -556,6 +631,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_cross_entropy_fwd,
             _ce_inputs,
             scalars={"ignore_index": -100},
+            scalar_cases=IGNORE_CASES,
             cases=("random", "large", "ignore_index"),
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
             reference_module="cross_entropy_fwd",
@@ -580,6 +656,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_cross_entropy_bwd,
             _ce_bwd_inputs,
             scalars={"ignore_index": -100},
+            scalar_cases=IGNORE_CASES,
             cases=("random", "large", "ignore_index"),
             reference_module="cross_entropy_bwd",
             torch_expr=(
@@ -595,6 +672,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_rmsnorm_fwd,
             _norm_inputs(False),
             scalars={"eps": 1e-6},
+            scalar_cases=EPS_CASES,
             cases=("random", "large", "shifted"),
             reference_module="rmsnorm_fwd",
             torch_expr="rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps); out = x * rstd[:, None] * weight",
@@ -607,6 +685,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_layernorm_fwd,
             _norm_inputs(True),
             scalars={"eps": 1e-5},
+            scalar_cases=EPS_CASES,
             cases=("random", "large", "shifted"),
             tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
             reference_module="layernorm_fwd",
@@ -669,6 +748,7 @@ BUILTIN: dict[str, OpSpec] = {
             _ref_cross_entropy_fused,
             _ce_fused_inputs,
             scalars={"ignore_index": -100},
+            scalar_cases=IGNORE_CASES,
             cases=("random", "large", "ignore_index"),
             reference_module="cross_entropy_fused",
             torch_expr=(
@@ -724,7 +804,7 @@ def _ref_attention(causal: bool):
 
 def _attention_inputs(d: int):
     def make(m, n, dtype, gen, case, device):
-        q, k, v = (torch.randn(m, n, d, generator=gen) for _ in range(3))
+        q, k, v = (torch.randn(m, n, d, generator=gen, device=gen.device) for _ in range(3))
         if case == "large":
             q = q * 16.0  # logits ~ N(0, 16^2): each row's softmax all but one-hot
         return [t.to(DTYPES[dtype]).to(device) for t in (q, k, v)]

@@ -1,28 +1,43 @@
 """Stages 3 and 4, on the GPU inside a worker: verify a compiled candidate, then profile it.
 
-Verification assumes the candidate is hostile. Every tensor sits between guard bands
-(inputs' guards hold NaN, so reading past an edge poisons the answer; outputs' guards must
-be untouched after the call); outputs start as NaN so an unwritten element shows; inputs
-must be bit-identical afterwards; a second call on new values at the same addresses,
-without re-poisoning, must give the new answer (no caching by pointer, no "skip if already
-written"); the large shape is run again to catch races that only sometimes bite.
+Both assume the candidate is hostile and has read this file (docs/judge.md lists the attacks and
+what stops each):
+
+- every tensor sits between guard bands (inputs' hold NaN, so a read past an edge poisons the
+  answer); every band must be untouched after every call, and a broken one names its tensor;
+- during verification the inputs are mapped read-only (`readonly.py`): a write into one faults at
+  once, even one undone before the kernel returns; outside verification their bits and their
+  fingerprints must be unchanged after the calls;
+- the judge's own copy of the inputs stays on the host during a call, so a kernel cannot change
+  what its answer is checked against;
+- outputs start as NaN with a payload no arithmetic makes, so an unwritten element shows; a
+  scratch workspace starts as NaN too (the contract says its contents are undefined);
+- a second call on new values at the same addresses, then one with a few elements changed, must
+  give the new answers (no caching by pointer or by a sample of the input);
+- edges, spikes, small integers, degenerate rows and other scalar values (`ops.GENERIC_CASES`,
+  `OpSpec.scalar_cases`) besides random inputs;
+- the timed calls write into output sets that rotate against the input sets, so skipping a call
+  (or a part of one) leaves another set's answer behind; every set is checked afterwards, and
+  the number of replays is random, so a kernel cannot count its way to the last one.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from llmcompile import bench, timing, verify
+from llmcompile.harness import readonly
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
-from llmcompile.ops import DTYPES, OpSpec
+from llmcompile.ops import DTYPES, GENERIC_CASES, OpSpec, generic_inputs
 
 GUARD_BYTES = 4096
 INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
+MIN_TIMED_SETS = 2  # input sets the timed calls rotate over at least: outputs rotate against them
 
 
 class CandidateFault(Exception):
@@ -31,25 +46,52 @@ class CandidateFault(Exception):
 
 @dataclass
 class Guarded:
+    """A tensor between two guard bands; in read-only device memory when `mapping` is set."""
+
+    name: str
     view: torch.Tensor
     buf: torch.Tensor
-    g: int
-    guard: torch.Tensor  # bytes of one guard band as allocated
+    g: int  # guard elements on each side
+    guard: torch.Tensor  # the bytes of one band as allocated
+    mapping: readonly.Mapping | None = None
 
     def guards_intact(self) -> bool:
         b = self.buf.view(torch.uint8)
         gb = self.g * self.buf.element_size()
         return torch.equal(b[:gb], self.guard) and torch.equal(b[-gb:], self.guard)
 
+    def load(self, x: torch.Tensor) -> None:
+        """Copy `x` in; a read-only one is made writable for the copy and read-only again."""
+        if self.mapping is not None:
+            _sync()  # (access changes are not stream-ordered)
+            self.mapping.set_writable(True)
+        self.view.copy_(x)
+        if self.mapping is not None:
+            _sync()
+            self.mapping.set_writable(False)
 
-def guarded(shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda") -> Guarded:
+    def release(self) -> None:
+        if self.mapping is not None:
+            _sync()
+            self.mapping.free()
+            self.mapping = None
+
+
+def guarded(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda", read_only: bool = False
+) -> Guarded:
     numel = torch.Size(shape).numel()
     esize = torch.empty((), dtype=dtype).element_size()
-    g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: torch allocations are 512-aligned
-    buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
+    g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: allocations are 512-aligned
+    mapping = None
+    if read_only:
+        mapping = readonly.allocate((numel + 2 * g) * esize)
+        buf = mapping.tensor((numel + 2 * g) * esize).view(dtype)
+    else:
+        buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
     buf.fill_(float("nan") if dtype.is_floating_point else INT_GUARD)
     guard = buf.view(torch.uint8)[: g * esize].clone()
-    return Guarded(buf[g : g + numel].view(shape), buf, g, guard)
+    return Guarded(name, buf[g : g + numel].view(shape), buf, g, guard, mapping)
 
 
 def device_fault(e: BaseException) -> bool:
@@ -62,10 +104,15 @@ def device_fault(e: BaseException) -> bool:
     return isinstance(e, CandidateFault) or any(w in text for w in ("CUDA", "cuda", "illegal"))
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def _call(fn: Callable, ins: list[torch.Tensor], outs: list[torch.Tensor], scalars: list) -> None:
     try:
         fn(*ins, *outs, *scalars)
-        torch.cuda.synchronize()
+        _sync()
     except Exception as e:
         if device_fault(e):
             raise CandidateFault(f"{type(e).__name__}: {str(e)[:400]}") from None
@@ -77,8 +124,82 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)) if a.numel() else True
 
 
-def _cases(spec: OpSpec, seeds: int) -> list[tuple[str, int]]:
-    return [("random", s) for s in range(seeds)] + [(c, 100 + i) for i, c in enumerate(spec.cases) if c != "random"]
+def poison_workspace(fn: Any) -> None:
+    """NaN into a kernel's scratch workspace (contract rule 6: undefined on entry), so a kernel
+    that keeps state there between calls shows."""
+    verify.poison(list(getattr(fn, "buffers", {}).values()))
+
+
+def broken_guard(tensors: list[Guarded]) -> str | None:
+    """The name of the first tensor whose guard bands changed."""
+    return next((t.name for t in tensors if not t.guards_intact()), None)
+
+
+# The weighted fingerprint's period: a prime, so a rotation or swap of elements changes it.
+_FP_PERIOD = 65521
+_FP_CHUNK = 1 << 24
+
+
+def fingerprint(t: torch.Tensor) -> tuple[int, int]:
+    """Two checksums of a tensor's bits (their sum, and their sum weighted by position), computed
+    on the device, in chunks: an input changed during the timed calls changes them. Host ints,
+    out of any kernel's reach."""
+    flat = t.reshape(-1)
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+    bits = flat.view(ints)
+    total = torch.zeros((), dtype=torch.int64, device=t.device)
+    weighted = torch.zeros((), dtype=torch.int64, device=t.device)
+    w = torch.arange(min(_FP_CHUNK, bits.numel()), device=t.device, dtype=torch.int64) % _FP_PERIOD + 1
+    for lo in range(0, bits.numel(), _FP_CHUNK):
+        c = bits[lo : lo + _FP_CHUNK].to(torch.int64)
+        total += c.sum()
+        weighted += (c * w[: c.numel()]).sum()
+    return int(total), int(weighted)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kind of input verification draws: `name` as reported, `base` what the spec's input
+    maker is asked for, `scalars` other values than the spec's defaults."""
+
+    name: str
+    seed: int
+    base: str = "random"
+    scalars: dict[str, float | int] | None = None
+
+    @property
+    def generic(self) -> bool:
+        return self.name in GENERIC_CASES
+
+
+def cases(spec: OpSpec, seeds: int) -> list[Case]:
+    out = [Case("random", s) for s in range(seeds)]
+    out += [Case(c, 100 + i, c) for i, c in enumerate(spec.cases) if c != "random"]
+    out += [Case(c, 200 + i) for i, c in enumerate(GENERIC_CASES)]
+    for i, (base, values) in enumerate(spec.scalar_cases):
+        label = ", ".join(f"{k}={v}" for k, v in values.items())
+        out.append(Case(f"{base} with {label}", 300 + i, base, dict(values)))
+    return out
+
+
+@dataclass
+class _Run:
+    """What verification learnt so far (the result's fields, filled as it goes)."""
+
+    runs: int = 0
+    notes: list[str] = field(default_factory=list)
+    kb: verify.KernelBenchTally = field(default_factory=verify.KernelBenchTally)
+
+
+def _fair(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], scalars: dict, exact: bool = False) -> str | None:
+    """Why a generic case is not a fair test of `spec` (None: it is): torch's own program fails
+    the arithmetic's bound on it (an exp that overflows fp32 where float64 does not, say), or
+    with `exact` the exact tolerance, so an honest kernel could too."""
+    own = verify.torch_own(spec, inputs, scalars)
+    if own is None:
+        return "the problem has no torch program to measure its fairness by"
+    bad = verify.compare(spec, dtype, inputs, own, scalars, widen_by_own=False, exact=exact)
+    return None if bad is None else f"torch's own output fails the bound there ({bad.describe()[:160]})"
 
 
 def verify_candidate(
@@ -89,72 +210,162 @@ def verify_candidate(
     seeds: int = 2,
     repeats: int = 3,
     base_seed: int = 0,
+    read_only: bool = True,
+    progress: Callable[[int, int, str], None] = lambda m, n, case: None,
+    device: str = "cuda",
 ) -> VerifyResult:
+    """Call the candidate on every shape and case against the float64 reference. `read_only`:
+    inputs in read-only device memory (a write into one faults: the caller tells that fault from
+    others by verifying again with `read_only=False`). `progress(m, n, case)` before each case.
+    `device`: where the calls run (the CPU for the judge's own tests, with Python stand-ins)."""
     t0 = time.perf_counter()
-    scalars = list(spec.scalars.values())
-    runs = 0
-    notes: list[str] = []
-    kb = verify.KernelBenchTally()
+    st = _Run()
+    why_not = (readonly.unavailable_reason() if device != "cpu" else "the CPU has none") if read_only else ""
+    if read_only and why_not:
+        st.notes.append(f"inputs were writable: read-only device memory is unavailable here ({why_not})")
+    ro = read_only and not why_not
     largest = {n: max(m for m, nn in shapes if nn == n) for _, n in shapes}
 
-    def fail(check: str, m: int, n: int, case: str, seed: int, detail: str) -> VerifyResult:
-        f = CheckFailure(check, m, n, case, seed, detail)
-        return VerifyResult(False, runs, shapes, f, notes, time.perf_counter() - t0, kb.as_dict())
+    def result(failure: CheckFailure | None) -> VerifyResult:
+        return VerifyResult(
+            failure is None, st.runs, shapes, failure, st.notes, time.perf_counter() - t0, st.kb.as_dict(), ro
+        )
 
     for m, n in shapes:
-        fn = fns[n]
-        for case, seed in _cases(spec, seeds):
-            if case != "random" and m != largest[n]:
+        for case in cases(spec, seeds):
+            if case.name != "random" and m != largest[n]:
                 continue  # special values once per N, on the large shape
-            gen = torch.Generator().manual_seed(base_seed * 7919 + seed * 104729 + m * 31 + n)
-            fresh = spec.make_inputs(m, n, dtype, gen, case, "cuda")
-            ins = [guarded(tuple(x.shape), x.dtype) for x in fresh]
-            for g_, x in zip(ins, fresh):
-                g_.view.copy_(x)
-            outs = [guarded(t.shape(m, n), t.torch_dtype(dtype)) for t in spec.outputs]
-            before = [x.clone() for x in fresh]
-            iv, ov = [g_.view for g_ in ins], [g_.view for g_ in outs]
-            verify.poison(ov)
+            progress(m, n, case.name)
+            again = case.name == "random" and case.seed == 0 and m == largest[n]
+            failure = _verify_case(fns[n], spec, dtype, m, n, case, base_seed, repeats if again else 0, ro, st, device)
+            if failure is not None:
+                return result(failure)
+    return result(None)
+
+
+def _verify_case(
+    fn: Any,
+    spec: OpSpec,
+    dtype: str,
+    m: int,
+    n: int,
+    case: Case,
+    base_seed: int,
+    repeats: int,
+    ro: bool,
+    st: _Run,
+    device: str,
+) -> CheckFailure | None:
+    """One case at one shape: the call and its checks; with `repeats` (the large shape's first
+    random seed) the repeats, the stale-output call and the changed-element call."""
+    gen = torch.Generator().manual_seed(base_seed * 7919 + case.seed * 104729 + m * 31 + n)
+    host = spec.make_inputs(m, n, dtype, gen, case.base, "cpu")  # the judge's copy: never on the device
+    values = {**spec.scalars, **(case.scalars or {})}
+    exact = False
+    if case.generic:
+        made = _generic(spec, dtype, case, host, gen, values, st, device)
+        if made is None:
+            return None
+        host, exact = made
+
+    def fail(check: str, detail: str) -> CheckFailure:
+        return CheckFailure(check, m, n, case.name, case.seed, detail)
+
+    ins = [guarded(d.name, tuple(x.shape), x.dtype, device, read_only=ro) for d, x in zip(spec.inputs, host)]
+    outs = [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs]
+    scalars = list(values.values())
+    try:
+        for g_, x in zip(ins, host):
+            g_.load(x)
+        iv, ov = [g_.view for g_ in ins], [g_.view for g_ in outs]
+
+        def call_and_check(expected: list[torch.Tensor], what: str, poison: bool = True) -> CheckFailure | None:
+            if poison:
+                verify.poison(ov)
+            poison_workspace(fn)
             try:
                 _call(fn, iv, ov, scalars)
             except CandidateFault:
                 raise
             except Exception as e:  # noqa: BLE001 - the candidate's Python error is a verdict
-                return fail("error", m, n, case, seed, f"{type(e).__name__}: {str(e)[:300]}")
-            runs += 1
-            if not all(g_.guards_intact() for g_ in outs):
-                return fail("out_of_bounds_write", m, n, case, seed, "wrote outside the output tensors")
-            if not all(_same_bits(a.view, b) for a, b in zip(ins, before)):
-                return fail("input_modified", m, n, case, seed, "an input tensor changed during the call")
-            bad = verify.compare(spec, dtype, before, ov, tally=kb)
+                return fail("error", f"{type(e).__name__}: {str(e)[:300]}")
+            st.runs += 1
+            if (name := broken_guard(outs + ins)) is not None:
+                kind = "output" if name in {g_.name for g_ in outs} else "input"
+                return fail("out_of_bounds_write", f"{what}wrote outside the {kind} `{name}` (its guard band changed)")
+            refs = [x.to(device) for x in expected]
+            if changed := [g_.name for g_, r in zip(ins, refs) if not _same_bits(g_.view, r)]:
+                return fail("input_modified", f"{what}the input `{changed[0]}` changed during the call")
+            bad = verify.compare(spec, dtype, refs, ov, dict(values), tally=st.kb if not what else None, exact=exact)
             if bad is not None:
-                kind = "unwritten" if bad.unwritten else "mismatch"
-                return fail(kind, m, n, case, seed, bad.describe())
-            if case != "random" or m != largest[n] or seed != 0:
-                continue
-            # Same inputs again: a race shows as different bits (or a wrong answer).
-            first = [o.clone() for o in ov]
-            for _ in range(repeats - 1):
-                verify.poison(ov)
-                _call(fn, iv, ov, scalars)
-                runs += 1
-                bad = verify.compare(spec, dtype, before, ov)
-                if bad is not None:
-                    return fail("nondeterministic", m, n, case, seed, "a repeat on the same inputs: " + bad.describe())
-                if not all(_same_bits(a, b) for a, b in zip(first, ov)):
-                    notes.append(f"M={m} N={n}: repeats differ in low bits (atomics or reduction order)")
-            # New values at the same addresses, outputs left holding the old answer.
-            new = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(seed + 999), case, "cuda")
-            for g_, x in zip(ins, new):
-                g_.view.copy_(x)
-            _call(fn, iv, ov, scalars)
-            runs += 1
-            bad = verify.compare(spec, dtype, new, ov)
-            if bad is not None:
-                return fail(
-                    "stale", m, n, case, seed, "second call on new inputs at the same addresses: " + bad.describe()
-                )
-    return VerifyResult(True, runs, shapes, None, notes, time.perf_counter() - t0, kb.as_dict())
+                return fail("unwritten" if bad.unwritten else "mismatch", what + bad.describe())
+            return None
+
+        if failure := call_and_check(host, ""):
+            return failure
+        if not repeats:
+            return None
+        # Same inputs again: a race shows as different bits (or a wrong answer).
+        first = [o.clone() for o in ov]
+        for _ in range(repeats - 1):
+            if failure := call_and_check(host, "a repeat on the same inputs: "):
+                return CheckFailure("nondeterministic", m, n, case.name, case.seed, failure.detail)
+            if not all(_same_bits(a, b) for a, b in zip(first, ov)):
+                st.notes.append(f"M={m} N={n}: repeats differ in low bits (atomics or reduction order)")
+        # New values at the same addresses, outputs left holding the old answer.
+        new = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(case.seed + 999), case.base, "cpu")
+        for g_, x in zip(ins, new):
+            g_.load(x)
+        if failure := call_and_check(new, "second call on new inputs at the same addresses: ", poison=False):
+            return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
+        # A few elements changed in place: an answer cached by a sample of the input shows.
+        changed = _nudged(new, torch.Generator().manual_seed(case.seed + 4242))
+        for g_, x in zip(ins, changed):
+            g_.load(x)
+        if failure := call_and_check(changed, "third call with a few input elements changed in place: ", poison=False):
+            return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
+        return None
+    finally:
+        for g_ in ins:
+            g_.release()
+
+
+def _generic(
+    spec: OpSpec,
+    dtype: str,
+    case: Case,
+    host: list[torch.Tensor],
+    gen: torch.Generator,
+    values: dict,
+    st: _Run,
+    device: str,
+) -> tuple[list[torch.Tensor], bool] | None:
+    """A generic case's inputs and whether outputs are held to `verify.exact_tolerance` on them;
+    None (with a note) where the case says nothing here or is not fair."""
+    made = generic_inputs(case.name, host, gen)
+    if made is None:
+        return None
+    dev = [x.to(device) for x in made]
+    if (why := _fair(spec, dtype, dev, values)) is not None:
+        st.notes.append(f"case {case.name} skipped at M={dev[0].shape[0]}: {why}")
+        return None
+    exact = case.name == "integers" and spec.exact
+    if exact and (why := _fair(spec, dtype, dev, values, exact=True)) is not None:
+        st.notes.append(f"case integers compared by the order bound, not exactly: {why}")
+        exact = False
+    return made, exact
+
+
+def _nudged(inputs: list[torch.Tensor], gen: torch.Generator) -> list[torch.Tensor]:
+    """The first floating input with one element in every 1024 (and at least one) moved by 1."""
+    out = list(inputs)
+    for i, x in enumerate(inputs):
+        if x.is_floating_point():
+            where = torch.rand(x.shape, generator=gen) < 1.0 / 1024
+            where.view(-1)[int(torch.randint(0, max(1, x.numel()), (1,), generator=gen))] = True
+            out[i] = torch.where(where, x.float() + 1.0, x.float()).to(x.dtype)
+            break
+    return out
 
 
 _BANDWIDTH: dict[str, float] = {}
@@ -191,6 +402,79 @@ def ceiling(
     return _GEMM[dtype], _GEMM[dtype]
 
 
+@dataclass
+class InputSets:
+    """The timed calls' input sets, each tensor between NaN guard bands, fingerprinted when made
+    (kept by the worker across candidates while memory allows: `cached_sets`)."""
+
+    guarded: list[list[Guarded]]
+    prints: list[list[tuple[int, int]]]
+
+    @property
+    def views(self) -> list[list[torch.Tensor]]:
+        return [[g_.view for g_ in s] for s in self.guarded]
+
+    def nbytes(self) -> int:
+        return sum(g_.buf.numel() * g_.buf.element_size() for s in self.guarded for g_ in s)
+
+    def tampered(self) -> str | None:
+        """Which input changed since the sets were made (its guard bands or its bits), if any."""
+        for k, (s, prints) in enumerate(zip(self.guarded, self.prints)):
+            for g_, p in zip(s, prints):
+                if not g_.guards_intact():
+                    return f"the guard band of input `{g_.name}` (set {k}) changed: a write past its edge"
+                if fingerprint(g_.view) != p:
+                    return f"input `{g_.name}` (set {k}) changed during the timed calls"
+        return None
+
+
+def make_sets(
+    spec: OpSpec, m: int, n: int, dtype: str, seed: int = 0, count: int | None = None, device: str = "cuda"
+) -> InputSets:
+    """Enough random input sets to keep L2 cold (and at least MIN_TIMED_SETS), made on the GPU."""
+    if count is None:
+        count = max(MIN_TIMED_SETS, timing.rotation_count(spec.bytes_moved(m, n, dtype)))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    sets, prints = [], []
+    for _ in range(count):
+        made = spec.make_inputs(m, n, dtype, gen, "random", device)
+        guard = []
+        for d, x in zip(spec.inputs, made):
+            g_ = guarded(d.name, tuple(x.shape), x.dtype, device)
+            g_.view.copy_(x)
+            guard.append(g_)
+        del made
+        sets.append(guard)
+        prints.append([fingerprint(g_.view) for g_ in guard])
+    return InputSets(sets, prints)
+
+
+_SETS: dict[tuple, InputSets] = {}
+
+
+def cached_sets(spec: OpSpec, m: int, n: int, dtype: str, need: tuple[int, int] = (0, 0)) -> InputSets:
+    """The input sets for (spec, shape, dtype), made once per worker process and reused by later
+    candidates while they stay untouched. `need`: what the stage needs with its usual sets and
+    with one; older shapes' sets are dropped while the GPU's free memory falls short of the
+    first, and where it still does, the shape is timed on one set."""
+    key = (spec.ref, m, n, dtype)
+    if key in _SETS and _SETS[key].tampered() is None:
+        _SETS[key] = _SETS.pop(key)  # most recently used last
+        return _SETS[key]
+    _SETS.pop(key, None)
+    while _SETS and torch.cuda.mem_get_info()[0] < need[0]:
+        _SETS.pop(next(iter(_SETS)))
+        torch.cuda.empty_cache()
+    one = torch.cuda.mem_get_info()[0] < need[0]
+    _SETS[key] = made = make_sets(spec, m, n, dtype, count=1 if one else None)
+    return made
+
+
+def forget_sets() -> None:
+    _SETS.clear()
+    torch.cuda.empty_cache()
+
+
 def profile_candidate(
     fns: dict[int, Any],
     spec: OpSpec,
@@ -198,18 +482,30 @@ def profile_candidate(
     shapes: list[tuple[int, int]],
     sol: tuple[float, float],
     baselines: list[str],
+    need_bytes: dict[tuple[int, int], tuple[int, int]] | None = None,
 ) -> ProfileResult:
     t0 = time.perf_counter()
-    timing.settle()  # (the verify stage's float64 work has just lowered the clocks)
     copy_tbs, read_tbs = sol
+    timing.settle(copy_tbs)  # (after the verify stage's float64 work, the clocks may be low)
     scalars = list(spec.scalars.values())
     out: list[ShapeTiming] = []
     flags: list[str] = []
+    checks: list[str] = []
     kb = verify.KernelBenchTally()
     for m, n in shapes:
-        timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, kb)
+        sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
+        timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, sets, kb)
         rows = bench.bench_one(
-            spec, timed, m, n, dtype, copy_tbs, baselines, ceiling_tbs=max(copy_tbs, read_tbs), check=timed.check
+            spec,
+            timed,
+            m,
+            n,
+            dtype,
+            copy_tbs,
+            baselines,
+            ceiling_tbs=max(copy_tbs, read_tbs),
+            check=timed.check,
+            sets=sets.views,
         )
         mine = rows[0]
         if mine.tbs is None:
@@ -230,20 +526,35 @@ def profile_candidate(
                 flags.append(f"M={m} N={n}: {mine.note}")
                 break
         out.append(st)
+        one = " on one input set (two did not fit: outputs could not rotate)" if timed.k == 1 else ""
+        checks.append(f"M={m} N={n}: {timed.method}{one}")
+        timed.release()
         if timed.failure is not None:
-            failure = CheckFailure("timed_output", m, n, "random", 0, timed.failure)
+            failure = CheckFailure(timed.check_kind, m, n, "random", 0, timed.failure)
             return ProfileResult(
-                False, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, failure, kb.as_dict(), spec.unit
+                False,
+                copy_tbs,
+                read_tbs,
+                out,
+                flags,
+                time.perf_counter() - t0,
+                failure,
+                kb.as_dict(),
+                spec.unit,
+                checks,
             )
     return ProfileResult(
-        not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, None, kb.as_dict(), spec.unit
+        not flags, copy_tbs, read_tbs, out, flags, time.perf_counter() - t0, None, kb.as_dict(), spec.unit, checks
     )
 
 
 class TimedCalls:
-    """The candidate as the benchmark calls it: each input set writes into outputs allocated once
-    and poisoned before its first call, so what the timed calls wrote can be checked afterwards.
-    A kernel that does less work only at the benchmark's sizes is caught here, not just timed."""
+    """The candidate as the benchmark calls it. Each call on input set i writes output set
+    (i + calls so far on i) mod k: the output sets rotate against the input sets every round, so
+    a call that skips work (all of it, or part, or only when timed back to back) leaves behind an
+    answer to another input set. After the timing every output set is checked against the input
+    set it was last written from (float64 where memory allows, `verify.check_method`), every
+    guard band, and every input's fingerprint."""
 
     def __init__(
         self,
@@ -253,32 +564,60 @@ class TimedCalls:
         n: int,
         dtype: str,
         scalars: list,
+        sets: InputSets,
         tally: verify.KernelBenchTally | None = None,
     ) -> None:
         self.fn, self.spec, self.m, self.n, self.dtype, self.scalars = fn, spec, m, n, dtype, scalars
-        self.tally = tally
-        self.outputs: dict[int, list[torch.Tensor]] = {}
+        self.sets, self.tally = sets, tally
+        self.k = len(sets.guarded)
+        self.index = {s[0].view.data_ptr(): i for i, s in enumerate(sets.guarded)}
+        device = str(sets.guarded[0][0].view.device)
+        self.outputs = [
+            [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs] for _ in range(self.k)
+        ]
+        for o in self.outputs:
+            verify.poison([g_.view for g_ in o])
+        self.turns = [0] * self.k
+        self.last: list[int | None] = [None] * self.k  # output set o was last written from input set last[o]
         self.failure: str | None = None
+        self.check_kind = "timed_output"
+        self.method = ""
 
     def __call__(self, *ins: torch.Tensor) -> None:
-        outs = self.outputs.get(ins[0].data_ptr())
-        if outs is None:
-            outs = self.outputs[ins[0].data_ptr()] = self.spec.alloc_outputs(self.m, self.n, self.dtype, "cuda")
-            verify.poison(outs)
-        self.fn(*ins, *outs, *self.scalars)
+        i = self.index[ins[0].data_ptr()]
+        o = (i + self.turns[i]) % self.k
+        self.turns[i] += 1
+        self.last[o] = i
+        self.fn(*ins, *(g_.view for g_ in self.outputs[o]), *self.scalars)
 
     def check(self, sets: list[list[torch.Tensor]]) -> str | None:
-        """Compare the first and the last input set's outputs with the float64 reference, in
-        chunks of rows; then free the outputs."""
-        torch.cuda.synchronize()
-        for ins in dict.fromkeys([0, len(sets) - 1]):
-            outs = self.outputs.get(sets[ins][0].data_ptr())
-            if outs is None:
-                self.failure = "the timed calls never ran on one of the input sets"
-                break
-            bad = verify.compare_rows(self.spec, self.dtype, sets[ins], outs, tally=self.tally)
-            if bad is not None:
-                self.failure = f"input set {ins}: {bad.describe()}"
-                break
-        self.outputs.clear()
+        """What is wrong with what the timed calls did (None: nothing)."""
+        _sync()
+        self.failure = self._check(sets)
         return self.failure
+
+    def _check(self, sets: list[list[torch.Tensor]]) -> str | None:
+        if (why := self.sets.tampered()) is not None:
+            self.check_kind = "input_modified" if "changed during" in why else "out_of_bounds_write"
+            return why
+        for o, outs in enumerate(self.outputs):
+            if (name := broken_guard(outs)) is not None:
+                self.check_kind = "out_of_bounds_write"
+                return f"the timed calls wrote outside the output `{name}` (output set {o})"
+        methods = set()
+        for o, outs in enumerate(self.outputs):
+            i = self.last[o]
+            if i is None:
+                return f"the timed calls never wrote output set {o}"
+            views = [g_.view for g_ in outs]
+            methods.add(verify.check_method(self.spec, sets[i], views))
+            bad = verify.compare_rows(self.spec, self.dtype, sets[i], views, tally=self.tally)
+            if bad is not None:
+                return f"output set {o}, last written from input set {i} of {self.k}: {bad.describe()}"
+        self.method = ", ".join(sorted(methods))
+        return None
+
+    def release(self) -> None:
+        self.outputs = []
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

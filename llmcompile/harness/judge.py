@@ -39,6 +39,7 @@ from llmcompile.harness.verdict import (
     TIMEOUT,
     VERIFIED,
     WRONG,
+    CheckFailure,
     Verdict,
 )
 from llmcompile.harness.worker import CandidatePool, JobOutcome, JudgeFailure, judge_worker
@@ -170,6 +171,7 @@ class Judge:
         return artifact.write(self.artifact_root / key, man, files)
 
     def _gpu_job(self, art: str, spec: OpSpec, dtype: str, opts: JudgeOptions, stages: list[str]) -> dict[str, Any]:
+        """The GPU worker's job for one artifact (verified with its inputs read-only)."""
         import base64
 
         d = Path(art)
@@ -188,7 +190,29 @@ class Judge:
             "profile_shapes": ps,
             "baselines": opts.baselines,
             "seeds": opts.seeds,
+            "read_only": True,
         }
+
+    def _attribute_fault(self, job: dict[str, Any], crashed: JobOutcome) -> JobOutcome:
+        """A fault during verification, with the inputs read-only: verify again with them writable.
+        A fault again is the kernel's own (an illegal address, a trap); a failed check is the
+        verdict; a clean run means the only difference, writing into an input, was the fault."""
+        again = self.gpu_worker.run({**job, "stages": ["verify"], "read_only": False})
+        if again.failure or again.stage == "harness":
+            return crashed
+        v = again.results.get("verify")
+        if v is None:
+            return crashed
+        if v["ok"]:
+            at = crashed.at
+            detail = (
+                "wrote into an input: the kernel faulted when its inputs were mapped read-only "
+                f"({crashed.detail.splitlines()[0][:160]}), and ran clean when they were writable, so it writes "
+                "into an input (even one it puts back: anything reading that input meanwhile reads garbage)"
+            )
+            failure = CheckFailure("input_write", at.get("m", 0), at.get("n", 0), at.get("case", ""), 0, detail)
+            v = {**v, "ok": False, "failure": asdict(failure)}
+        return JobOutcome({"verify": v}, payload=crashed.payload)
 
     # ------------------------------------------------------------------ candidates
 
@@ -250,7 +274,10 @@ class Judge:
             if art is None or not want_gpu or self.gpu_worker is None:
                 verdicts[i] = _finish(base, out, opts, self.gpu)
                 continue
-            gout = self.gpu_worker.run(self._gpu_job(art, spec, dtype, opts, want_gpu))
+            job = self._gpu_job(art, spec, dtype, opts, want_gpu)
+            gout = self.gpu_worker.run(job)
+            if gout.failure == "crashed" and gout.stage == "verify":
+                gout = self._attribute_fault(job, gout)
             if gout.stage == "harness":
                 raise JudgeFailure(f"the judge failed on {spec.name} (not the candidate's doing): {gout.detail}")
             gout.results.update(out.results)

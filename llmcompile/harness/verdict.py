@@ -87,7 +87,9 @@ class CompileResult:
 
 @dataclass
 class CheckFailure:
-    check: str  # mismatch | unwritten | input_modified | out_of_bounds_write | stale | nondeterministic | error | timed_output
+    # mismatch | unwritten | input_modified | input_write | out_of_bounds_write | stale | nondeterministic | error
+    # | timed_output
+    check: str
     m: int
     n: int
     case: str
@@ -108,6 +110,7 @@ class VerifyResult:
     seconds: float = 0.0
     # KernelBench's own verdict on the same outputs (verify.KernelBenchTally.as_dict)
     kernelbench: dict[str, Any] = field(default_factory=dict)
+    read_only: bool = False  # the inputs were in read-only device memory during every call
 
 
 @dataclass
@@ -136,6 +139,8 @@ class ProfileResult:
     # What sol_tbs, read_tbs and every shape's tbs count: "TFLOP/s" for a compute-bound op,
     # whose SOL is the dense GEMM throughput measured beside it
     unit: str = "TB/s"
+    # what each shape's timed outputs were checked against (verify.check_method)
+    checks: list[str] = field(default_factory=list)
 
     @property
     def limit(self) -> str:

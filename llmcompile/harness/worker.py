@@ -13,8 +13,8 @@ Two kinds, both started through the sandbox (`sandbox.py`):
 
 The parent sends one JSON job per line on stdin; a process answers with JSON event lines on a
 private copy of its stdout (fd 1 itself goes to the log, so whatever runs there cannot write
-into the protocol): `ready` once started, `stage` when a stage starts, `result` with its
-dataclass, `done` at the end. Each stage has its own deadline, counted from its `stage` event.
+into the protocol): `ready` once started, `stage` when a stage starts, `progress` where it is
+inside one (the shape and case being verified), `result` with its dataclass, `done` at the end. Each stage has its own deadline, counted from its `stage` event.
 A process that dies, hangs, or reports a broken CUDA context is killed with everything it
 started, and the candidate gets a `crashed` or `timeout` verdict naming the stage.
 """
@@ -69,6 +69,7 @@ class JobOutcome:
     stage: str | None = None  # the stage it was in when it failed
     detail: str = ""
     payload: dict[str, Any] = field(default_factory=dict)  # bulk data: host modules, objects
+    at: dict[str, Any] = field(default_factory=dict)  # the last `progress` event: where it was
 
 
 class Channel:
@@ -226,13 +227,16 @@ class Channel:
             self.eof = True
             return self._ended(stage)
         deadline = time.monotonic() + self.timeouts.get(stage, 300.0)
+        at: dict[str, Any] = {}
         while True:
             ev = self._read_event(deadline)
             if ev is None:
                 out = self._ended(stage)
-                out.results = results
+                out.results, out.at = results, at
                 return out
-            if ev["event"] == "stage":
+            if ev["event"] == "progress":
+                at = {k: v for k, v in ev.items() if k != "event"}
+            elif ev["event"] == "stage":
                 stage = ev["stage"]
                 deadline = time.monotonic() + self.timeouts.get(stage, 300.0)
             elif ev["event"] == "result":
@@ -242,7 +246,7 @@ class Channel:
             elif ev["event"] == "done":
                 if ev.get("fatal"):
                     self.close()  # the CUDA context is gone; the next job gets a new process
-                    return JobOutcome(results, "crashed", ev.get("stage"), ev.get("detail", ""), payload)
+                    return JobOutcome(results, "crashed", ev.get("stage"), ev.get("detail", ""), payload, at)
                 return JobOutcome(results, payload=payload)
 
 
@@ -401,7 +405,11 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
         if "verify" in job["stages"]:
             send(event="stage", stage="verify")
             shapes = [tuple(s) for s in job["verify_shapes"]]
-            v = gpu_stages.verify_candidate(fns, spec, job["dtype"], shapes, job["seeds"])
+            read_only = job.get("read_only", True)
+            v = gpu_stages.verify_candidate(
+                fns, spec, job["dtype"], shapes, job["seeds"], read_only=read_only,
+                progress=lambda m, n, case: send(event="progress", m=m, n=n, case=case),
+            )  # fmt: skip
             send(event="result", stage="verify", data=asdict(v))
             if not v.ok:
                 send(event="done")
@@ -409,11 +417,19 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
         if "profile" in job["stages"]:
             stage = "profile"
             send(event="stage", stage="profile")
+            from llmcompile.harness import memplan
             from llmcompile.kernels import READ_PROBES, copy_probe
 
             sol = gpu_stages.ceiling(spec, job["dtype"], copy_probe, READ_PROBES)
             shapes = [tuple(s) for s in job["profile_shapes"]]
-            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"])
+            need = {
+                (m, n): (
+                    memplan.profile_bytes(spec, job["dtype"], m, n),
+                    memplan.profile_bytes(spec, job["dtype"], m, n, least=True),
+                )
+                for m, n in shapes
+            }
+            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need)
             send(event="result", stage="profile", data=asdict(p))
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
         if gpu_stages.device_fault(e):

@@ -1,0 +1,261 @@
+"""CPU (CI): the verify and timed-output checks themselves, with Python stand-ins for kernels.
+
+`gpu_stages` runs on any device: here the "kernels" are torch functions that cheat in the ways a
+candidate can (write past an input, cache by pointer or by a sample of the input, keep state in
+the workspace, hard-code a scalar, skip a row, skip work on a repeat), each beside its honest
+twin. Read-only inputs need the GPU's virtual memory: tests/test_harness_gpu.py covers them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from llmcompile.harness import gpu_stages
+from llmcompile.ops import OpSpec, TensorDesc, Tolerance, get_op
+
+SOFTMAX = get_op("softmax")
+RMSNORM = get_op("rmsnorm")
+SHAPES = [(1, 64), (3, 64), (37, 64), (5, 200), (41, 200)]
+
+
+def _past_end(t: torch.Tensor, k: int = 0) -> torch.Tensor:
+    """The element k places past the end of `t`'s view (in its storage): what a kernel that
+    indexes one too far touches."""
+    return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), t.storage_offset() + t.numel() + k, (1,))
+
+
+def softmax(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(torch.softmax(x.double(), -1).to(out.dtype))
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, eps: float) -> None:
+    xd = x.double()
+    out.copy_((xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.double()).to(out.dtype))
+
+
+def _verify(fn: Callable, spec: OpSpec = SOFTMAX, shapes=SHAPES, dtype: str = "float32"):
+    fns = {n: fn for _, n in shapes}
+    return gpu_stages.verify_candidate(fns, spec, dtype, shapes, read_only=False, device="cpu")
+
+
+def _failed(v) -> str:
+    assert not v.ok, "accepted"
+    return v.failure.check
+
+
+def test_honest_kernels_pass_every_case() -> None:
+    v = _verify(softmax)
+    assert v.ok, v.failure
+    assert v.runs >= len(SHAPES) + 4 * 2 + 5  # random seeds, special and generic cases, repeats
+    assert _verify(rmsnorm, RMSNORM).ok
+
+
+def test_a_write_past_the_end_of_an_input_names_it() -> None:
+    def stash(x, w, out, eps):  # the last row's rstd parked past the end of the weight
+        rmsnorm(x, w, out, eps)
+        _past_end(w).fill_(1.0)
+
+    v = _verify(stash, RMSNORM)
+    assert _failed(v) == "out_of_bounds_write" and "input `weight`" in v.failure.detail
+
+
+def test_a_write_past_the_end_of_an_output_names_it() -> None:
+    def spill(x, out):
+        softmax(x, out)
+        _past_end(out).fill_(0.0)
+
+    v = _verify(spill)
+    assert _failed(v) == "out_of_bounds_write" and "output `out`" in v.failure.detail
+
+
+def test_an_input_left_changed_is_caught() -> None:
+    def scribble(x, out):
+        softmax(x, out)
+        x[0, 0] = 0.0
+
+    assert _failed(_verify(scribble)) == "input_modified"
+
+
+def test_answers_cached_by_pointer_or_by_a_sample_of_the_input_are_stale() -> None:
+    seen: dict[int, torch.Tensor] = {}
+
+    def by_pointer(x, out):
+        if x.data_ptr() in seen:
+            return  # "already computed"
+        seen[x.data_ptr()] = x
+        softmax(x, out)
+
+    assert _failed(_verify(by_pointer)) in ("stale", "nondeterministic")  # (a repeat re-poisons the outputs)
+    samples: dict[tuple, bool] = {}
+
+    def by_sample(x, out):  # each row's first element as a fingerprint, outputs not poisoned: "done"
+        key = (x.data_ptr(), tuple(x[:, 0].tolist()))
+        if key in samples and not bool(torch.isnan(out).any()):
+            return
+        samples[key] = True
+        softmax(x, out)
+
+    v = _verify(by_sample)
+    assert _failed(v) == "stale" and "changed in place" in v.failure.detail
+
+
+def test_state_kept_in_the_workspace_shows() -> None:
+    class Kernel:  # keeps a counter in its workspace, assuming it starts at zero
+        def __init__(self) -> None:
+            self.buffers = {"cpu": torch.zeros(4)}
+
+        def __call__(self, x, out):
+            ws = self.buffers["cpu"]
+            softmax(x, out)
+            out.mul_(1.0 + ws[0])  # 0 on a fresh workspace: right only while nobody poisons it
+            ws[0] = 0.0
+
+    v = _verify(Kernel())
+    assert _failed(v) in ("unwritten", "mismatch")
+
+
+def test_a_hard_coded_scalar_fails_its_scalar_case() -> None:
+    def eps_fixed(x, w, out, eps):
+        rmsnorm(x, w, out, 1e-6)
+
+    v = _verify(eps_fixed, RMSNORM)
+    assert _failed(v) == "mismatch" and "eps=0.5" in v.failure.case
+
+
+def test_degenerate_rows_catch_a_missing_eps() -> None:
+    def no_eps(x, w, out, eps):
+        xd = x.double()
+        out.copy_((xd / xd.pow(2).mean(-1, keepdim=True).sqrt() * w.double()).to(out.dtype))
+
+    v = _verify(no_eps, RMSNORM)
+    assert _failed(v) == "mismatch" and v.failure.case == "degenerate"
+
+
+def _sumsq_spec(rows: int, cols: int = 48) -> OpSpec:
+    """Squares summed over a fixed number of rows (a norm's reduction over the batch dim): terms of
+    one sign, where the honest orders' error grows with the result and a bound fair to all of them
+    is too loose to see one term left out of many on random inputs."""
+    return OpSpec(
+        "sumsq",
+        "x.pow(2).sum(0)",
+        (TensorDesc("x", (str(rows), str(cols))), TensorDesc("out", (str(cols),), output=True)),
+        lambda x: [x.pow(2).sum(0)],
+        lambda m, n, dtype, gen, case, device: [torch.randn(rows, cols, generator=gen, device=gen.device).to(device)],
+        tolerance={"float32": Tolerance(1e-5, 1e-4)},
+        torch_fn=lambda x: x.pow(2).sum(0),
+        fixed_shapes=((rows, cols),),
+        batchable=False,
+        exact=True,  # squares of small integers, summed: exact in fp32 in any order
+    )
+
+
+def _fp32_rows(x: torch.Tensor, threads: int = 64, skip: int | str | None = None, acc=torch.float32) -> torch.Tensor:
+    """Squares of x summed over rows in `acc`: `threads` threads each walking their rows in order
+    (1: one thread walks them all, the honest order that errs most), then a tree in fp32."""
+    sq = x.float().pow(2)
+    if skip == "least":  # the row whose terms show least: an adversary's choice
+        skip = int(sq.sum(1).argmin())
+    if skip is not None:
+        sq[skip] = 0.0
+    parts = torch.zeros(threads, x.shape[1], dtype=acc)
+    for j in range(x.shape[0] // threads):
+        parts += sq[j * threads : (j + 1) * threads].to(acc)
+    parts = parts.float()
+    while parts.shape[0] > 1:
+        parts = parts[0::2] + parts[1::2]
+    return parts[0]
+
+
+@pytest.mark.parametrize(
+    ("what", "kw", "ok"),
+    [
+        ("64 threads, then a tree", {}, True),
+        ("one thread, in sequence", {"threads": 1}, True),
+        ("first row skipped", {"skip": 0}, False),
+        ("last row skipped", {"skip": -1}, False),
+        ("a middle row skipped", {"skip": 5000}, False),
+        ("the row that shows least skipped", {"skip": "least"}, False),
+        ("fp16 accumulators", {"acc": torch.float16}, False),
+    ],
+)
+def test_one_skipped_row_of_a_long_reduction_is_caught_and_honest_orders_are_not(what: str, kw: dict, ok: bool) -> None:
+    rows = 16384
+    spec = _sumsq_spec(rows)
+
+    def kernel(x, out):
+        out.copy_(_fp32_rows(x, **kw))
+
+    v = gpu_stages.verify_candidate({48: kernel}, spec, "float32", [(rows, 48)], read_only=False, device="cpu")
+    assert v.ok == ok, (what, v.failure)
+
+
+def test_a_generic_case_torch_itself_fails_is_skipped_and_said() -> None:
+    """exp of a spike overflows fp32 where float64 does not: no kernel can be asked for more."""
+    spec = OpSpec(
+        "exp2x",
+        "exp(2x)",
+        (TensorDesc("x", ("M", "N")), TensorDesc("out", ("M", "N"), output=True)),
+        lambda x: [torch.exp(2 * x)],
+        lambda m, n, dtype, gen, case, device: [torch.randn(m, n, generator=gen, device=gen.device).to(device)],
+        torch_fn=lambda x: torch.exp(2 * x),
+    )
+
+    def kernel(x, out):
+        out.copy_(torch.exp(2 * x))
+
+    v = _verify(kernel, spec)
+    assert v.ok, v.failure
+    assert any("case spikes skipped" in note and "torch's own output" in note for note in v.notes), v.notes
+
+
+def _timed(fn: Callable, sets: gpu_stages.InputSets, rounds: int = 3) -> gpu_stages.TimedCalls:
+    """The calls as the benchmark makes them: warm-ups, then rounds of one call per input set."""
+    timed = gpu_stages.TimedCalls(fn, SOFTMAX, 64, 256, "float32", [], sets)
+    for _ in range(rounds):
+        for s in sets.views:
+            timed(*s)
+    return timed
+
+
+def test_timed_outputs_rotate_so_a_skipped_repeat_leaves_another_sets_answer() -> None:
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=3, device="cpu")
+    assert _timed(softmax, sets).check(sets.views) is None
+    calls = [0]
+
+    def skips_repeats(x, out):  # right on the first calls, then half the work
+        calls[0] += 1
+        softmax(x, out) if calls[0] <= 3 else softmax(x[:32], out[:32])
+
+    bad = _timed(skips_repeats, sets).check(sets.views)
+    assert bad is not None and "last written from input set" in bad, bad
+
+
+def test_timed_calls_that_change_an_input_or_write_past_it_are_caught() -> None:
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+
+    def marks(x, out):
+        softmax(x, out)
+        x[0, 0] = x[0, 0] + 1e-3  # a tiny mark, within any tolerance of the answer
+
+    timed = _timed(marks, sets)
+    assert "changed during the timed calls" in (timed.check(sets.views) or "")
+    assert timed.check_kind == "input_modified"
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+
+    def past(x, out):
+        softmax(x, out)
+        _past_end(x).fill_(0.0)
+
+    timed = _timed(past, sets)
+    assert "guard band of input `x`" in (timed.check(sets.views) or "")
+    assert timed.check_kind == "out_of_bounds_write"
+
+
+def test_fingerprints_see_a_swap() -> None:
+    x = torch.randn(1000)
+    y = x.clone()
+    y[[3, 700]] = y[[700, 3]]
+    assert gpu_stages.fingerprint(x) != gpu_stages.fingerprint(y)
+    assert gpu_stages.fingerprint(x) == gpu_stages.fingerprint(x.clone())

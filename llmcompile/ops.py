@@ -251,13 +251,16 @@ def _ce_inputs(m, n, dtype, gen, case, device):
 # Inputs every problem is also verified on, made from its random ones. A bound fair to every
 # honest order of a long reduction cannot see one skipped term among many small ones (verify.py);
 # on these the same slip moves the answer far past it.
-#   spikes:     SPIKE added along every edge of the first floating input (its first and last
-#               index in each dim) and at one random element in SPIKE_EVERY, so a skipped first,
-#               last or boundary row or column, or one random term, costs a term 64x the rest
+#   spikes:     1.5 x SPIKE added along every edge and across the middle of the first floating
+#               input (its first and middle index in each dim: a tile or a split in halves that
+#               drops a row), 2 x SPIKE along its last index (an off-by-one), and SPIKE of either
+#               sign at one random element in SPIKE_EVERY: a term skipped at any of these costs
+#               one 64x the rest, and one skipped at the end of a max is the max
+#   dips:       the same, subtracted: the last index holds each min
 #   integers:   every floating input small integers, a zero-sum cycle along every dim, so sums in
 #               any order are exact in fp32 and a skipped term moves the result by at least 1
 #   degenerate: rows of zeros and a constant row in the first floating input (a user's padding)
-GENERIC_CASES = ("spikes", "integers", "degenerate")
+GENERIC_CASES = ("spikes", "dips", "integers", "degenerate")
 SPIKE = 64.0
 SPIKE_EVERY = 1024
 CYCLE = (1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 4.0, -4.0)
@@ -271,13 +274,12 @@ def generic_inputs(case: str, inputs: list[torch.Tensor], gen: torch.Generator) 
         return None
     out = list(inputs)
     x = inputs[first]
-    if case == "spikes":
+    if case in ("spikes", "dips"):
         y = x.float().clone()
-        sign = 1.0 if float(torch.rand((), generator=gen, device=gen.device)) < 0.5 else -1.0
+        sign = 1.0 if case == "spikes" else -1.0
         for d in range(y.dim()):
-            if y.shape[d] > 1:
-                y.select(d, 0).add_(sign * SPIKE)
-                y.select(d, -1).add_(sign * SPIKE)
+            for i in sorted({0, y.shape[d] // 2, y.shape[d] - 1}):
+                y.select(d, i).add_(sign * SPIKE * (2.0 if i == y.shape[d] - 1 else 1.5))
         where = torch.rand(y.shape, generator=gen, device=gen.device).to(y.device) < 1.0 / SPIKE_EVERY
         signs = torch.where(torch.rand(y.shape, generator=gen, device=gen.device).to(y.device) < 0.5, -SPIKE, SPIKE)
         out[first] = torch.where(where, y + signs, y).to(x.dtype)

@@ -1,11 +1,12 @@
-"""Deliberately bad softmax kernels, each the honest base kernel with one defect, and the
-verdict the judge must give it.
+"""Deliberately bad kernels, each an honest base kernel with one defect, and the verdict the
+judge must give it.
 
-The base is a plain CuTe DSL softmax (one CTA of 128 threads a row, strided scalar loops,
-warp shuffles then shared memory). It is correct for every M and N, and slow; each entry of
-BAD replaces a snippet of it to plant one of the cheats or bugs that have fooled kernel
-judges before. `tests/test_harness_gpu.py` runs them all on the GPU; the static and compile
-ones also run in CI.
+The bases are a plain CuTe DSL softmax and rmsnorm (one CTA of 128 threads a row, strided scalar
+loops, warp shuffles then shared memory). They are correct for every M and N, and slow; each entry
+of BAD replaces snippets of one to plant one of the cheats or bugs that have fooled kernel judges
+before (or could fool ours, by its code: docs/judge.md). `tests/test_harness_gpu.py` runs them all
+on the GPU beside the bases themselves (their honest twins); the static and compile ones also run
+in CI, where every entry is compiled for sm_90a.
 """
 
 from __future__ import annotations
@@ -69,20 +70,69 @@ def launch(mX: cute.Tensor, mO: cute.Tensor, stream):
 """
 
 
+RMSNORM_BASE = """
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+THREADS = 128
+
+
+@cute.jit
+def block_sum(v: Float32, red: cute.Tensor) -> Float32:
+    for i in cutlass.range_constexpr(5):
+        v = v + cute.arch.shuffle_sync_bfly(v, offset=16 >> i)
+    lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+    if lane == 0:
+        red[warp] = v
+    cute.arch.barrier()
+    out = red[0]
+    for w in cutlass.range_constexpr(1, THREADS // 32):
+        out = out + red[w]
+    cute.arch.barrier()
+    return out
+
+
+@cute.kernel
+def rmsnorm_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32):
+    tidx, _, _ = cute.arch.thread_idx()
+    row, _, _ = cute.arch.block_idx()
+    smem = cutlass.utils.SmemAllocator()
+    red = smem.allocate_tensor(Float32, cute.make_layout(THREADS // 32))
+    n = mX.shape[1]
+    s = Float32(0.0)
+    for c in cutlass.range(tidx, n, THREADS):
+        v = Float32(mX[row, c])
+        s += v * v
+    s = block_sum(s, red)
+    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)
+    for c in cutlass.range(tidx, n, THREADS):
+        mO[row, c] = (Float32(mX[row, c]) * rstd * Float32(mW[c])).to(mO.element_type)
+
+
+@cute.jit
+def launch(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
+    rmsnorm_kernel(mX, mW, mO, eps).launch(grid=[mX.shape[0], 1, 1], block=[THREADS, 1, 1], stream=stream)
+"""
+
+BASES = {"softmax": BASE, "rmsnorm": RMSNORM_BASE}
+
+
 @dataclass(frozen=True)
 class Bad:
     name: str
     why: str
-    edits: tuple[tuple[str, str], ...]  # (snippet of BASE, replacement)
+    edits: tuple[tuple[str, str], ...]  # (snippet of its base, replacement)
     status: str  # the verdict status the judge must give
     checks: tuple[str, ...] = ()  # for `wrong`: acceptable failing checks (empty: any)
     gpu: bool = True  # needs the GPU to be caught
     timed_shape: tuple[int, int] | None = None  # caught only when timed at this (M, N)
+    op: str = "softmax"  # the base (and the op it is judged as)
 
     def source(self) -> str:
-        src = BASE
+        src = BASES[self.op]
         for old, new in self.edits:
-            assert src.count(old) >= 1, f"{self.name}: snippet not in BASE: {old!r}"
+            assert src.count(old) >= 1, f"{self.name}: snippet not in its base: {old!r}"
             src = src.replace(old, new, 1)
         return src
 
@@ -234,5 +284,274 @@ BAD: tuple[Bad, ...] = (
             ),
         ),
         "timeout",
+    ),
+)
+
+# Where the judge's attention has to be: writes into or past inputs, inputs used as scratch,
+# answers that hold only for the inputs or calls verification looks at (issue 45).
+_ROW_CALL = "    softmax_row(mX, mO, bidx, red)\n"
+_RMS_STORE = "        mO[row, c] = (Float32(mX[row, c]) * rstd * Float32(mW[c])).to(mO.element_type)\n"
+INPUT_WRITE = ("input_write", "out_of_bounds_write", "input_modified")
+NEW: tuple[Bad, ...] = (
+    Bad(
+        "input_as_scratch_restored",
+        "parks its exponentials in x and writes x's values back before it returns: the inputs are "
+        "bit-identical afterwards, but anything reading x meanwhile reads garbage",
+        (
+            (
+                "    s = Float32(0.0)\n    for c in cutlass.range(tidx, n, THREADS):\n        s +=",
+                "    for c in cutlass.range(tidx, n, THREADS):\n"
+                "        mO[row, c] = mX[row, c]\n"
+                "        mX[row, c] = cute.math.exp2((Float32(mX[row, c]) - m) * LOG2_E, fastmath=True).to(mX.element_type)\n"
+                "    s = Float32(0.0)\n    for c in cutlass.range(tidx, n, THREADS):\n        s += Float32(mX[row, c])\n"
+                "        s +=",
+            ),
+            ("        s += cute.math.exp2((Float32(mX[row, c]) - m) * LOG2_E, fastmath=True)\n", "        s += 0.0\n"),
+            (
+                "        mO[row, c] = (cute.math.exp2((Float32(mX[row, c]) - m) * LOG2_E, fastmath=True) * inv).to(mO.element_type)\n",
+                "        e = Float32(mX[row, c])\n        mX[row, c] = mO[row, c]\n        mO[row, c] = (e * inv).to(mO.element_type)\n",
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+    ),
+    Bad(
+        "input_as_scratch_left",
+        "parks its exponentials in x and leaves them there",
+        ((".to(mO.element_type)\n", ".to(mO.element_type)\n        mX[row, c] = mO[row, c]\n"),),
+        "wrong",
+        INPUT_WRITE,
+    ),
+    Bad(
+        "writes_past_input",
+        "stores a partial sum one element past the end of x (on the last row)",
+        (
+            (
+                "    inv = 1.0 / s\n",
+                "    inv = 1.0 / s\n    if tidx == 0 and row == mX.shape[0] - 1:\n        mX[row, n + tidx] = s.to(mX.element_type)\n",
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+    ),
+    Bad(
+        "writes_before_input",
+        "stores a partial sum one element before the start of x (on the first row)",
+        (
+            (
+                "    inv = 1.0 / s\n",
+                "    inv = 1.0 / s\n    if tidx == 0 and row == 0:\n        mX[row, tidx - 1] = s.to(mX.element_type)\n",
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+    ),
+    Bad(
+        "skips_repeats_when_timed",
+        "at the benchmark's sizes, skips every other row whose output already holds a number: right on "
+        "every first call, twice as fast on the repeats the timing makes",
+        (
+            (
+                _ROW_CALL,
+                "    first = Float32(mO[bidx, 0])\n"
+                "    if mX.shape[0] <= 100000 or first != first or bidx % 2 == 0:\n"
+                "        softmax_row(mX, mO, bidx, red)\n",
+            ),
+        ),
+        "wrong",
+        ("timed_output",),
+        timed_shape=(262144, 1024),
+    ),
+    Bad(
+        "skips_other_input_sets_when_timed",
+        "at the benchmark's sizes, remembers the first input set it sees (its x[0, 0], in the workspace) "
+        "and skips every other row of any other set: right on the set a judge checking one set looks at",
+        (
+            ("THREADS = 128\n", "THREADS = 128\nWORKSPACE = 4\n"),
+            (
+                _ROW_CALL,
+                "    seen = mW[0]\n"
+                "    mine = Float32(mX[0, 0])\n"
+                "    if mX.shape[0] <= 100000 or seen == mine or bidx % 2 == 0:\n"
+                "        softmax_row(mX, mO, bidx, red)\n"
+                "    if mX.shape[0] > 100000 and bidx == 0 and seen != seen:\n"
+                "        tidx, _, _ = cute.arch.thread_idx()\n"
+                "        if tidx == 0:\n"
+                "            mW[0] = mine\n",
+            ),
+            (
+                "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):",
+                "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor):",
+            ),
+            (
+                "def launch(mX: cute.Tensor, mO: cute.Tensor, stream):",
+                "def launch(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, stream):",
+            ),
+            ("    softmax_kernel(mX, mO).launch(", "    softmax_kernel(mX, mO, mW).launch("),
+        ),
+        "wrong",
+        ("timed_output",),
+        timed_shape=(262144, 1024),
+    ),
+    Bad(
+        "sum_carried_across_rows",
+        "past 8192 rows, a grid of 1056 CTAs loops over the rows and never resets its running sum: "
+        "an order-dependent answer, right wherever each CTA takes one row (every verified shape)",
+        (
+            (
+                "@cute.kernel\ndef softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):\n"
+                "    bidx, _, _ = cute.arch.block_idx()\n"
+                "    smem = cutlass.utils.SmemAllocator()\n"
+                "    red = smem.allocate_tensor(Float32, cute.make_layout(THREADS // 32))\n"
+                "    softmax_row(mX, mO, bidx, red)\n",
+                "@cute.kernel\ndef softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):\n"
+                "    bidx, _, _ = cute.arch.block_idx()\n"
+                "    smem = cutlass.utils.SmemAllocator()\n"
+                "    red = smem.allocate_tensor(Float32, cute.make_layout(THREADS // 32))\n"
+                "    if mX.shape[0] <= 8192:\n"
+                "        softmax_row(mX, mO, bidx, red)\n"
+                "    else:\n"
+                "        carried = Float32(0.0)\n"
+                "        for row in cutlass.range(bidx, mX.shape[0], 1056):\n"
+                "            carried = softmax_row_carried(mX, mO, row, red, carried)\n",
+            ),
+            (
+                "@cute.kernel\ndef softmax_kernel(",
+                "@cute.jit\ndef softmax_row_carried(mX: cute.Tensor, mO: cute.Tensor, row: Int32, red: cute.Tensor, carried: Float32) -> Float32:\n"
+                "    tidx, _, _ = cute.arch.thread_idx()\n"
+                "    n = mX.shape[1]\n"
+                "    m = -Float32.inf\n"
+                "    for c in cutlass.range(tidx, n, THREADS):\n"
+                "        m = cute.arch.fmax(m, Float32(mX[row, c]))\n"
+                "    m = block_reduce(m, red, True)\n"
+                "    s = carried\n"
+                "    for c in cutlass.range(tidx, n, THREADS):\n"
+                "        s += cute.math.exp2((Float32(mX[row, c]) - m) * LOG2_E, fastmath=True)\n"
+                "    s = block_reduce(s, red, False)\n"
+                "    inv = 1.0 / s\n"
+                "    for c in cutlass.range(tidx, n, THREADS):\n"
+                "        mO[row, c] = (cute.math.exp2((Float32(mX[row, c]) - m) * LOG2_E, fastmath=True) * inv).to(mO.element_type)\n"
+                "    return s / THREADS\n\n\n"
+                "@cute.kernel\ndef softmax_kernel(",
+            ),
+            (
+                "grid=[mX.shape[0], 1, 1]",
+                "grid=[Int32(cutlass.select_(mX.shape[0] <= 8192, mX.shape[0], 1056)), 1, 1]",
+            ),
+        ),
+        "wrong",
+        ("timed_output",),
+        timed_shape=(262144, 1024),
+    ),
+    Bad(
+        "stashes_rstd_past_weight",
+        "parks the last row's rstd one element past the end of the weight",
+        (
+            (
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n",
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n"
+                "    if tidx == 0 and row == mX.shape[0] - 1:\n"
+                "        mW[n + tidx] = rstd.to(mW.element_type)\n",
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+        op="rmsnorm",
+    ),
+    Bad(
+        "writes_past_x",
+        "stores its row's sum of squares one element past the end of x (on the last row)",
+        (
+            (
+                "    s = block_sum(s, red)\n",
+                "    s = block_sum(s, red)\n    if tidx == 0 and row == mX.shape[0] - 1:\n        mX[row, n + tidx] = s.to(mX.element_type)\n",
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+        op="rmsnorm",
+    ),
+    Bad(
+        "weight_as_scratch_restored",
+        "doubles the weight in place on the first row, then writes its old value back: bit-identical "
+        "afterwards, scratch meanwhile",
+        (
+            (
+                _RMS_STORE,
+                "        w = mW[c]\n"
+                "        if row == 0:\n"
+                "            mW[c] = (Float32(w) * 2.0).to(mW.element_type)\n"
+                "            mW[c] = w\n" + _RMS_STORE,
+            ),
+        ),
+        "wrong",
+        INPUT_WRITE,
+        op="rmsnorm",
+    ),
+    Bad(
+        "hardcodes_eps",
+        "uses 1e-6 whatever eps the caller passes",
+        (
+            (
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n",
+                "    rstd = cute.math.rsqrt(s / n + 1e-6, fastmath=True)\n",
+            ),
+        ),
+        "wrong",
+        ("mismatch",),
+        op="rmsnorm",
+    ),
+    Bad(
+        "no_eps",
+        "leaves eps out: right on random rows, NaN on a row of zeros (a user's padding)",
+        (
+            (
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n",
+                "    rstd = cute.math.rsqrt(s / n, fastmath=True)\n",
+            ),
+        ),
+        "wrong",
+        ("mismatch",),
+        op="rmsnorm",
+    ),
+)
+BAD = (
+    BAD
+    + NEW
+    + (
+        Bad(
+            "dependent_launch_without_wait",
+            "launches as a programmatic dependent (use_pdl) and never waits for the grid before it: reads "
+            "its inputs while the kernel that writes them may still be running",
+            (
+                (
+                    "grid=[mX.shape[0], 1, 1], block=[THREADS, 1, 1], stream=stream)",
+                    "grid=[mX.shape[0], 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=True)",
+                ),
+            ),
+            "wrong",
+            ("mismatch", "unwritten"),
+        ),
+    )
+)
+
+# The honest twins: the bases as they are, and a dependent launch that waits before it reads.
+HONEST: tuple[Bad, ...] = (
+    Bad("softmax_base", "the softmax base, as is", (), "profiled"),
+    Bad("rmsnorm_base", "the rmsnorm base, as is", (), "profiled", op="rmsnorm"),
+    Bad(
+        "dependent_launch_that_waits",
+        "launches as a programmatic dependent and waits for the grid before it first",
+        (
+            (
+                "grid=[mX.shape[0], 1, 1], block=[THREADS, 1, 1], stream=stream)",
+                "grid=[mX.shape[0], 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=True)",
+            ),
+            (
+                "    bidx, _, _ = cute.arch.block_idx()\n",
+                "    cute.arch.griddepcontrol_wait()\n    bidx, _, _ = cute.arch.block_idx()\n",
+            ),
+        ),
+        "profiled",
     ),
 )

@@ -15,7 +15,7 @@ from llmcompile.harness.verdict import KernelResources, Verdict
 from llmcompile.harness.worker import CandidatePool
 from llmcompile.ops import BUILTIN, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling
-from tests.bad_kernels import BAD, BASE
+from tests.bad_kernels import BAD, BASE, HONEST
 
 REF = Path(__file__).resolve().parents[1] / "reference_kernels"
 
@@ -162,6 +162,13 @@ def test_bad_kernels_caught_without_gpu(judge: Judge) -> None:
     for b, v in zip(cpu_bad, verdicts):
         assert v.status == b.status, (b.name, v.status, v.message)
         assert not v.passed
+
+
+@pytest.mark.parametrize("bad", [b for b in BAD + HONEST if b.gpu], ids=lambda b: b.name)
+def test_every_gpu_bad_kernel_and_its_twin_compile_for_sm90a(judge: Judge, bad) -> None:
+    """What the GPU suite judges is a kernel that compiles: its verdict there is about its defect."""
+    v = judge.evaluate(bad.source(), get_op(bad.op), "bfloat16", COMPILE_ONLY)
+    assert v.status == "compiled", (bad.name, v.message)
 
 
 def test_compile_error_is_trimmed_to_the_candidate_line(judge: Judge) -> None:

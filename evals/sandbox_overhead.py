@@ -19,17 +19,11 @@ import time
 from pathlib import Path
 
 from llmcompile.harness import STAGES, Judge, JudgeOptions, gpu_available
+from llmcompile.harness.compile_cache import NoCache
 from llmcompile.harness.sandbox import Layers, Sandbox
 from llmcompile.ops import get_op
 
 REF = Path(__file__).resolve().parents[1] / "reference_kernels"
-
-
-def unsandboxed(judge: Judge) -> None:
-    bare = Sandbox(Layers(), unsafe=True)
-    judge.sandbox = judge.pool.sandbox = judge.sealer.sandbox = bare
-    if judge.gpu_worker is not None:
-        judge.gpu_worker.sandbox = bare
 
 
 def main() -> None:
@@ -44,8 +38,11 @@ def main() -> None:
     spec = get_op(args.op)
     src = (REF / f"{spec.reference_module}.py").read_text()
     opts = JudgeOptions(stages=stages)
-    judges = {"sandboxed": Judge(gpu=gpu), "unsandboxed": Judge(gpu=gpu, unsafe_no_sandbox=True)}
-    unsandboxed(judges["unsandboxed"])
+    # (no compile cache: each round compiles, as a new candidate would)
+    judges = {
+        "sandboxed": Judge(gpu=gpu, cache=NoCache()),
+        "unsandboxed": Judge(gpu=gpu, cache=NoCache(), isolation=Sandbox(Layers(), unsafe=True)),
+    }
     times: dict[str, list[float]] = {k: [] for k in judges}
     stages_s: dict[str, list[dict[str, float]]] = {k: [] for k in judges}
     try:

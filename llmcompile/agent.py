@@ -167,9 +167,12 @@ def run_agent(
                 if best is not prev and best and best.min_pct >= cfg.target_pct and not first_hit:
                     first_hit = {
                         "round": r, "judged": judged, "llm_calls": usage.requests, "tokens": usage.total,
-                        "wall_s": time.perf_counter() - t_start,
+                        "wall_s": time.perf_counter() - t_start, "at": v.finished_at,
                     }  # fmt: skip
-                store.event("judged", id=cid, status=v.status, min_pct=_score(v, cfg.compile_only))
+                store.event(
+                    "judged", id=cid, status=v.status, min_pct=_score(v, cfg.compile_only),
+                    stages=v.timeline, finished_at=v.finished_at,
+                )  # fmt: skip
                 feedback = prompting.feedback_prompt(v, best, cfg.target_pct)
                 convs[slot.sample] = convs[slot.sample] + [
                     {"role": "assistant", "content": ans.text},

@@ -204,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from llmcompile.ops import get_op
     from llmcompile.providers import ProviderError
     from llmcompile.report import finalize, summary_table
-    from llmcompile.runs import RunConfig, RunStore, config_dict, new_run_dir
+    from llmcompile.runs import RunConfig, RunStore, config_dict, new_run_dir, process_started
 
     console = Console(stderr=True)
     if args.resume:
@@ -248,6 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             + (f" ({getattr(provider, 'describe', lambda: '')()})" if provider.name == "offline" else "")
         )
     console.print(f"run directory: {store.path}")
+    store.event("start", at=process_started())
 
     def show(info: dict) -> None:
         best = info["best"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,69 @@ def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> bench.BenchResult |
     return res
 
 
+STAGES = ("compile", "seal", "gpu_wait", "verify", "profile", "attribute")
+
+
+def timeline_of(store: RunStore, target_pct: float, started: float | None = None) -> dict[str, Any]:
+    """Where a run's time went, from its events: start-up (the process's start to its first
+    question to the provider), the first verdict, the first kernel at the target % of SOL, the
+    rounds, the end (the best timed beside the baselines, best/ written); and each judge stage
+    summed over the candidates (their verdicts' timelines)."""
+    events = store.events()
+    starts = [e for e in events if e["event"] == "start"]
+    t0 = started or (starts[-1].get("at", starts[-1]["t"]) if starts else (events[0]["t"] if events else 0.0))
+    mine = [e for e in events if e["t"] >= t0]
+    first = {name: next((e for e in mine if e["event"] == name), None) for name in ("round", "judged", "stop", "end")}
+    judged = [e for e in mine if e["event"] == "judged"]
+    hits = [e.get("finished_at") or e["t"] for e in judged if e.get("min_pct") and e["min_pct"][0] >= target_pct]
+    done = [e.get("finished_at") or e["t"] for e in judged]
+
+    def since(t: float | None) -> float | None:
+        return round(t - t0, 2) if t is not None else None
+
+    stages = {k: round(sum(e.get("stages", {}).get(k, 0.0) for e in judged), 2) for k in STAGES}
+    base = next((e for e in mine if e["event"] == "baselines"), None)
+    if base is not None:
+        stages["baselines"] = round(base.get("seconds", 0.0), 2)
+    return {
+        "startup_s": since(first["round"]["t"]) if first["round"] else None,
+        "first_verdict_s": since(min(done)) if done else None,
+        "to_target_s": since(min(hits)) if hits else None,
+        "rounds_s": round(first["stop"]["t"] - first["round"]["t"], 2) if first["stop"] and first["round"] else None,
+        "finalize_s": round(first["end"]["t"] - first["stop"]["t"], 2) if first["end"] and first["stop"] else None,
+        "total_s": since(first["end"]["t"]) if first["end"] else None,
+        "candidates": len(judged),
+        "stages": stages,
+    }
+
+
+def timeline_table(tl: dict[str, Any]) -> str:
+    """The timeline as a few lines of markdown (report.md, the eval's report)."""
+    rows = [
+        ("start-up (process start to the first round)", tl.get("startup_s")),
+        ("first verdict", tl.get("first_verdict_s")),
+        ("first kernel at the target % of SOL", tl.get("to_target_s")),
+        ("rounds", tl.get("rounds_s")),
+        ("the end (best beside the baselines, best/ written)", tl.get("finalize_s")),
+        ("total", tl.get("total_s")),
+    ]
+    out = ["| when | seconds |", "|---|---|"] + [f"| {k} | {'-' if v is None else f'{v:.1f}'} |" for k, v in rows]
+    stages = tl.get("stages", {})
+    out += [
+        "",
+        f"Judge stages summed over {tl.get('candidates', 0)} candidates (compile and seal run in parallel):",
+        "",
+    ]
+    out += [
+        "| " + " | ".join(stages) + " |",
+        "|---" * len(stages) + "|",
+        "| " + " | ".join(f"{v:.1f}" for v in stages.values()) + " |",
+    ]
+    return "\n".join(out)
+
+
 def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, judge: Judge) -> dict[str, Any]:
+    store.event("finalize")
     summary: dict[str, Any] = {
         "op": spec.name,
         "dtype": cfg.dtype,
@@ -56,7 +119,9 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
         final = b.verdict
         timed_beside = bool(b.verdict.profile and any(sh.baselines for sh in b.verdict.profile.shapes))
         if b.verdict.profile and cfg.baselines and not cfg.compile_only and not timed_beside:
-            # the best again, beside the baselines, in one process on the same inputs
+            # the best again, beside the baselines, in one process on the same inputs (baselines
+            # timed on this machine before come from the judge's cache, with their age)
+            tb = time.perf_counter()
             again = judge.evaluate(
                 b.source,
                 spec,
@@ -67,6 +132,8 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
                     profile_shapes=cfg.profile_shapes(),
                 ),
             )
+            cached = sorted({b for sh in (again.profile.shapes if again.profile else []) for b in sh.baseline_age_s})
+            store.event("baselines", seconds=time.perf_counter() - tb, cached=cached)
             if again.passed:
                 # the verification it passed when judged, not this profile-only rerun's none
                 again.verify = b.verdict.verify
@@ -86,11 +153,14 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             table = bench.markdown(res)
             bench.plot(res, best_dir / "plot.png")
             (best_dir / "bench.json").write_text(json.dumps(res.to_json(), indent=1))
+        store.event("end")
+        summary["timeline"] = timeline_of(store, cfg.target_pct)
         (best_dir / "report.md").write_text(
             f"# {spec.name} ({cfg.dtype}) on {cfg.target}: best candidate {b.id}\n\n"
             f"Provider: {cfg.provider}{' (no LLM was used)' if cfg.provider != 'openai' else ''}. "
             f"Stopped: {result.stop_reason}. {result.judged} candidates judged in {result.wall_s:.0f} s.\n\n"
-            f"Verdict: {final.status}: {final.message}\n\n{table}"
+            f"Verdict: {final.status}: {final.message}\n\n{table}{_ages(final)}\n\n"
+            f"## Where the time went\n\n{timeline_table(summary['timeline'])}\n"
         )
         summary["best"] = {
             "id": b.id,
@@ -101,8 +171,30 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             "unit": final.profile.unit if final.profile else "TB/s",
             "dir": str(best_dir),
         }
+    if "timeline" not in summary:
+        store.event("end")
+        summary["timeline"] = timeline_of(store, cfg.target_pct)
     store.write_json("summary.json", summary)
     return summary
+
+
+def _ages(v: Verdict) -> str:
+    """A line naming the baselines taken from the judge's cache, and how old they are."""
+    ages: dict[str, float] = {}
+    for sh in v.profile.shapes if v.profile else []:
+        for b, age in sh.baseline_age_s.items():
+            ages[b] = max(ages.get(b, 0.0), age)
+    if not ages:
+        return ""
+    said = ", ".join(f"{b} ({_age(a)} ago)" for b, a in sorted(ages.items()))
+    return f"\n\nTimed earlier on this machine by the same software, taken from the judge's baseline cache: {said}."
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def summary_table(summary: dict[str, Any]) -> str:
@@ -129,4 +221,12 @@ def summary_table(summary: dict[str, Any]) -> str:
             cells = " | ".join(f"{s['baselines'][i]:.2f}" if i in s["baselines"] else "n/a" for i in impls)
             lines.append(f"| {s['m']} x {s['n']} | {s['tbs']:.3f} | {s['pct_sol']:.1f} | {cells} |")
     lines.append(f"kernel: {best['dir']}")
+    tl = summary.get("timeline") or {}
+    if tl.get("total_s") is not None:
+        hit = tl.get("to_target_s")
+        lines.append(
+            f"time: {tl['total_s']:.0f} s in all"
+            + (f"; the first kernel at the target % of SOL after {hit:.0f} s" if hit is not None else "")
+            + f" (start-up {tl.get('startup_s') or 0:.0f} s; details in {best['dir']}/report.md)"
+        )
     return "\n".join(lines)

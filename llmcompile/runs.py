@@ -14,6 +14,7 @@ best/              the winning kernel: artifact/ (the sealed object files and ma
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,17 @@ from llmcompile.loader import load
 
 {name} = load(Path(__file__).parent)
 '''
+
+
+def process_started() -> float:
+    """When this process started (time.time()'s clock), from /proc: a run's timeline counts the
+    interpreter's start and the imports too. Now, where /proc cannot say."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.time()
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -110,6 +122,10 @@ class RunStore:
             if rec.get("kind") == "answer":
                 out[(rec["round"], rec["sample"])] = rec
         return out
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.path / "timeline.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
     def candidates(self) -> list[dict[str, Any]]:
         recs = [json.loads(f.read_text()) for f in (self.path / "candidates").glob("*.json")]

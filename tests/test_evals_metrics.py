@@ -92,7 +92,8 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     (run / "candidates").mkdir(parents=True)
     order = [(1, 0, "profiled", True, True), (0, 1, "wrong", True, False), (0, 0, "compile_error", False, False)]
     for r, s, st, comp, corr in order:
-        rec = {"id": f"c{r:02d}_{s:02d}", "round": r, "sample": s, "verdict": _verdict(st, comp, corr)}
+        v = {**_verdict(st, comp, corr), "timeline": {"compile": 2.0, "seal": 0.5, "gpu_wait": 9.0, "verify": 1.0 * r}}
+        rec = {"id": f"c{r:02d}_{s:02d}", "round": r, "sample": s, "verdict": v}
         (run / "candidates" / f"c{r:02d}_{s:02d}.json").write_text(json.dumps(rec))
     shapes = [
         {"m": 8, "n": 1024, "ms": 1.0, "tbs": 2.0, "pct_sol": 80.0, "baselines": {},
@@ -105,6 +106,7 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "requests": 3},
         "first_hit": {}, "best": {"id": "c01_00", "status": "profiled", "min_pct_sol": 80.0,
                                   "mean_pct_sol": 85.0, "shapes": shapes},
+        "timeline": {"startup_s": 4.0, "finalize_s": 6.0, "stages": {"compile": 6.0, "verify": 1.0, "baselines": 5.0}},
     }  # fmt: skip
     (run / "summary.json").write_text(json.dumps(summary))
     rec = M.collect(M.ProblemRecord("p", "p", "bfloat16", state=M.DONE), run)
@@ -113,3 +115,8 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     assert rec.speedup["eager"] == pytest.approx(2.0) and rec.speedup["compile"] == pytest.approx(1.0)
     assert rec.min_pct_sol == 80.0 and rec.best_correct and rec.llm_used
     assert math.isclose(M.aggregate([rec], [1, 3], ["eager"])["fast_p"]["eager"]["1.5"], 1.0)
+    # each candidate's own judge seconds (the wait for the GPU is another's), the run's stages
+    assert rec.candidate_s == [2.5, 2.5, 3.5] and rec.stage_s["startup"] == 4.0 and rec.stage_s["baselines"] == 5.0
+    rec.process_s = 36.0
+    t = M.aggregate([rec], [1, 3], ["eager"])["throughput"]
+    assert t["candidates"] == 3 and t["candidates_per_gpu_hour"] == 300.0 and t["median_candidate_s"] == 2.5

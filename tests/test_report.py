@@ -30,3 +30,34 @@ def test_a_compute_bound_run_is_tabled_in_its_own_unit() -> None:
 
 def test_a_summary_from_before_the_unit_was_recorded_reads_as_bandwidth() -> None:
     assert "| M x N | TB/s | % SOL | fa4 |" in summary_table(_summary(None))
+
+
+def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
+    """From the run's events: start-up, the first verdict, the first kernel at the target, the
+    rounds, the end; each judge stage summed over the candidates."""
+    import json
+
+    from llmcompile.report import timeline_of, timeline_table
+    from llmcompile.runs import RunStore
+
+    store = RunStore(tmp_path)
+    t0 = 1000.0
+    events = [
+        {"t": t0 + 1, "event": "start", "at": t0},
+        {"t": t0 + 4, "event": "round", "round": 0},
+        {"t": t0 + 30, "event": "judged", "min_pct": [95.0, 99.0], "finished_at": t0 + 20,
+         "stages": {"compile": 6.0, "seal": 1.0, "verify": 3.0, "profile": 8.0}},
+        {"t": t0 + 30, "event": "judged", "min_pct": [80.0, 85.0], "finished_at": t0 + 29,
+         "stages": {"compile": 5.0, "seal": 1.0, "gpu_wait": 10.0, "verify": 3.0, "profile": 7.0}},
+        {"t": t0 + 30, "event": "stop"},
+        {"t": t0 + 31, "event": "finalize"},
+        {"t": t0 + 40, "event": "baselines", "seconds": 8.5},
+        {"t": t0 + 41, "event": "end"},
+    ]  # fmt: skip
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    tl = timeline_of(store, 90.0)
+    assert (tl["startup_s"], tl["first_verdict_s"], tl["to_target_s"]) == (4.0, 20.0, 20.0)
+    assert (tl["rounds_s"], tl["finalize_s"], tl["total_s"], tl["candidates"]) == (26.0, 11.0, 41.0, 2)
+    assert tl["stages"]["compile"] == 11.0 and tl["stages"]["gpu_wait"] == 10.0 and tl["stages"]["baselines"] == 8.5
+    assert "| first kernel at the target % of SOL | 20.0 |" in timeline_table(tl)
+    assert timeline_of(store, 99.5)["to_target_s"] is None

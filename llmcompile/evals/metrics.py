@@ -13,6 +13,9 @@ Definitions (the report states them too):
   bandwidth measured in the same process.
 - cost to the target: rounds, LLM calls, tokens and wall time spent when the best first
   reached the target % of SOL on every shape.
+- throughput: candidates judged per GPU-hour (the agent processes' wall time on their GPUs,
+  start-up and the final baselines included), each candidate's own judge seconds (compile, seal,
+  verify, profile: its median), and every stage's seconds summed over the eval.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class ProblemRecord:
     # verified and timed outputs; None where it was not checked
     kernelbench_correct: bool | None = None
     gpu: str | None = None  # the CUDA_VISIBLE_DEVICES it ran under; None: compile-only or not run
+    process_s: float = 0.0  # the agent process's wall time (what it held its GPU for)
+    candidate_s: list[float] = field(default_factory=list)  # each candidate's own judge seconds
+    stage_s: dict[str, float] = field(default_factory=dict)  # each stage, summed over the run
 
     @property
     def best_correct(self) -> bool:
@@ -103,6 +109,8 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
         cands.append((c["round"], c["sample"], c["verdict"]))
         by_id[c.get("id", f.stem)] = c["verdict"]
     cands.sort(key=lambda c: (c[0], c[1]))
+    own = ("compile", "seal", "verify", "profile", "attribute")
+    rec.candidate_s = [round(sum(v.get("timeline", {}).get(k, 0.0) for k in own), 3) for _, _, v in cands]
     rec.statuses = [v["status"] for _, _, v in cands]
     rec.compiled = [_compiled(v) for _, _, v in cands]
     rec.correct = [_correct(v) for _, _, v in cands]
@@ -120,6 +128,8 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     rec.judged = s.get("judged", 0)
     rec.usage = s.get("usage", {})
     rec.wall_s = s.get("wall_s", 0.0)
+    tl = s.get("timeline") or {}
+    rec.stage_s = {**tl.get("stages", {}), "startup": tl.get("startup_s") or 0.0, "end": tl.get("finalize_s") or 0.0}
     best = s.get("best")
     if best:
         rec.best_id = best["id"]
@@ -199,6 +209,19 @@ def aggregate(
         name = "rounds" if key == "round" else key
         cost[name] = {"median": statistics.median(vals), "max": max(vals)} if vals else None
     out["cost_to_target"] = cost
+    judged = [t for r in records for t in r.candidate_s]
+    gpu_hours = sum(r.process_s for r in records if r.state == DONE and not r.compile_only) / 3600.0
+    stages: dict[str, float] = {}
+    for r in records:
+        for k, v in r.stage_s.items():
+            stages[k] = round(stages.get(k, 0.0) + v, 2)
+    out["throughput"] = {
+        "candidates": len(judged),
+        "gpu_hours": round(gpu_hours, 4),
+        "candidates_per_gpu_hour": round(len(judged) / gpu_hours, 1) if gpu_hours else None,
+        "median_candidate_s": round(statistics.median(judged), 2) if judged else None,
+        "stages_s": stages,
+    }
     out["usage"] = {
         "requests": sum(r.usage.get("requests", 0) for r in records),
         "tokens": sum(r.usage.get("prompt_tokens", 0) + r.usage.get("completion_tokens", 0) for r in records),

@@ -188,8 +188,10 @@ class RayEvalRunner(EvalRunner):
             return 0
         if not ray.is_initialized():
             # "local": a one-node cluster of this host's CPUs and GPUs, started here for this eval
-            address = None if self.address == "local" else self.address
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+            local = self.address == "local"
+            # (a cluster of our own needs no dashboard: starting one costs seconds and its web client)
+            extra = {"include_dashboard": False} if local else {}
+            ray.init(address=None if local else self.address, namespace=NAMESPACE, log_to_driver=False, **extra)
         check_cluster(ray.cluster_resources(), self.suite.target, self.opts.compile_only)
         env, limiter = dict(self.env), None
         if self.opts.resolved_llm() == "openai":

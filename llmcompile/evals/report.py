@@ -97,6 +97,14 @@ def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append((f"cost to target: {label} (median / max)", f"{c[key]['median']:.0f} / {c[key]['max']:.0f}"))
     u = a["usage"]
     rows.append(("total LLM calls / tokens / agent wall s", f"{u['requests']} / {u['tokens']} / {u['wall_s']:.0f}"))
+    t = a.get("throughput") or {}
+    if t.get("candidates"):
+        per_hour = t.get("candidates_per_gpu_hour")
+        rows.append(("candidates judged / GPU-hours", f"{t['candidates']} / {t['gpu_hours']:.3f}"))
+        rows.append(("candidates per GPU-hour", "-" if per_hour is None else f"{per_hour:.0f}"))
+        rows.append(("median judge seconds per candidate (its own stages)", _num(t.get("median_candidate_s"))))
+        stages = t.get("stages_s") or {}
+        rows.append(("seconds by stage, summed", ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v)))
     return rows
 
 

@@ -151,6 +151,7 @@ class EvalRunner:
         o = self.outcome(p)
         if o:
             rec.state, rec.reason, rec.gpu = o["state"], o.get("reason", ""), o.get("gpu")
+            rec.process_s = o.get("wall_s", 0.0)
         run_dir = self.pdir / p.id
         return collect(rec, run_dir) if run_dir.is_dir() else rec
 

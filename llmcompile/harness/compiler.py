@@ -176,6 +176,7 @@ def compile_candidate(
     path.write_text(source)
     modules: dict[int, str] = {}
     kernels: list[KernelResources] = []
+    by_n: dict[int, list[KernelResources]] = {}
     workspace = 0
     try:
         mod = contract.load_module(path)
@@ -188,11 +189,12 @@ def compile_candidate(
             check_launchable(launches)
             modules[n] = str(fn.ir_module)
             found = with_launches(parse_ptxas(out[0]), launches)
-            kernels = found or kernels
+            kernels = by_n[n] = found or kernels
     except Exception as e:  # noqa: BLE001 - every failure of the candidate is a verdict
         failing_n = next((n for n in ns if n not in modules), None)
         err = trim_error(e, path, source)
         if failing_n is not None and len(ns) > 1:
             err = f"(compiling for N={failing_n}, dtype {dtype})\n{err}"
-        return CompileResult(False, list(modules), err, kernels, time.perf_counter() - t0, workspace), modules
-    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0, workspace), modules
+        result = CompileResult(False, list(modules), err, kernels, time.perf_counter() - t0, workspace, by_n)
+        return result, modules
+    return CompileResult(True, list(ns), "", kernels, time.perf_counter() - t0, workspace, by_n), modules

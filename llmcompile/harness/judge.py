@@ -1,13 +1,15 @@
 """The judge: the only way any kernel gets a verdict.
 
-    static (here) -> compile (a fresh sandboxed candidate process) -> seal (judge worker: audit the
-    host code, export the object file = the artifact) -> verify -> profile (GPU judge worker, which
-    loads the artifact only)
+    static (here) -> compile (fresh sandboxed candidate processes, each N's share in parallel) ->
+    seal (judge workers: audit the host code, export the object file = the artifact) -> verify ->
+    profile (GPU judge worker, which loads the artifact only)
 
 `Judge.evaluate(source, spec, ...)` runs the stages asked for and returns a `Verdict`;
-`Judge.evaluate_many` compiles several candidates in parallel, then verifies and profiles them
-one at a time on the GPU worker (timings must not share the GPU). Candidate Python never runs
-in a process that holds the judge's reference outputs or timers.
+`Judge.evaluate_many` compiles several candidates in parallel and feeds each to the GPU worker as
+soon as it is sealed, one at a time (timings must not share the GPU), while the rest compile.
+Each N's sealed kernel is kept by what it was compiled from (`compile_cache.py`): a source judged
+again (the best re-timed beside the baselines, a resumed run, another eval) is not compiled again.
+Candidate Python never runs in a process that holds the judge's reference outputs or timers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -26,8 +29,8 @@ from typing import Any
 
 from llmcompile import contract
 from llmcompile.callpath import CallSpec
-from llmcompile.harness import artifact, memplan, static
-from llmcompile.harness.sandbox import sandbox
+from llmcompile.harness import artifact, baseline_cache, compile_cache, memplan, static
+from llmcompile.harness.sandbox import Sandbox, sandbox
 from llmcompile.harness.verdict import (
     COMPILE_ERROR,
     COMPILED,
@@ -40,9 +43,11 @@ from llmcompile.harness.verdict import (
     VERIFIED,
     WRONG,
     CheckFailure,
+    CompileResult,
+    KernelResources,
     Verdict,
 )
-from llmcompile.harness.worker import CandidatePool, JobOutcome, JudgeFailure, judge_worker
+from llmcompile.harness.worker import CandidatePool, Channel, JobOutcome, JudgeFailure, judge_worker
 from llmcompile.ops import HELD_OUT_N, OpSpec, verify_shapes
 
 __all__ = ["Judge", "JudgeOptions", "Verdict", "evaluate", "STAGES"]
@@ -91,18 +96,59 @@ class Judge:
         timeouts: dict[str, float] | None = None,
         unsafe_no_sandbox: bool = False,
         artifact_root: str | Path | None = None,
+        cache: compile_cache.CompileCache | None = None,
+        baselines: baseline_cache.BaselineCache | None = None,
+        isolation: Sandbox | None = None,
     ) -> None:
+        """`isolation`: the sandbox to run processes in, in place of the one this machine allows
+        (evals/sandbox_overhead.py measures the judge with none)."""
         self.target = target
         self.gpu = gpu_available() if gpu is None else gpu
         self.timeouts = timeouts
-        self.sandbox = sandbox(unsafe=unsafe_no_sandbox, gpu=self.gpu)
-        self.compile_workers = compile_workers or max(1, min(4, (os.cpu_count() or 2) // 2))
-        self.pool = CandidatePool(self.sandbox, warm=self.compile_workers, timeouts=timeouts)
-        self.sealer = judge_worker(self.sandbox, gpu=False, timeouts=timeouts)
+        self.sandbox = isolation or sandbox(unsafe=unsafe_no_sandbox, gpu=self.gpu)
+        cpus = os.cpu_count() or 2
+        # candidates compiled at once, and processes each spreads its N over: about one a core
+        self.compile_workers = compile_workers or max(1, min(4, cpus // 2))
+        self.parts = max(1, (cpus - 2) // self.compile_workers)
+        self.pool = CandidatePool(self.sandbox, warm=self.compile_workers * self.parts, timeouts=timeouts)
+        self._sealers: queue.Queue[Channel] = queue.Queue()
+        for _ in range(self.compile_workers):
+            self._sealers.put(judge_worker(self.sandbox, gpu=False, timeouts=timeouts))
         self.gpu_worker = judge_worker(self.sandbox, gpu=True, timeouts=timeouts) if self.gpu else None
         self._own_root = artifact_root is None
         self.artifact_root = Path(artifact_root or tempfile.mkdtemp(prefix="llmcompile-artifacts-"))
-        self._seal_lock = threading.Lock()
+        self.cache = cache or compile_cache.CompileCache()
+        self.baselines = baselines or baseline_cache.BaselineCache()
+        self._gpu_lock = threading.Lock()  # every exchange with the GPU worker, its start-up included
+        # Start every process now: they come up (imports, a CUDA context, the bandwidth measured)
+        # while the caller prepares its first candidates, not in front of them.
+        for w in self._sealers.queue:
+            w.start()
+        self.pool.prestart()
+        if self.gpu_worker is not None:
+            self.gpu_worker.start()
+            threading.Thread(target=self._warm_gpu, daemon=True, name="llmcompile-gpu-warm").start()
+
+    def _warm_gpu(self) -> None:
+        try:
+            with self._gpu_lock:
+                assert self.gpu_worker is not None
+                self.gpu_worker.run({"kind": "warm"})
+        except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
+            pass
+
+    def gpu_facts(self) -> dict[str, Any]:
+        """The GPU worker's `ready` facts (its GPU's memory and name, the software versions)."""
+        assert self.gpu_worker is not None
+        with self._gpu_lock:
+            self.gpu_worker.wait_ready()
+            assert self.gpu_worker.ready is not None
+            return self.gpu_worker.ready
+
+    @property
+    def sealer(self) -> Channel:
+        """One of the sealing workers (for a job of the caller's own, such as a ping)."""
+        return self._sealers.queue[0]
 
     def sandbox_facts(self) -> dict[str, Any]:
         """What isolation candidates get here, for run records and reports."""
@@ -117,7 +163,7 @@ class Judge:
 
     def close(self) -> None:
         self.pool.close()
-        for w in (self.sealer, self.gpu_worker):
+        for w in [*list(self._sealers.queue), self.gpu_worker]:
             if w is not None:
                 w.dispose()
         if self._own_root:
@@ -131,36 +177,70 @@ class Judge:
 
     # ------------------------------------------------------------------ stages
 
-    def _compile_and_seal(self, source: str, spec: OpSpec, dtype: str, ns: list[int]) -> JobOutcome:
-        """Compile in a fresh sandboxed process, then seal its host modules into the artifact."""
-        job = {"kind": "compile", "source": source, "dtype": dtype, "ns": ns}
-        job["signature"] = contract.Signature.of(spec).to_json()
-        out = self.pool.run(job)
-        if out.failure or not out.results.get("compile", {}).get("ok"):
-            return out
-        with self._seal_lock:  # one sealer; sealing takes a fraction of a compile
-            sealed = self.sealer.run({"kind": "seal", "modules": out.payload["modules"]})
-        out.results["seal"] = sealed.results.get("seal", {"ok": False, "error": sealed.detail})
-        if sealed.failure:
-            raise JudgeFailure(f"the judge's sealing worker failed: {sealed.detail}")
-        if out.results["seal"]["ok"]:
-            try:  # the compile step ran candidate code: its word on the workspace is checked
-                ws = contract.check_workspace(out.results["compile"].get("workspace", 0))
-            except ValueError as e:
-                out.results["seal"] = {"ok": False, "error": str(e)}
-                return out
-            out.payload = {"artifact": str(self._write_artifact(source, spec, dtype, sealed, ws))}
-        return out
-
-    def _write_artifact(self, source: str, spec: OpSpec, dtype: str, sealed: JobOutcome, workspace: int) -> Path:
+    def _compile_and_seal(
+        self, source: str, spec: OpSpec, dtype: str, ns: list[int], clock: dict[str, float]
+    ) -> JobOutcome:
+        """Each N's sealed kernel from the compile cache, or compiled in fresh sandboxed processes
+        (its N spread over `self.parts` of them) and sealed; then the artifact. `clock` gets the
+        compile and seal seconds."""
+        sig = contract.Signature.of(spec).to_json()
+        arch = os.environ.get("CUTE_DSL_ARCH", contract.DEFAULT_ARCH)
+        keys = {n: compile_cache.key(source, sig, dtype, n, arch) for n in ns}
+        entries = {n: e for n in ns if (e := self.cache.get(keys[n])) is not None}
+        todo = [n for n in ns if n not in entries]
+        t0 = time.perf_counter()
+        parts = [todo[i :: self.parts] for i in range(min(self.parts, len(todo)))]
+        jobs = [{"kind": "compile", "source": source, "dtype": dtype, "ns": part, "signature": sig} for part in parts]
+        with ThreadPoolExecutor(max(1, len(jobs))) as ex:
+            outs = list(ex.map(self.pool.run, jobs))
+        clock["compile"] = time.perf_counter() - t0
+        merged = _merged(outs, entries, ns)
+        if merged.failure or not merged.results["compile"]["ok"]:
+            return merged
+        modules = {n: text for o in outs for n, text in o.payload["modules"].items()}
+        t0 = time.perf_counter()
+        if modules:
+            sealer = self._sealers.get()
+            try:
+                sealed = sealer.run({"kind": "seal", "modules": modules})
+            finally:
+                self._sealers.put(sealer)
+            merged.results["seal"] = sealed.results.get("seal", {"ok": False, "error": sealed.detail})
+            if sealed.failure:
+                raise JudgeFailure(f"the judge's sealing worker failed: {sealed.detail}")
+            if not merged.results["seal"]["ok"]:
+                return merged
+        clock["seal"] = time.perf_counter() - t0
+        try:  # the compile step ran candidate code: its word on the workspace is checked
+            ws = contract.check_workspace(merged.results["compile"].get("workspace", 0))
+        except ValueError as e:
+            merged.results["seal"] = {"ok": False, "error": str(e)}
+            return merged
         import base64
 
-        objects = {n: base64.b64decode(b64) for n, b64 in sealed.payload["objects"].items()}
+        by_n = {int(n): r for n, r in merged.results["compile"].get("kernels_by_n", {}).items()}
+        for n, b64 in sealed.payload["objects"].items() if modules else ():
+            entry = compile_cache.Entry(
+                base64.b64decode(b64),
+                sealed.payload["launches"][n],
+                [KernelResources(**r) for r in by_n.get(int(n), [])],
+                ws,
+            )
+            entries[int(n)] = entry
+            self.cache.put(keys[int(n)], entry)
+        merged.results.setdefault("seal", {"ok": True, "error": ""})
+        merged.payload = {"artifact": str(self._write_artifact(source, spec, dtype, entries, ws))}
+        return merged
+
+    def _write_artifact(
+        self, source: str, spec: OpSpec, dtype: str, entries: dict[int, compile_cache.Entry], workspace: int
+    ) -> Path:
+        objects = {str(n): e.obj for n, e in sorted(entries.items())}
         man, files = artifact.manifest_for(
             spec.ref,
             dtype,
             objects,
-            sealed.payload["launches"],
+            {str(n): e.launches for n, e in entries.items()},
             [t.name for t in spec.tensors],
             list(spec.scalars),
             source,
@@ -191,7 +271,38 @@ class Judge:
             "baselines": opts.baselines,
             "seeds": opts.seeds,
             "read_only": True,
+            "baseline_cache": self._cached_baselines(spec, dtype, ps if "profile" in stages else [], opts.baselines),
         }
+
+    def _baseline_keys(self, spec: OpSpec, dtype: str, m: int, n: int, names: list[str]) -> dict[str, str]:
+        machine = self.gpu_facts().get("versions", {})
+        return {b: baseline_cache.key(machine, spec.ref, dtype, m, n, b) for b in names}
+
+    def _cached_baselines(
+        self, spec: OpSpec, dtype: str, shapes: list[tuple[int, int]], names: list[str]
+    ) -> dict[str, dict[str, dict[str, float]]]:
+        """ "MxN" -> baseline -> {ms, tbs, age_s}: the baselines timed on this machine before."""
+        if not names or self.gpu_worker is None:
+            return {}
+        now = time.time()
+        out = {}
+        for m, n in shapes:
+            found = self.baselines.lookup(self._baseline_keys(spec, dtype, m, n, names))
+            if found:
+                out[f"{m}x{n}"] = {b: {"ms": e["ms"], "tbs": e["tbs"], "age_s": now - e["t"]} for b, e in found.items()}
+        return out
+
+    def _store_baselines(self, spec: OpSpec, dtype: str, profile: dict[str, Any] | None, names: list[str]) -> None:
+        """Keep the baselines this profile timed (not those it took from the cache)."""
+        if not profile or not names:
+            return
+        entries = {}
+        for sh in profile.get("shapes", []):
+            keys = self._baseline_keys(spec, dtype, sh["m"], sh["n"], names)
+            for b, k in keys.items():
+                if b in sh["baselines"] and b not in sh.get("baseline_age_s", {}):
+                    entries[k] = {"ms": sh["baseline_ms"][b], "tbs": sh["baselines"][b], "t": time.time()}
+        self.baselines.store(entries)
 
     def _attribute_fault(self, job: dict[str, Any], crashed: JobOutcome) -> JobOutcome:
         """A fault during verification, with the inputs read-only: verify again with them writable.
@@ -229,19 +340,18 @@ class Judge:
         spec.check_problem(1, 1, dtype)
         t0 = time.perf_counter()
         verdicts: list[Verdict | None] = [None] * len(sources)
-        statics = [static.check_source(s) for s in sources]
+        clocks: list[dict[str, float]] = [{} for _ in sources]
+        statics = []
+        for src, clock in zip(sources, clocks):
+            ts = time.perf_counter()
+            statics.append(static.check_source(src))
+            clock["static"] = time.perf_counter() - ts
         want_gpu = [s for s in opts.stages if s in ("verify", "profile")]
         vs, ps = opts.shapes_for(spec)
         if want_gpu and self.gpu_worker is not None:
             from llmcompile.targets import get_target, require_gpu
 
             require_gpu(get_target(self.target))
-            # before any candidate: a problem too large for this GPU is said so, not blamed on one
-            self.gpu_worker.wait_ready()
-            assert self.gpu_worker.ready is not None
-            gpu_total = self.gpu_worker.ready["gpu_total"]
-            stages = memplan.plan(spec, dtype, vs if "verify" in want_gpu else [], ps if "profile" in want_gpu else [])
-            memplan.check_fits(stages, gpu_total, self.gpu_worker.ready["gpu_name"])
         ns = sorted({n for _, n in vs} | {n for _, n in ps})
         todo = []
         for i, (src, st) in enumerate(zip(sources, statics)):
@@ -256,37 +366,85 @@ class Judge:
                 base.status, base.message = COMPILED, "static check passed (no other stage asked for)"
                 verdicts[i] = base
 
-        # Compile in parallel, a fresh sandboxed process per candidate; each thread takes every
-        # len(threads)-th candidate.
-        nw = self.compile_workers
-
-        def compile_share(k: int) -> list[tuple[int, JobOutcome]]:
-            return [(i, self._compile_and_seal(sources[i], spec, dtype, ns)) for i, _ in todo[k::nw]]
-
-        compiled: dict[int, JobOutcome] = {}
-        if todo:
-            with ThreadPoolExecutor(nw) as pool:
-                for share in pool.map(compile_share, range(nw)):
-                    compiled.update(dict(share))
-        for i, base in todo:
-            out = compiled[i]
-            art = out.payload.get("artifact")
-            if art is None or not want_gpu or self.gpu_worker is None:
-                verdicts[i] = _finish(base, out, opts, self.gpu)
-                continue
-            job = self._gpu_job(art, spec, dtype, opts, want_gpu)
-            gout = self.gpu_worker.run(job)
-            if gout.failure == "crashed" and gout.stage == "verify":
-                gout = self._attribute_fault(job, gout)
-            if gout.stage == "harness":
-                raise JudgeFailure(f"the judge failed on {spec.name} (not the candidate's doing): {gout.detail}")
-            gout.results.update(out.results)
-            gout.payload = out.payload
-            verdicts[i] = _finish(base, gout, opts, True)
-        for v in verdicts:
+        # Compile in parallel, each candidate its own sandboxed processes; each is handed to the
+        # GPU worker, in order, as soon as it is sealed, while the ones after it still compile.
+        with ThreadPoolExecutor(self.compile_workers) as pool:
+            futures = {i: pool.submit(self._compile_and_seal, sources[i], spec, dtype, ns, clocks[i]) for i, _ in todo}
+            if want_gpu and self.gpu_worker is not None and todo:
+                # while they compile: a problem too large for this GPU is said so, not blamed on one
+                facts = self.gpu_facts()
+                stages = memplan.plan(
+                    spec, dtype, vs if "verify" in want_gpu else [], ps if "profile" in want_gpu else []
+                )
+                memplan.check_fits(stages, facts["gpu_total"], facts["gpu_name"])
+            for i, base in todo:
+                out = futures[i].result()
+                ready = time.perf_counter()
+                verdicts[i] = self._gpu_stages(out, base, spec, dtype, opts, want_gpu, clocks[i], ready)
+                verdicts[i].finished_at = time.time()
+        for v, clock in zip(verdicts, clocks):
             assert v is not None
             v.wall_s = time.perf_counter() - t0  # the batch's wall time: its candidates share workers
+            v.timeline = {k: round(x, 3) for k, x in clock.items()}
+            v.finished_at = v.finished_at or time.time()
         return [v for v in verdicts if v is not None]
+
+    def _gpu_stages(
+        self,
+        out: JobOutcome,
+        base: Verdict,
+        spec: OpSpec,
+        dtype: str,
+        opts: JudgeOptions,
+        want_gpu: list[str],
+        clock: dict[str, float],
+        ready: float,
+    ) -> Verdict:
+        """Verify and profile one compiled candidate on the GPU worker (when asked and possible)."""
+        art = out.payload.get("artifact")
+        if art is None or not want_gpu or self.gpu_worker is None:
+            return _finish(base, out, opts, self.gpu)
+        job = self._gpu_job(art, spec, dtype, opts, want_gpu)
+        with self._gpu_lock:
+            clock["gpu_wait"] = time.perf_counter() - ready
+            gout = self.gpu_worker.run(job)
+            if gout.failure == "crashed" and gout.stage == "verify":
+                ta = time.perf_counter()
+                gout = self._attribute_fault(job, gout)
+                clock["attribute"] = time.perf_counter() - ta
+        if gout.stage == "harness":
+            raise JudgeFailure(f"the judge failed on {spec.name} (not the candidate's doing): {gout.detail}")
+        for stage in ("verify", "profile"):
+            if gout.results.get(stage):
+                clock[stage] = gout.results[stage].get("seconds", 0.0)
+        self._store_baselines(spec, dtype, gout.results.get("profile"), opts.baselines)
+        gout.results.update(out.results)
+        gout.payload = out.payload
+        return _finish(base, gout, opts, True)
+
+
+def _merged(outs: list[JobOutcome], cached: dict[int, compile_cache.Entry], ns: list[int]) -> JobOutcome:
+    """One candidate's compile result from its parts' (and the N the cache held): failed if any
+    part failed (its error, first), else every N with the largest N's resources."""
+    for o in outs:
+        if o.failure or not o.results.get("compile", {}).get("ok"):
+            return o
+    by_n: dict[str, Any] = {}
+    workspace = 0
+    seconds = 0.0
+    for o in outs:
+        c = o.results["compile"]
+        by_n.update({str(n): ks for n, ks in c.get("kernels_by_n", {}).items()})
+        workspace = c.get("workspace", workspace)
+        seconds = max(seconds, c.get("seconds", 0.0))
+    for n, e in cached.items():
+        by_n[str(n)] = [asdict(k) for k in e.kernels]
+        workspace = e.workspace if not outs else workspace
+    largest = str(max(ns))
+    result = CompileResult(True, list(ns), "", [], seconds, workspace, {}, sorted(cached))
+    data = asdict(result)
+    data["kernels"], data["kernels_by_n"] = by_n.get(largest, []), by_n
+    return JobOutcome({"compile": data})
 
 
 def profiled_message(v: Verdict) -> str:

@@ -83,6 +83,8 @@ class CompileResult:
     kernels: list[KernelResources] = field(default_factory=list)  # of the largest N
     seconds: float = 0.0
     workspace: int = 0  # fp32 elements of scratch the kernel asks for (kernel contract, rule 6)
+    kernels_by_n: dict[int, list[KernelResources]] = field(default_factory=dict)  # every N's
+    cached: list[int] = field(default_factory=list)  # the N whose sealed kernel came from the compile cache
 
 
 @dataclass
@@ -124,6 +126,9 @@ class ShapeTiming:
     baselines: dict[str, float] = field(default_factory=dict)  # impl -> TB/s
     baseline_ms: dict[str, float] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    # impl -> seconds since a baseline was timed, for those taken from the judge's baseline cache
+    # (harness/baseline_cache.py) rather than timed beside this candidate
+    baseline_age_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +170,11 @@ class Verdict:
     profile: ProfileResult | None = None
     wall_s: float = 0.0
     artifact: str | None = None  # the sealed kernel's directory (what was verified and timed)
+    # seconds in each of the judge's steps for this candidate: static, compile (the wall time of
+    # its parallel compile processes), seal, gpu_wait (compiled, waiting for the GPU worker),
+    # verify, profile, attribute (verifying again after a fault); `Judge` fills it
+    timeline: dict[str, float] = field(default_factory=dict)
+    finished_at: float = 0.0  # time.time() when the judge reached this verdict
 
     @property
     def passed(self) -> bool:
@@ -188,6 +198,9 @@ class Verdict:
         if d.get("compile"):
             c = dict(d["compile"])
             c["kernels"] = [KernelResources(**k) for k in c.get("kernels", [])]
+            c["kernels_by_n"] = {
+                int(n): [KernelResources(**k) for k in ks] for n, ks in c.get("kernels_by_n", {}).items()
+            }
             d["compile"] = CompileResult(**c)
         if d.get("verify"):
             v = dict(d["verify"])

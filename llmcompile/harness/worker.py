@@ -43,7 +43,9 @@ from llmcompile.harness.sandbox import CANDIDATE_LIMITS, GPU_LIMITS, Limits, Pid
 
 # Seconds a stage may take before its process is killed. `start` covers a process's own start-up
 # (imports, CUDA context) and is never charged to a candidate: a slow start is the judge's failure.
-DEFAULT_TIMEOUTS = {"start": 180.0, "compile": 300.0, "seal": 120.0, "verify": 240.0, "profile": 420.0, "ping": 60.0}
+DEFAULT_TIMEOUTS = {
+    "start": 180.0, "compile": 300.0, "seal": 120.0, "verify": 240.0, "profile": 420.0, "ping": 60.0, "warm": 120.0,
+}  # fmt: skip
 # How a process that ended by a signal ended, in words a candidate's author can act on.
 SIGNAL_WORDS = {
     signal.SIGXCPU: "it used up its CPU-time limit",
@@ -266,6 +268,12 @@ class CandidatePool:
         ch.start()
         return ch
 
+    def prestart(self) -> None:
+        """Start `warm` processes now, so the first candidates find them ready."""
+        with self._lock:
+            while not self._closed and len(self._idle) < self.warm:
+                self._idle.append(self._new())
+
     def _take(self) -> Channel:
         with self._lock:
             ch = self._idle.pop(0) if self._idle else None
@@ -330,8 +338,11 @@ def _serve() -> None:
     if gpu:
         import torch
 
+        from llmcompile.bench import versions
+
         torch.cuda.init()
         facts = {"gpu_total": torch.cuda.mem_get_info()[1], "gpu_name": torch.cuda.get_device_name()}
+        facts["versions"] = versions()  # (what a cached baseline's timing is keyed by)
     send(event="ready", pid=os.getpid(), **facts)
     for line in sys.stdin:
         if not line.strip():
@@ -345,6 +356,15 @@ def _serve() -> None:
             facts["candidate_modules"] = [m for m in sys.modules if m.startswith("llmcompile_kernel_")]
             facts["modules"] = len(sys.modules)
             send(event="result", stage="ping", data=facts)
+            send(event="done")
+            continue
+        if kind == "warm":  # the device's bandwidth, measured while the first candidates compile
+            from llmcompile.harness import gpu_stages
+            from llmcompile.kernels import READ_PROBES, copy_probe
+
+            send(event="stage", stage="warm")
+            copy, read = gpu_stages.device_bandwidth(copy_probe, READ_PROBES)
+            send(event="result", stage="warm", data={"copy_tbs": copy, "read_tbs": read})
             send(event="done")
             continue
         try:
@@ -429,7 +449,8 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
                 )
                 for m, n in shapes
             }
-            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need)
+            known = {tuple(int(v) for v in k.split("x")): e for k, e in job.get("baseline_cache", {}).items()}
+            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known)
             send(event="result", stage="profile", data=asdict(p))
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
         if gpu_stages.device_fault(e):

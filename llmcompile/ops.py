@@ -287,11 +287,12 @@ def generic_inputs(case: str, inputs: list[torch.Tensor], gen: torch.Generator) 
         for i, t in enumerate(inputs):
             if not t.is_floating_point():
                 continue
-            cycle = torch.tensor(CYCLE)[torch.randperm(len(CYCLE), generator=gen, device=gen.device).cpu()]
-            index = torch.zeros((), dtype=torch.int64)
+            order = torch.randperm(len(CYCLE), generator=gen, device=gen.device).to(t.device)
+            cycle = torch.tensor(CYCLE, device=t.device)[order]
+            index = torch.zeros((), dtype=torch.int64, device=t.device)
             for size in t.shape:
-                index = index.unsqueeze(-1) + torch.arange(size)  # the sum of each element's indices
-            out[i] = cycle[index % len(CYCLE)].to(t.dtype).to(t.device).reshape(t.shape)
+                index = index.unsqueeze(-1) + torch.arange(size, device=t.device)  # the sum of each element's indices
+            out[i] = cycle[index % len(CYCLE)].to(t.dtype).reshape(t.shape)
     elif case == "degenerate":
         if x.dim() < 1 or x.shape[0] < 3:
             return None

@@ -473,19 +473,25 @@ NEW: tuple[Bad, ...] = (
     ),
     Bad(
         "weight_as_scratch_restored",
-        "doubles the weight in place on the first row, then writes its old value back: bit-identical "
-        "afterwards, scratch meanwhile",
+        "the first row's CTA parks the weight in its output row, zeroes the weight, then puts it back: "
+        "bit-identical afterwards, garbage meanwhile for the rows that read it",
         (
             (
-                _RMS_STORE,
-                "        w = mW[c]\n"
-                "        if row == 0:\n"
-                "            mW[c] = (Float32(w) * 2.0).to(mW.element_type)\n"
-                "            mW[c] = w\n" + _RMS_STORE,
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n",
+                "    rstd = cute.math.rsqrt(s / n + eps, fastmath=True)\n"
+                "    if row == 0:\n"
+                "        for c in cutlass.range(tidx, n, THREADS):\n"
+                "            mO[row, c] = mW[c]\n"
+                "            mW[c] = (Float32(mW[c]) * 0.0).to(mW.element_type)\n"
+                "    cute.arch.barrier()\n"
+                "    if row == 0:\n"
+                "        for c in cutlass.range(tidx, n, THREADS):\n"
+                "            mW[c] = mO[row, c]\n"
+                "    cute.arch.barrier()\n",
             ),
         ),
         "wrong",
-        INPUT_WRITE,
+        ("input_write", *INPUT_WRITE),
         op="rmsnorm",
     ),
     Bad(

@@ -265,15 +265,17 @@ def _verify_case(
 ) -> CheckFailure | None:
     """One case at one shape: the call and its checks; with `repeats` (the large shape's first
     random seed) the repeats, the stale-output call and the changed-element call."""
-    gen = torch.Generator().manual_seed(base_seed * 7919 + case.seed * 104729 + m * 31 + n)
-    host = spec.make_inputs(m, n, dtype, gen, case.base, "cpu")  # the judge's copy: never on the device
+    gen = torch.Generator(device=device).manual_seed(base_seed * 7919 + case.seed * 104729 + m * 31 + n)
+    made = spec.make_inputs(m, n, dtype, gen, case.base, device)  # (on the GPU: seconds less a verify)
     values = {**spec.scalars, **(case.scalars or {})}
     exact = False
     if case.generic:
-        made = _generic(spec, dtype, case, host, gen, values, st, device)
-        if made is None:
+        generic = _generic(spec, dtype, case, made, gen, values, st)
+        if generic is None:
             return None
-        host, exact = made
+        made, exact = generic
+    host = [x.cpu() for x in made]  # the judge's copy, out of any kernel's reach during a call
+    del made
 
     def fail(check: str, detail: str) -> CheckFailure:
         return CheckFailure(check, m, n, case.name, case.seed, detail)
@@ -327,13 +329,14 @@ def _verify_case(
             if not all(_same_bits(a, b) for a, b in zip(first, ov)):
                 st.notes.append(f"M={m} N={n}: repeats differ in low bits (atomics or reduction order)")
         # New values at the same addresses, outputs left holding the old answer.
-        new = spec.make_inputs(m, n, dtype, torch.Generator().manual_seed(case.seed + 999), case.base, "cpu")
+        regen = torch.Generator(device=device).manual_seed(case.seed + 999)
+        new = [x.cpu() for x in spec.make_inputs(m, n, dtype, regen, case.base, device)]
         for g_, x in zip(ins, new):
             g_.load(x)
         if failure := call_and_check(new, "second call on new inputs at the same addresses: ", poison=False):
             return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
         # A few elements changed in place: an answer cached by a sample of the input shows.
-        changed = _nudged(new, torch.Generator().manual_seed(case.seed + 4242))
+        changed = _nudged(new, torch.Generator().manual_seed(case.seed + 4242))  # (on the host: one tensor)
         for g_, x in zip(ins, changed):
             g_.load(x)
         if failure := call_and_check(changed, "third call with a few input elements changed in place: ", poison=False):
@@ -348,18 +351,17 @@ def _generic(
     spec: OpSpec,
     dtype: str,
     case: Case,
-    host: list[torch.Tensor],
+    inputs: list[torch.Tensor],
     gen: torch.Generator,
     values: dict,
     st: _Run,
-    device: str,
 ) -> tuple[list[torch.Tensor], bool] | None:
-    """A generic case's inputs and whether outputs are held to `verify.exact_tolerance` on them;
-    None (with a note) where the case says nothing here or is not fair."""
-    made = generic_inputs(case.name, host, gen)
-    if made is None:
+    """A generic case's inputs (made from random `inputs`) and whether outputs are held to
+    `verify.exact_tolerance` on them; None (with a note) where the case says nothing here or is
+    not fair."""
+    dev = generic_inputs(case.name, inputs, gen)
+    if dev is None:
         return None
-    dev = [x.to(device) for x in made]
     if (why := _fair(spec, dtype, dev, values)) is not None:
         st.notes.append(f"case {case.name} skipped at M={dev[0].shape[0]}: {why}")
         return None
@@ -367,7 +369,7 @@ def _generic(
     if exact and (why := _fair(spec, dtype, dev, values, exact=True)) is not None:
         st.notes.append(f"case integers compared by the order bound, not exactly: {why}")
         exact = False
-    return made, exact
+    return dev, exact
 
 
 def _produce_inputs(ins: list[Guarded], host: list[torch.Tensor]) -> None:

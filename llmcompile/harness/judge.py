@@ -314,15 +314,23 @@ class Judge:
         v = again.results.get("verify")
         if v is None:
             return crashed
+        fault = crashed.detail.splitlines()[0][:160] if crashed.detail else "a fault"
         if v["ok"]:
             at = crashed.at
             detail = (
-                "wrote into an input: the kernel faulted when its inputs were mapped read-only "
-                f"({crashed.detail.splitlines()[0][:160]}), and ran clean when they were writable, so it writes "
-                "into an input (even one it puts back: anything reading that input meanwhile reads garbage)"
+                f"wrote into an input: the kernel faulted when its inputs were mapped read-only ({fault}), and ran "
+                "clean when they were writable, so it writes into an input (even one it puts back: anything reading "
+                "that input meanwhile reads garbage)"
             )
             failure = CheckFailure("input_write", at.get("m", 0), at.get("n", 0), at.get("case", ""), 0, detail)
             v = {**v, "ok": False, "failure": asdict(failure)}
+        elif v["failure"]["check"] not in ("out_of_bounds_write", "input_modified"):  # (those name the input)
+            f = v["failure"]
+            f["detail"] = (
+                f"wrote into an input: it faulted when its inputs were mapped read-only ({fault}); with them "
+                f"writable it fails this check ({f['check']}): {f['detail']}"
+            )
+            f["check"] = "input_write"
         return JobOutcome({"verify": v}, payload=crashed.payload)
 
     # ------------------------------------------------------------------ candidates

@@ -14,11 +14,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import operator
 import sys
 from pathlib import Path
 
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import fx, nn
 
 from llmcompile.ops import DEFAULT_TOL, OpError, OpSpec, TensorDesc, Tolerance, dtype_name
 
@@ -135,6 +137,50 @@ def _independent_rows(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor
         and torch.allclose(a.double(), w[:1].double(), rtol=1e-3, atol=1e-3 * float(w.abs().max()), equal_nan=True)
         for a, w in zip(alone, whole)
     )
+
+
+# What keeps small integers small integers (summed, maxed, shifted, negated, multiplied, masked,
+# reordered): a graph of these alone is exact on the verify stage's "integers" case in any order;
+# one of the dividing ones at its end (a mean, a mean-reduced loss, a square root) makes it "divided".
+_EXACT = {
+    torch.sum, torch.amax, torch.amin, torch.max, torch.min, torch.cumsum, torch.flip, torch.cat, torch.abs,
+    torch.neg, torch.relu, F.relu, torch.clamp, torch.add, torch.sub, torch.mul, torch.unsqueeze, torch.narrow,
+    torch.zeros_like, torch.select, torch.square, torch.pow, operator.add, operator.sub, operator.mul,
+    operator.neg, operator.pow, operator.getitem,
+    "sum", "amax", "amin", "max", "min", "cumsum", "flip", "abs", "neg", "relu", "clamp", "clamp_min", "select",
+    "unsqueeze", "view", "reshape", "contiguous", "size", "narrow", "add", "sub", "mul", "flatten", "square", "pow",
+}  # fmt: skip
+_DIVIDING = {torch.mean, "mean", F.mse_loss, F.l1_loss, torch.sqrt, "sqrt", operator.truediv, torch.div, "div"}
+
+
+def _exactness(model: nn.Module, given: list) -> str:
+    """OpSpec.exact of a problem's model: "sum" where every node keeps small integers small
+    integers, "divided" where one dividing node ends it, else "" (or where it does not trace, or
+    takes a fractional scalar: x * 3.14 rounds, in float64 and in fp32 differently)."""
+    if any(isinstance(g, float) and not float(g).is_integer() for g in given):
+        return ""
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception:  # noqa: BLE001 - data-dependent control flow: not known to be exact
+        return ""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    dividing = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            if node.op == "call_module":
+                return ""
+            continue
+        consts = [a for a in node.args[1:] if isinstance(a, (int, float)) and not isinstance(a, bool)]
+        if any(float(c) != int(c) for c in consts if isinstance(c, float)):
+            return ""  # a fractional constant: not an integer any more
+        if node.target in _DIVIDING:
+            dividing.append(node)
+        elif node.target not in _EXACT:
+            return ""
+    if not dividing:
+        return "sum"
+    results = out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+    return "divided" if len(dividing) == 1 and dividing[0] in results else ""
 
 
 def _output_shapes(model: nn.Module, inputs: list, path: Path, cpu_fallback: bool = True) -> list[torch.Tensor]:
@@ -255,6 +301,7 @@ def load_problem(path: str | Path) -> OpSpec:
         fixed_shapes=((m0, n),),
         batchable=batchable,
         independent_rows=batchable and _independent_rows(model, mod, m0, outputs, path),
+        exact=_exactness(model, given),
         source_path=str(path.resolve()),
     )
     _CACHE[key] = spec

@@ -150,9 +150,10 @@ class OpSpec(HasTensors):
     extra_verify: tuple[tuple[int, int], ...] = ()
     # GPU bytes the float64 reference holds beyond its inputs and outputs (attention's scores)
     reference_scratch: int = 0
-    # every honest order of it is exact on small integers (a sum, a max, a cumsum): the verify
-    # stage's "integers" case then allows one output rounding, not the order's error bound
-    exact: bool = False
+    # every honest order of it is exact on small integers: "sum" (sums, maxima, cumsums, products
+    # of them: one output rounding allowed on the verify stage's "integers" case) or "divided"
+    # (the same ended by a division or square root: a mean, a norm); "" for none
+    exact: str = ""
     # scalar values the verify stage also calls with, each on inputs of the named case: a kernel
     # that hard-codes eps or ignore_index is wrong for every caller who passes another
     scalar_cases: tuple[tuple[str, dict[str, float | int]], ...] = ()

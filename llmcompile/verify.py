@@ -15,9 +15,10 @@ the result, and one thread walking all K terms in sequence errs up to 1.4 * u * 
 No tolerance fair to that order can see one skipped term among 131072 same-sign ones, so the
 verify stage also
 runs inputs on which skipped work shows plainly: spikes at every edge and at random places (a
-term many times the rest), and, for ops whose every honest order is exact on small integers (a
-sum, a max: `OpSpec.exact`), small integers whose sums fp32 holds exactly, compared with
-`exact_tolerance`: one output rounding and EXACT_FACTOR * u * |terms| of division or merge error.
+term many times the rest), and, for ops whose every honest order is exact on small integers
+(`OpSpec.exact`), small integers whose sums fp32 holds exactly, compared with `exact_tolerance`:
+one output rounding for a sum or a max ("sum"), and EXACT_FACTOR * u * |terms| more where a
+division or square root ends it (a mean, a norm: "divided").
 """
 
 from __future__ import annotations
@@ -173,11 +174,16 @@ def ulp(r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(a > 0, torch.exp2(exp - _MANTISSA.get(dtype, 23)), 0.0)
 
 
-def exact_tolerance(r: torch.Tensor, mags: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+EXACT_KINDS = ("sum", "divided")
+
+
+def exact_tolerance(r: torch.Tensor, mags: torch.Tensor, out_dtype: torch.dtype, kind: str) -> torch.Tensor:
     """On inputs whose every honest order is exact (small integers summed in fp32): one rounding
-    into the output dtype (a whole ulp: a division's own rounding, then the output's), and what
-    a merge of running means may add (EXACT_FACTOR x u x |terms|)."""
-    return ulp(r, out_dtype) + EXACT_FACTOR * FP32_ROUNDOFF * mags
+    into the output dtype (a whole ulp); for a "divided" op (a mean, a norm) also what a division,
+    a square root or a merge of running means may add (EXACT_FACTOR x u x |terms|)."""
+    if kind not in EXACT_KINDS:
+        raise ValueError(f"exactness {kind!r} is none of {EXACT_KINDS}")
+    return ulp(r, out_dtype) + (EXACT_FACTOR * FP32_ROUNDOFF * mags if kind == "divided" else 0.0)
 
 
 def _close(g: torch.Tensor, r: torch.Tensor, tol: Tolerance, slack: float | torch.Tensor) -> torch.Tensor:
@@ -230,26 +236,27 @@ class Reference:
         g = got.double()
         return g, self.refs[k].to(g.device).double().reshape(g.shape)
 
-    def allowed(self, k: int, got: torch.Tensor, exact: bool = False) -> torch.Tensor | None:
+    def allowed(self, k: int, got: torch.Tensor, exact: str = "") -> torch.Tensor | None:
         """What output k may differ from the reference by, element by element, beyond the spec's
-        own atol + rtol |ref| (None: nothing beyond them); with `exact`, all it may differ by."""
+        own atol + rtol |ref| (None: nothing beyond them); with `exact` (an OpSpec.exact kind),
+        all it may differ by."""
         g, r = self._pair(k, got)
         mag = self.mags[k].to(g.device).reshape(g.shape) if k < len(self.mags) else None
         if exact and g.is_floating_point() and mag is not None:
-            return exact_tolerance(r, mag, got.dtype)
+            return exact_tolerance(r, mag, got.dtype, exact)
         slack = torch.full_like(r, OWN_ERROR_FACTOR * (self.own_errs[k] or 0.0))
         if g.is_floating_point() and mag is not None:
             slack = torch.maximum(order_slack(mag, r, reduction_length(self.spec, self.inputs, got)), slack)
         return slack
 
-    def _ok(self, k: int, got: torch.Tensor, exact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _ok(self, k: int, got: torch.Tensor, exact: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g, r = self._pair(k, got)
         bound = self.allowed(k, got, exact)
         if exact and g.is_floating_point() and bound is not None:
             return g, r, _exact_close(g, r, bound)
         return g, r, _close(g, r, self.spec.tol(self.dtype), bound if bound is not None else 0.0)
 
-    def check(self, outputs: list[torch.Tensor], exact: bool = False) -> Mismatch | None:
+    def check(self, outputs: list[torch.Tensor], exact: str = "") -> Mismatch | None:
         """None if every output is within what it may differ by; else the first that is not."""
         for k, (desc, got) in enumerate(zip(self.spec.outputs, outputs)):
             g, r, ok = self._ok(k, got, exact)
@@ -257,7 +264,7 @@ class Reference:
                 return _mismatch(desc.name, got, g, r, ok)
         return None
 
-    def ratio(self, outputs: list[torch.Tensor], exact: bool = False) -> float:
+    def ratio(self, outputs: list[torch.Tensor], exact: str = "") -> float:
         """The largest |output - reference| over what that element may differ by (the verdict's
         margin: under 1 passes, over 1 fails; NaN where the reference is NaN counts 0, and an
         output NaN or inf where the reference is finite, inf)."""
@@ -282,12 +289,12 @@ def compare(
     outputs: list[torch.Tensor],
     scalars: dict | None = None,
     tally: KernelBenchTally | None = None,
-    exact: bool = False,
+    exact: str = "",
     widen_by_own: bool = True,
 ) -> Mismatch | None:
     """None if every output matches the float64 reference within the rule at the top of this
-    module. `exact`: the inputs are ones on which every honest order of `spec` is exact (its
-    "integers" case, where `spec.exact`), so floating outputs get `exact_tolerance` instead.
+    module. `exact` ("sum" or "divided", spec.exact): the inputs are ones on which every honest
+    order of `spec` is exact (its "integers" case), so floating outputs get `exact_tolerance`.
     `widen_by_own=False` leaves torch's own error out of the bound (to ask whether torch itself
     meets it). `tally` records KernelBench's verdict on the same outputs."""
     ref = Reference(spec, dtype, inputs, scalars, widen_by_own)

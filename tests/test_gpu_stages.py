@@ -147,7 +147,7 @@ def _sumsq_spec(rows: int, cols: int = 48) -> OpSpec:
         torch_fn=lambda x: x.pow(2).sum(0),
         fixed_shapes=((rows, cols),),
         batchable=False,
-        exact=True,  # squares of small integers, summed: exact in fp32 in any order
+        exact="sum",  # squares of small integers, summed: exact in fp32 in any order
     )
 
 

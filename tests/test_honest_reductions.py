@@ -13,23 +13,27 @@ import torch
 
 from tests import honest_reductions as H
 
-# Near-misses that no check of the output can see, each with the reason (the table has the numbers):
-# - fp16 accumulators where the output is bf16: their error stays under bf16's own rounding, or
-#   under its declared tolerance (rtol 2e-2); or where the reduction is a max, whose values fp16
-#   holds exactly;
-# - a term left out of a max that is not the max: the spikes put the max at the end of every row
-#   and column (the off-by-one), not in the middle;
-# - a term left out of a norm, variance or log-sum-exp over 2^17 and more in bf16: it moves the
-#   answer by less than bf16's declared tolerance (2e-2), even where the term is a spike;
-# - fp16 accumulators of a log-sum-exp or of a mean: they err less than fp32's declared tolerance
-#   (1e-4) there, the terms being at most 1 (exp(x - max)) or the sum being divided by K.
+# Near-misses that no check of the output can see, or that the op's declared tolerance admits,
+# each with the reason (the table has the numbers, 2^27 elements on the H100):
+# - fp16 accumulators where the output is bf16 (their error stays under bf16's own rounding), of
+#   a max (fp16 holds the values exactly or rounds them by less than the tolerance), of a
+#   log-sum-exp (terms at most 1: within fp32's rtol 1e-4), of a mean (the sum's error divided by
+#   K: 0.7-1.2x the bound, caught at some sizes and not at others);
+# - a term left out of a max that is not the max: the spikes put each max at the end of its row
+#   and column (an off-by-one), so only an end left out shows;
+# - a term left out of a norm, a variance or a log-sum-exp in bf16: it moves the answer by less
+#   than bf16's declared tolerance (2e-2, five ulps), spike or not;
+# - a term left out of the variance, norm, log-sum-exp or mean of a whole tensor (2^27 terms): it
+#   moves them by about 1/2^27, under fp32's resolution or (a mean by running updates) its honest
+#   orders' own spread;
+# - (CPU sizes) a middle term left out of a log-sum-exp over two dims: within the order bound.
 # Each is allowed to pass below; any other near-miss that passes fails the test.
 INVISIBLE = (
     lambda r: r.impl == "fp16 accumulators" and (r.dtype == "bfloat16" or r.kind in ("max", "logsumexp", "mean")),
     lambda r: r.kind == "max" and r.impl == "a middle row left out",
     lambda r: r.dtype == "bfloat16" and r.kind in ("norm", "var", "logsumexp"),
-    lambda r: r.shape == "whole tensor" and r.kind in ("var", "norm", "logsumexp"),
-    lambda r: r.shape == "several dims" and r.kind in ("logsumexp",) and r.impl == "a middle row left out",
+    lambda r: r.shape == "whole tensor" and r.kind in ("var", "norm", "logsumexp", "mean"),
+    lambda r: (r.shape, r.kind, r.impl) == ("several dims", "logsumexp", "a middle row left out"),
 )
 
 

@@ -129,3 +129,27 @@ def test_a_float64_reference_leaves_the_parameters_and_the_mode_alone(tmp_path: 
     want = (x - mean) / torch.sqrt(var + 1e-5) * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
     assert torch.allclose(ref, want, atol=1e-9)  # batch statistics, not the running ones
     assert not spec.independent_rows
+
+
+def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
+    """OpSpec.exact: "sum" where every node keeps small integers small integers, "divided" where
+    one dividing node ends it, "" otherwise (a fractional constant or scalar, an exp, a division
+    in the middle)."""
+
+    def problem(name: str, forward: str, args: str = "[torch.randn(16, 32)]") -> str:
+        f = tmp_path / f"{name}.py"
+        f.write_text(
+            "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x, *a):\n"
+            f"        return {forward}\n\n\ndef get_inputs():\n    return {args}\n\n\ndef get_init_inputs():\n    return []\n"
+        )
+        from llmcompile.kernelbench import load_problem
+
+        return load_problem(f).exact
+
+    assert problem("colsum", "x.abs().sum(0)") == "sum"
+    assert problem("cummax", "torch.cumsum(x * 2, dim=1)") == "sum"
+    assert problem("mean", "torch.mean((x - 1) ** 2)") == "divided"
+    assert problem("half", "x * 0.5") == ""
+    assert problem("exp", "torch.exp(x).sum(0)") == ""
+    assert problem("middle", "(x / x.abs().sum(0)).sum(1)") == ""
+    assert problem("scaled", "x * a[0]", "[torch.randn(16, 32), 3.14]") == ""

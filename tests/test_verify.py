@@ -128,3 +128,57 @@ def test_sums_over_rows_are_not_checked_chunk_by_chunk(op: str) -> None:
     assert verify.compare_rows(spec, "float32", inputs, right, chunk_elems=8 * 32) is None
     wrong = [right[0], right[1] * 1.01, *right[2:]]
     assert verify.compare_rows(spec, "float32", inputs, wrong, chunk_elems=8 * 32) is not None
+
+
+def _sum_spec(rows: int, cols: int, exact: str = "") -> OpSpec:
+    return OpSpec(
+        "sumsq",
+        "sum of squares over rows",
+        (TensorDesc("x", (str(rows), str(cols))), TensorDesc("out", (str(cols),), output=True)),
+        lambda x: [x.pow(2).sum(0)],
+        lambda *a: [],
+        tolerance={"float32": Tolerance(1e-5, 1e-4), "bfloat16": Tolerance(8e-3, 2e-2)},
+        torch_fn=lambda x: x.pow(2).sum(0),
+        exact=exact,
+    )
+
+
+def test_the_bound_grows_with_the_reduction_length_and_the_result() -> None:
+    """u (4 |terms| + 4 sqrt(K) |ref|): K from the shapes (inputs per output), |terms| the
+    reference on |x|; it admits one thread summing 16384 squares in sequence, not fp16."""
+    x = torch.randn(16384, 8, generator=torch.Generator().manual_seed(3))
+    spec = _sum_spec(16384, 8)
+    assert verify.reduction_length(spec, [x], torch.empty(8)) == 16384
+    assert verify.reduction_length(spec, [x], torch.empty(16384, 8)) == 1
+    seq = torch.zeros(8)
+    for row in x.pow(2):
+        seq += row  # the honest order that errs most
+    ref = verify.Reference(spec, "float32", [x])
+    assert ref.check([seq]) is None and 0.0 < ref.ratio([seq]) < 1.0
+    half = torch.zeros(8, dtype=torch.float16)
+    for row in x.pow(2)[:2048]:
+        half += row.half()  # fp16 accumulation of the first 2048 rows, then the rest in fp32
+    acc = half.float() + x.pow(2)[2048:].sum(0)
+    assert ref.check([acc]) is not None and ref.ratio([acc]) > 1.0
+    # the same slack computed directly
+    slack = verify.order_slack(torch.tensor([100.0]), torch.tensor([100.0]), 16384)
+    assert float(slack) == pytest.approx(verify.FP32_ROUNDOFF * (4 * 100 + 4 * 128 * 100))
+
+
+def test_exact_cases_allow_one_rounding_for_a_sum_and_a_division_more_for_a_mean() -> None:
+    r = torch.tensor([0.0, 7.0, 1000.0, -3.5], dtype=torch.float64)
+    mags = torch.tensor([10.0, 10.0, 1000.0, 10.0], dtype=torch.float64)
+    tol = verify.exact_tolerance(r, mags, torch.float32, "sum")
+    assert tol[0] == 0 and tol[2] == 2.0**-14  # one fp32 ulp at 1000; nothing at an exact zero
+    assert (verify.exact_tolerance(r, mags, torch.float32, "divided") > tol).all()
+    assert verify.exact_tolerance(r, mags, torch.bfloat16, "sum")[2] == 4.0  # one bf16 ulp at 1000
+    with pytest.raises(ValueError):
+        verify.exact_tolerance(r, mags, torch.float32, "roughly")
+    # a sum of small integers: exact, or off by a skipped term
+    x = torch.randint(-4, 5, (4096, 8), generator=torch.Generator().manual_seed(4)).float()
+    spec = _sum_spec(4096, 8, exact="sum")
+    ref = verify.Reference(spec, "float32", [x])
+    assert ref.check([x.pow(2).sum(0)], exact="sum") is None
+    skipped = x.pow(2)[1:].sum(0)
+    bad = ref.check([skipped], exact="sum")
+    assert bad is not None and bad.count == int((x[0] != 0).sum())

@@ -75,14 +75,21 @@ class BenchResult:
         return None
 
 
+# the packages a timing depends on: the key each is reported under, and its distribution's name
+_PACKAGES = {"cutlass": "nvidia-cutlass-dsl", "quack": "quack-kernels", "liger_kernel": "liger-kernel", "triton": "triton"}
+
+
 def versions() -> dict[str, str]:
+    """The software a measurement was made with (from package metadata: importing QuACK and Liger
+    to ask them would cost a GPU worker's start seconds)."""
+    import importlib.metadata as md
+
     out = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("cutlass", "quack", "liger_kernel", "triton"):
+    for key, dist in _PACKAGES.items():
         try:
-            m = __import__(mod)
-            out[mod] = getattr(m, "__version__", "?")
-        except Exception:  # noqa: BLE001
-            out[mod] = "absent"
+            out[key] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[key] = "absent"
     if torch.cuda.is_available():
         out["cuda"] = str(torch.version.cuda)
         out["gpu"] = torch.cuda.get_device_name(0)

@@ -277,7 +277,7 @@ class Reference:
                 bound = tol.atol + tol.rtol * r.abs() + (bound if bound is not None else 0.0)
             same = (g == r) | (torch.isnan(g) & torch.isnan(r))
             err = torch.where(same, 0.0, (g - r).abs())
-            q = torch.where(err == 0, 0.0, err / bound.clamp(min=1e-300))
+            q = torch.where(err == 0, 0.0, torch.where(bound > 0, err / bound.clamp(min=1e-300), float("inf")))
             worst = max(worst, float(q.nan_to_num(float("inf")).max()) if q.numel() else 0.0)
         return worst
 

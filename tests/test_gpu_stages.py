@@ -259,3 +259,46 @@ def test_fingerprints_see_a_swap() -> None:
     y[[3, 700]] = y[[700, 3]]
     assert gpu_stages.fingerprint(x) != gpu_stages.fingerprint(y)
     assert gpu_stages.fingerprint(x) == gpu_stages.fingerprint(x.clone())
+
+
+def test_every_timed_input_set_is_checked_not_only_the_first_and_last() -> None:
+    """A kernel that skips work on the input sets between the first and the last (a judge that
+    checks two sets of many sees nothing)."""
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=4, device="cpu")
+    middle = {sets.views[1][0].data_ptr(), sets.views[2][0].data_ptr()}
+
+    def skips_middle(x, out):
+        softmax(x[:32], out[:32]) if x.data_ptr() in middle else softmax(x, out)
+
+    bad = _timed(skips_middle, sets).check(sets.views)
+    assert bad is not None and "last written from input set" in bad, bad
+
+
+def test_a_write_into_another_input_set_during_the_timed_calls_is_caught() -> None:
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+    other = sets.views[1][0]
+
+    def writes_elsewhere(x, out):
+        softmax(x, out)
+        if x.data_ptr() != other.data_ptr():
+            other[5, 5] = 0.0  # into the set the next call reads
+
+    timed = _timed(writes_elsewhere, sets)
+    assert "input `x` (set 1) changed during the timed calls" in (timed.check(sets.views) or "")
+
+
+def test_a_hard_coded_ignore_index_fails_its_scalar_case() -> None:
+    import torch.nn.functional as F
+
+    spec = get_op("cross_entropy")
+
+    def ce(x, target, loss, ignore_index):
+        loss.copy_(F.cross_entropy(x.double(), target, ignore_index=ignore_index, reduction="none").float())
+
+    def ce_minus_100(x, target, loss, ignore_index):
+        ce(x, target, loss, -100)
+
+    shapes = [(3, 256), (41, 256)]
+    assert _verify(ce, spec, shapes).ok
+    v = _verify(ce_minus_100, spec, shapes)
+    assert _failed(v) in ("mismatch", "error") and "ignore_index=7" in v.failure.case, v.failure

@@ -76,7 +76,12 @@ class BenchResult:
 
 
 # the packages a timing depends on: the key each is reported under, and its distribution's name
-_PACKAGES = {"cutlass": "nvidia-cutlass-dsl", "quack": "quack-kernels", "liger_kernel": "liger-kernel", "triton": "triton"}
+_PACKAGES = {
+    "cutlass": "nvidia-cutlass-dsl",
+    "quack": "quack-kernels",
+    "liger_kernel": "liger-kernel",
+    "triton": "triton",
+}
 
 
 def versions() -> dict[str, str]:

@@ -275,3 +275,18 @@ def test_a_judge_bug_on_the_gpu_is_not_the_candidates_crash() -> None:
     assert not device_fault(RuntimeError("OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB"))
     # what the judge's own check raised on a loss's 0-dim output (reported as the judge's now)
     assert not device_fault(RuntimeError("self.dim() cannot be 0 to view Float as Byte"))
+
+
+def test_a_judge_sizes_itself_to_the_cores_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eval with one agent a GPU gives each its share of the host (LLMCOMPILE_CPUS): two agents
+    of 32 cores each starting 28 compile processes was slower than either alone."""
+    from llmcompile.harness.judge import host_cpus
+
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "16")
+    assert host_cpus() == 16
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "not a number")
+    assert host_cpus() >= 1
+    monkeypatch.delenv("LLMCOMPILE_CPUS")
+    import os
+
+    assert host_cpus() == len(os.sched_getaffinity(0))

@@ -192,8 +192,14 @@ class RayEvalRunner(EvalRunner):
             # (a cluster of our own needs no dashboard: starting one costs seconds and its web client)
             extra = {"include_dashboard": False} if local else {}
             ray.init(address=None if local else self.address, namespace=NAMESPACE, log_to_driver=False, **extra)
-        check_cluster(ray.cluster_resources(), self.suite.target, self.opts.compile_only)
+        resources = ray.cluster_resources()
+        check_cluster(resources, self.suite.target, self.opts.compile_only)
         env, limiter = dict(self.env), None
+        # agents on a node share its cores (one agent a GPU; compile-only, one a core, as Ray places
+        # them): each judge sizes its compile processes to its share
+        gpus = resources.get("GPU", 0.0)
+        per_task = 1.0 if self.opts.compile_only or not gpus else resources.get("CPU", 2.0) / gpus
+        env.setdefault("LLMCOMPILE_CPUS", str(max(1, int(per_task))))
         if self.opts.resolved_llm() == "openai":
             shared, limiter = start_rate_limiter(ray, self.llm_rate)
             env |= shared

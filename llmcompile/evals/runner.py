@@ -112,6 +112,7 @@ class EvalRunner:
         self.pdir = out / "problems"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stop = threading.Event()
+        self._slots = 1  # agents at once (set by run)
 
     # ---------------------------------------------------------------- bookkeeping
 
@@ -187,6 +188,8 @@ class EvalRunner:
         env = dict(os.environ)
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
+        # agents at once share the host's cores: each judge sizes its compile processes to its share
+        env.setdefault("LLMCOMPILE_CPUS", str(max(1, (os.cpu_count() or 2) // max(1, self._slots))))
         cmd = problem_command(p, self.suite, self.opts, run_dir)
         t0 = time.perf_counter()
         with open(log, "ab") as fh:
@@ -241,6 +244,7 @@ class EvalRunner:
             slots = list(gpu_slots(self.opts.gpus))
             if not slots:
                 raise SuiteError("no CUDA GPU is visible: run the eval with --compile-only, or on the target GPU")
+        self._slots = len(slots)
 
         def worker(i: int, device: str | None) -> None:
             name = f"gpu{device}" if device is not None else f"job{i}"

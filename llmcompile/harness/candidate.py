@@ -27,6 +27,7 @@ def main() -> None:
     from llmcompile import contract
     from llmcompile.harness import compiler
 
+    compiler.warm_up()  # (a fresh process's first compile costs seconds: not a candidate's)
     send(event="ready", pid=os.getpid())
     line = sys.stdin.readline()
     if not line.strip():

@@ -76,6 +76,18 @@ class JudgeOptions:
         return verify_shapes(spec, ns), prof
 
 
+def host_cpus() -> int:
+    """The cores this judge may keep busy: LLMCOMPILE_CPUS where an eval shares the host between
+    several agents (one a GPU), else the cores this process may run on."""
+    given = os.environ.get("LLMCOMPILE_CPUS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not Linux)
+        return os.cpu_count() or 2
+
+
 def source_sha(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
@@ -106,7 +118,7 @@ class Judge:
         self.gpu = gpu_available() if gpu is None else gpu
         self.timeouts = timeouts
         self.sandbox = isolation or sandbox(unsafe=unsafe_no_sandbox, gpu=self.gpu)
-        cpus = os.cpu_count() or 2
+        cpus = host_cpus()
         # candidates compiled at once, and processes each spreads its N over: about one a core
         self.compile_workers = compile_workers or max(1, min(4, cpus // 2))
         self.parts = max(1, (cpus - 2) // self.compile_workers)

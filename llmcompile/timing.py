@@ -64,11 +64,16 @@ def _time_events(run: Callable[[], None], reps: int) -> list[float]:
 REPS_SPREAD = 8
 
 
+def replays(reps: int) -> int:
+    """How many timed replays to make: `reps` and up to REPS_SPREAD - 1 more, drawn at random."""
+    return reps + secrets.randbelow(REPS_SPREAD)
+
+
 def time_calls(
     calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_ms: float = 2.0, graph: bool = True
 ) -> Timing:
     """Median milliseconds per call; `calls` are equivalent calls on different input sets."""
-    reps += secrets.randbelow(REPS_SPREAD)
+    reps = replays(reps)
     for c in calls:  # warm-up: compiles, autotunes, allocator pools
         c()
     torch.cuda.synchronize()

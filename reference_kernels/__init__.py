@@ -1,1 +1,1 @@
-"""Hand-written CuTe-DSL reference kernels, all in the one kernel contract (see llmcompile.contract)."""
+"""Hand-written CuTe-DSL reference kernels, all in the one kernel contract (see llmcompile.specs.contract)."""

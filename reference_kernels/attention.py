@@ -90,11 +90,8 @@ class AttentionKnobs:
     head_group: int | None = None
 
 
-# Causal: heads whose tiles interleave, longest first across them, by N. On the H100 (bf16,
-# D = 128) groups of 4 ran 0-4% faster than 1 at 2K-8K (evals/results/h100-2026-11-24); at
-# N <= 2K, where a head has few tiles to fill the tail with, 8 ran 1.4% and 1.9% faster than 4
-# in two sessions (-24, -24b: 490 / 483 and 486 / 477 TFLOP/s at 2K), at 8K 3% slower. The
-# offline search tries 0, 8 and 1.
+# Causal: heads whose tiles interleave, longest first across them, by N. Measurements:
+# docs/tuning.md, attention.CAUSAL_HEAD_GROUP.
 CAUSAL_HEAD_GROUP = ((2048, 8), (None, 4))
 L2_BYTES = 50 << 20  # the H100's L2 (and the H200's): K and V of a head group should fit
 

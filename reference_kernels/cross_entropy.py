@@ -17,43 +17,20 @@ from reference_kernels import reduce as R
 
 OP = "cross_entropy"
 
-# Where a row's target logit comes from, by N. "load": the row leader reads the target index
-# and then the logit while the row is in flight; on a short row that chain hides behind the
-# row. "registers": every thread reads the index, and the one holding that column takes the
-# logit from its registers; on a long row the leader's chain would hold up the whole row's
-# reduction. H100 bf16, TB/s (load / registers, from two runs a few minutes apart): 32768x512
-# 2.56/2.46, 32768x1024 2.70/2.68, 4096x65536 2.99/3.06, 1024x262144 2.87/2.98. "smem": the
-# leader reads the index while the row is in flight (or stages it beside the row: INDEX_LOAD)
-# and the logit from the staged row once it has landed (no second trip to memory); only where
-# a row is one warp's, staged, one tile a CTA ("load" elsewhere). H100 32768xN bf16, TB/s load
-# / smem, each twice (QuACK)
-# (evals/results/h100-2026-11-24e, ce3.txt): 256 2.118, 2.112 / 1.952, 1.951 (2.191); 512 2.387,
-# 2.386 / 2.488, 2.493 (2.563); 1024 2.733, 2.716 / 2.782, 2.766 (2.781); 2048 2.906, 2.919 /
-# 2.936, 2.944 (2.947).
+# Where a row's target logit comes from, by N: "load" (the leader reads it while the row is in
+# flight: short rows), "smem" (from the staged row), "registers" (the thread holding that column:
+# long rows, where the leader's chain would hold up the reduction). Measurements: docs/tuning.md,
+# cross_entropy.TARGET_LOGIT.
 TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
-# The three tables below shape dlogits (cross_entropy_fused). H100, TB/s, every variant checked
-# first and all timed back to back in one process (evals/results/h100-2026-11-26, ce-probs.txt,
-# ce-fused.txt; there our outputs rotate with the inputs while QuACK's dlogits reuse one buffer).
-# Where each value's softmax probability comes from, by N: "again", exp(x - lse), an exponential
-# a value after the reduction; "kept", the reduction's own exp(x - max) times 1 / sum, held across
-# it (as the forward softmax does). again / kept: bf16 32768x256 2.432 / 2.441, 32768x512 2.680 /
-# 2.686, 4096x65536 2.902 / 2.961, 1024x262144 2.629 / 2.737 (2.630 / 2.990 in the second run);
-# fp32 within 0.5% at every N of the grid.
+# Where dlogits' softmax probabilities come from (cross_entropy_fused), by N: "kept", the
+# reduction's own exp(x - max) / sum, held across it; "again", exp(x - lse) after it.
+# Measurements: docs/tuning.md, cross_entropy.PROBABILITIES.
 PROBABILITIES: tuple[tuple[int | None, str], ...] = ((None, "kept"),)
 # With dlogits, every thread of a row reads its target index (each may hold the target column);
 # where the loss's target logit comes from is TARGET_LOGIT's choice again, by these tables (16-bit
-# and 32-bit x; modes as there). "registers" takes the holder through a branch of its values, a
-# few dozen instructions a row that one lane of 32 runs: at N = 256, where a thread has 8 values,
-# ncu counted 24 active threads a warp, and the kernel took 14.46 us to QuACK's 13.12 (with
-# "registers" and ONEHOT "every", 13.34 to 13.25: evals/results/h100-2026-11-26, ce256*.txt).
-# "smem" ends each row on a warp barrier and a dependent shared load, which a bf16 row of 256
-# (one vector a thread) cannot hide. H100, us a call as the bench times the public function
-# (graphs, rotated inputs, dlogits into one buffer, as QuACK's are; ce-hot.txt), PROBABILITIES
-# "kept", ONEHOT "every", smem / registers / load (QuACK): bf16 32768x256 12.08 / 11.54 / 11.30
-# (11.18), 32768x512 24.45 / 24.96 / 25.33 (24.77), 32768x1024 46.84 / 47.49 / 47.81 (47.36);
-# fp32 32768x256 24.29 / 24.82 / 24.80 (24.64). Past 3072 "smem" is "load" (the row no longer one
-# warp's, or clustered), and the holder's branch costs little beside a long row: bf16 4096x65536
-# TB/s registers 2.978 / load 2.747 (our outputs rotating with the inputs: ce-fused.txt).
+# and 32-bit x; modes as there). "registers" takes the holder through a branch of its values, a few
+# dozen instructions a row that one lane of 32 runs. Measurements: docs/tuning.md,
+# cross_entropy.FUSED_TARGET_LOGIT.
 FUSED_TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
 FUSED_TARGET_LOGIT_32BIT: tuple[tuple[int | None, str], ...] = ((3072, "smem"), (None, "registers"))
 # How dlogits take 1 off the target column, by N: "holder", the thread holding it alone, in a
@@ -62,32 +39,14 @@ FUSED_TARGET_LOGIT_32BIT: tuple[tuple[int | None, str], ...] = ((3072, "smem"), 
 # 2.961 / 2.952; within 0.5% at 2048 and past 65536.
 ONEHOT: tuple[tuple[int | None, str], ...] = ((3072, "every"), (None, "holder"))
 
-# Where the row's exponentials take the one-FFMA form (reduce.exp_offset), by N: "fma", "sub". H100
-# bf16 32768xN, TB/s fma / sub (QuACK), every variant checked first, in one process, two runs
-# (evals/results/h100-2026-11-26b, exp-offset*.txt): the loss alone at 256 2.218, 2.213 / 2.144,
-# 2.147 (2.217), 512 2.520, 2.533 / 2.499, 2.518 (2.569), 2048 2.954 / 2.947; with the lse
-# (cross_entropy_fwd) at 256 1.852, 1.840 / 2.102, 2.088 (2.164), 512 2.502, 2.513 / 2.477, 2.487
-# (2.585), 2048 2.923 / 2.921; with dlogits, 256 2.999 / 3.006, 512 2.698 / 2.708; fp32 512 and
-# 1024 within 0.1%. (softmax and log_softmax: within 0.7%, "sub" kept.)
+# Where the row's exponentials take the one-FFMA form (reduce.exp_offset), by N and output:
+# "fma" where it measured faster, "sub" elsewhere. Measurements: docs/tuning.md, cross_entropy.EXP_OFFSET.
 EXP_OFFSET: tuple[tuple[int | None, str], ...] = ((512, "fma"), (None, "sub"))
 EXP_OFFSET_LSE: tuple[tuple[int | None, str], ...] = ((256, "sub"), (512, "fma"), (None, "sub"))
 EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
 
-# How the row leader reads its target index where the logit comes from the staged row, by N
-# (16-bit and 32-bit x): "plain", a global load; "staged", cp.async into shared memory in the
-# row's own commit group, read once the row has landed. ptxas moved the plain load (and an
-# ld.volatile, and one issued before the row's copies) past the row's wait to just before its
-# use at the row's end: the index's memory latency came after the row's, not beside it (ncu:
-# 27% of the warps' stall samples on that one use at bf16 32768x512). H100, TB/s plain /
-# staged (QuACK), every variant checked first, in one process (evals/results/h100-2026-11-26c,
-# ce-staged.txt): bf16 cross_entropy 512 2.537 / 2.590 (2.593), 1024 2.790 / 2.792 (2.802);
-# cross_entropy_fwd 512 2.518 / 2.579 (2.584), 1024 2.773 / 2.770; fp32 cross_entropy 512
-# 2.819 / 2.773 (2.830). (At 256 the logit is loaded, "load": with "smem" and either index,
-# 2.137-2.143 against 2.218.) Lost or no better at bf16 512, TB/s against the plain index's
-# 2.52-2.54 (ce-vars.txt, ce-before.txt, ce-vol.txt): the logit read from the staged row as soon
-# as it lands, before the reductions, 2.41-2.42 (2.58 with the staged index); the plain load
-# issued before the row's copies, 2.53; ld.volatile, 2.51; the loss written through selects
-# rather than a branch, 2.53.
+# How the row leader reads its target index where the logit comes from the staged row, by N (16-bit
+# and 32-bit x). Measurements: docs/tuning.md, cross_entropy.INDEX_LOAD.
 INDEX_LOAD: tuple[tuple[int | None, str], ...] = ((256, "plain"), (512, "staged"), (None, "plain"))
 INDEX_LOAD_32BIT: tuple[tuple[int | None, str], ...] = ((None, "plain"),)
 

@@ -18,11 +18,9 @@ from reference_kernels import reduce as R
 from reference_kernels.cross_entropy import softmax_from_lse, write_dlogits
 
 OP = "cross_entropy_bwd"
-# Threads per fp32 row, by N: the template's table (reduce.THREADS_PER_ROW), but a row of up to
-# 2048 over 256 threads (8 values a thread) rather than 32 (64 values). H100 fp32, TB/s at 32 /
-# 128 / 256 threads (QuACK), every variant checked first, in one process
-# (evals/results/h100-2026-11-26c, ceb32-small2.txt): 32768x2048 2.944 / 2.952 / 2.976 (2.970),
-# 131072x2048 2.967 / 2.972 / 2.999 (2.993); 32768x1024 2.903 / 2.912 / 2.905 (2.917), left at 32.
+# Threads per fp32 row, by N: the template's table (reduce.THREADS_PER_ROW), but a row of up to 2048
+# over 256 threads (8 values a thread) rather than 32 (64 values). Measurements: docs/tuning.md,
+# cross_entropy_bwd.THREADS_PER_ROW_32BIT.
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
     R.THREADS_PER_ROW[:2] + ((1024, 32), (2048, 256)) + R.THREADS_PER_ROW[2:]
 )

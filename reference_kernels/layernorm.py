@@ -21,39 +21,19 @@ OP = "layernorm"
 # 1024x262144 2.18/2.27/1.93 (fp32 vectors in shared memory cost the second CTA per SM).
 COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
 # Short fp32 rows take them through shared memory too, and at 1024 spread over 64 threads
-# (THREADS_PER_ROW_32BIT). H100 fp32, TB/s as the tables were (early, 32 threads a row) / smem /
-# 64 threads / both (QuACK), every variant checked first, in one process
-# (evals/results/h100-2026-11-26c, ln32-small2.txt): layernorm 32768x256 2.725 / 2.786 / 2.764
-# / 2.769 (2.733), 32768x512 2.769 / 2.891 / 2.888 / 2.879 (2.787), 32768x1024 2.868 / 2.906 /
-# 2.942 / 2.917 (2.899), 262144x1024 2.997 / 2.970 / 3.016 / 2.964 (3.000), 32768x2048 2.988 /
-# 2.908 / 2.976 / 2.870 (2.949); layernorm_fwd 32768x512 2.783 / 2.873 / 2.843 / 2.848 (2.800),
-# 32768x1024 2.908 / 2.900 / 2.925 / 2.898 (2.887).
+# (THREADS_PER_ROW_32BIT). Measurements: docs/tuning.md, layernorm.COLUMNS_32BIT.
 COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((512, "smem"), (65536, "early"), (None, "late"))
-# fp32 rows past 64K: 512 threads a row, half the values a thread (H100, late, TB/s, 256 vs 512
-# threads a row): 2048x131072 2.80/2.88, 1024x262144 2.12/2.63. bf16 keeps the template's 256
-# without a row loop (1024x262144: 2.35 vs 2.18 with smem, 2.26 late); with one, see below.
-# At 1024, 64 threads a row (COLUMNS_32BIT says why). 16-bit rows of 257-512 take 64 too (8
-# values a thread). H100 bf16 32768x512, TB/s at 32 / 64 threads (weight and bias early; smem;
-# late) (QuACK), every variant checked first, in one process (evals/results/h100-2026-11-26c,
-# ln16-512.txt): layernorm 2.654 / 2.755 (2.754; 2.653) (2.590), layernorm_fwd 2.592 / 2.729
-# (2.716; 2.630) (2.588).
-# (Both are the template's table, reduce.THREADS_PER_ROW, with these rows put in before its 3072.)
+# Threads per row, by N: the template's table with 64 threads at 1024 (and 16-bit 257-512), and
+# 512 for fp32 rows past 64K (half the values a thread). Measurements: docs/tuning.md,
+# layernorm.THREADS_PER_ROW_16BIT.
 THREADS_PER_ROW_16BIT: tuple[tuple[int | None, int], ...] = (
     R.THREADS_PER_ROW[:2] + ((256, 32), (512, 64)) + R.THREADS_PER_ROW[2:]
 )
 THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
     R.THREADS_PER_ROW[:2] + ((512, 32), (1024, 64)) + R.THREADS_PER_ROW[2:-1] + ((65536, 256), (None, 512))
 )
-# The longest rows: one CTA loops over row tiles (RowKnobs.row_loop), so weight and bias cross
-# L2 once per CTA rather than once per row. fp32 keeps them in registers and stages x in
-# shared memory instead (fp32 w and b would fill it), the next tile copied in during the
-# reduction. bf16 keeps them in shared memory, takes 512-thread CTAs (half the CTAs a
-# cluster) and loads the next tile into registers during the reduction (prefetch_registers).
-# H100 bf16, TB/s: 2048x131072 2.87 without a loop, 2.92 with this row; 1024x262144 2.72 with
-# the last table (loop 4, 256-thread CTAs, 16 a cluster), 2.88 with this row, 2.86 with it at
-# loop 4, 2.50 without its prefetch; the prefetch on the last table's CTAs: 2.50; staging bf16
-# x: 2.52-2.58. At 4096x65536 it gains too little to take (2.92/2.94). fp32 1024x262144
-# 2.37 without a loop, 2.84-2.86 with its row; 2048x131072 2.88/2.89 (too little to loop).
+# The longest rows: one CTA loops over row tiles, so weight and bias cross L2 once a CTA rather
+# than once a row. Measurements: docs/tuning.md, layernorm.LONG_ROW_16BIT.
 LONG_ROW_16BIT = {"row_loop": 2, "threads_per_row": 512, "prefetch_registers": True, "columns": "smem"}
 # (cluster_n: N / 32768 rounded up to a power of two: at most 64 values a thread)
 LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (

@@ -17,18 +17,11 @@ OP = "layernorm_bwd"
 __all__ = ["WORKSPACE", "launch"]
 
 # 16-bit rows staged (1) or held in registers (0), by N: unlike RMSNorm's (rmsnorm_bwd.STAGE_16BIT),
-# staged throughout once two tiles are in flight (rmsnorm_bwd.STAGING_DEPTH). H100 bf16, TB/s
-# staged / in registers (QuACK), all checked first and timed back to back
-# (evals/results/h100-2026-11-24d, sweep-depth.txt): 32768x8192 2.626 / 2.541 (2.642),
-# 16384x16384 2.483 / 2.388 (2.484).
+# staged throughout once two tiles are in flight (rmsnorm_bwd.STAGING_DEPTH). Measurements:
+# docs/tuning.md, layernorm_bwd.STAGE_16BIT.
 STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((None, 1),)
-# The arithmetic forms a row takes (rmsnorm_bwd.ARITHMETIC_16BIT says what each is). H100, TB/s
-# none / "dx" / "xhat" and "sums" / all three (every variant checked first, in one process;
-# evals/results/h100-2026-11-25b, arith.txt): bf16 65536x4096 2.980 / 2.775 / 2.774 / 2.680,
-# 16384x16384 2.827 / 2.829 / 2.897 / 2.485, 1024x262144 2.358 / 2.409 / 2.567 / 2.667; fp32
-# 1024x262144 1.954 / 1.876 / 2.514 / 2.570 (the other subsets at 262144: arith2.txt, none
-# better). Elsewhere all three, as the 2^28 grid measured them (within 1.5% of none at
-# 1024-131072, -24i and -25b bwd-norm.md).
+# The arithmetic forms a row takes (rmsnorm_bwd.ARITHMETIC_16BIT says what each is). Measurements:
+# docs/tuning.md, layernorm_bwd.ARITHMETIC_16BIT.
 ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = (
     (2048, ("dx", "xhat", "sums")), (4096, ()), (16384, ("xhat", "sums")), (None, ("dx", "xhat", "sums"))
 )  # fmt: skip
@@ -38,9 +31,7 @@ ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ("dx"
 # 1.763: evals/results/h100-2026-11-24e, ctas2.txt). 32-bit rows as RMSNorm's.
 CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((1024, 8), (2048, 4), (16384, 2), (None, 4))
 # Knob sets for 32-bit rows, by N (RMSNorm's are empty): cluster 8 at 16385-32768, two tiles staged
-# (rmsnorm_bwd.STAGING_DEPTH_32BIT). H100 fp32 8192x32768, TB/s cluster 4 / 8 (QuACK), every
-# variant checked first, in one process (evals/results/h100-2026-11-26d, layernorm_bwd-32-32k.txt):
-# two tiles 2.764 / 2.937 (2.814), one 2.670 / 2.226. (RMSNorm, two tiles: 2.832 / 2.267.)
+# (rmsnorm_bwd.STAGING_DEPTH_32BIT). Measurements: docs/tuning.md, layernorm_bwd.KNOBS_32BIT.
 KNOBS_32BIT: tuple[tuple[int | None, dict], ...] = ((16384, {}), (32768, {"cluster_n": 8}), (None, {}))
 
 

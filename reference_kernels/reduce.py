@@ -62,13 +62,9 @@ CLUSTER_N_32BIT: tuple[tuple[int | None, int], ...] = (
     (None, 16),
 )
 MAX_N = 262144 * 2  # beyond this a CTA's slice no longer fits in registers at cluster 16
-# Launch as a programmatic dependent (RowKnobs.dependent_launch). Without CUDA graphs, each
-# kernel of a stream otherwise starts only after the previous one has ended and its launch
-# has been processed: H100, eager calls back to back, cross_entropy bf16 32768x512 2.33-2.36
-# TB/s off, 2.61-2.64 on (QuACK 2.35-2.41), 32768x1024 2.60 -> 2.80 (evals/results/
-# h100-2026-11-26e). CUDA graphs keep the dependency: on QuACK's bf16 grid under graphs, on
-# ran at 0.993-1.068x off. Also releasing the next kernel as soon as every CTA has started
-# (griddepcontrol.launch_dependents) was no better at 512 and lost at 256 (1.52 against 1.95).
+# Launch as a programmatic dependent (RowKnobs.dependent_launch): without CUDA graphs the next
+# kernel's launch is processed while this one ends, not after. Measurements: docs/tuning.md,
+# reduce.DEPENDENT_LAUNCH.
 DEPENDENT_LAUNCH: tuple[tuple[int | None, bool], ...] = ((None, True),)
 
 

@@ -19,10 +19,9 @@ OP = "rmsnorm"
 # 2.82/2.50/2.64, and early is fastest at every bf16 N.
 COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((None, "early"),)
 COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "late"))
-# Staged through shared memory on clustered rows too (H100, fp32, 1024x262144: 2.64 TB/s
-# staged vs 2.56 direct; bf16 4096x65536 3.01 vs 2.96 with the row loop below). The longest
-# bf16 rows: two row tiles a CTA, the second loaded into registers during the first's
-# reduction (H100 bf16, TB/s, staged / this: 2048x131072 2.95/2.97, 1024x262144 2.81/2.95-2.97).
+# Staged through shared memory on clustered rows too (H100, fp32, 1024x262144: 2.64 TB/s staged vs
+# 2.56 direct; bf16 4096x65536 3.01 vs 2.96 with the row loop below). Measurements: docs/tuning.md,
+# rmsnorm.LONG_ROWS_16BIT.
 LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
     (131072, {"stage_smem": True}),
     (None, {"row_loop": 2, "prefetch_registers": True, "stage_smem": False}),

@@ -28,81 +28,28 @@ OP = "rmsnorm_bwd"
 # (8 with LayerNorm's db), past the CTAs a cluster of 16 can keep resident anyway.
 WORKSPACE = 1 << 23
 NUM_SMS = 132  # H100 SXM and H200
-# Row-tile CTAs (each of `cluster_n` CTAs) the grid keeps per SM, by N: enough rows in flight
-# to cover memory latency, few enough that the partial rows stay small beside the rows. H100,
-# 4096x65536, TB/s at 1 / 2 / 4 a SM: rmsnorm bf16 1.74/2.14/2.21, fp32 2.07/2.39/2.46 (QuACK
-# 2.15, 2.79); past 16K the grid is more CTAs than stay resident, and the spare ones fill the
-# SMs whose rows finished first.
-# 2 a SM from 2049 on: H100 65536x4096 bf16, TB/s at 4 / 2, every variant checked first, all timed
-# back to back (evals/results/h100-2026-11-24c, sweep-normbwd-4k.txt): layernorm 2.694 / 2.800
-# (QuACK 2.827), rmsnorm 2.768 / 2.785 (QuACK 2.895).
-# 32-bit rows take half as many a SM below 2K: H100 32768xN fp32, TB/s at 8 / 4 / 2 (QuACK)
-# (evals/results/h100-2026-11-24e, ctas32.txt, ctas2.txt): rmsnorm 256 2.259 / 2.352 / - (2.186),
-# 512 2.429 / 2.618 / 2.181 (2.423), 1024 2.562 / 2.758 / 2.294 (2.611), 2048 2.703 / 2.769 /
-# 2.820 (2.582); layernorm 256 1.902 / 1.943 / - (1.777), 1024 2.356 / 2.600 / 2.147 (2.316),
-# 2048 2.615 / 2.486 / 2.738 (2.491). 16-bit rows at 512 and 1024 split: each op has its own
-# table (layernorm_bwd.CTAS_PER_SM keeps 8 at 1024, where 4 lost 10%). RMSNorm at 1024, H100
-# bf16, TB/s at 8 / 4 / 2 (QuACK), every variant checked first, in one process
-# (evals/results/h100-2026-11-26c, rmsbwd-ctas.txt): 32768x1024 2.423 / 2.514 / 2.104 (2.422),
-# 65536x1024 2.581 / 2.664 / 2.192 (2.603), 262144x1024 2.786 / 2.784 / 2.239 (2.765); at 512,
-# 8 / 4 2.292 / 2.280 (evals/results/h100-2026-11-24e, ctas2.txt).
+# Row-tile CTAs (each of `cluster_n` CTAs) the grid keeps per SM, by N: enough rows in flight to
+# cover memory latency, few enough that the partial rows stay small beside the rows. Measurements:
+# docs/tuning.md, rmsnorm_bwd.CTAS_PER_SM.
 CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((512, 8), (2048, 4), (16384, 2), (None, 4))
 CTAS_PER_SM_32BIT: tuple[tuple[int | None, int], ...] = ((1024, 4), (16384, 2), (None, 4))
-# Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table
-# would give a row with twice the registers behind each value (see ROW_ARRAYS). At 2048 and
-# 4096 that is 256 and 512 threads (64 registers, not 86-128: more rows in flight). H100, TB/s
-# at the old 128 / 256 threads -> 256 / 512 (evals/results/h100-2026-11-24, sweep-tpr.txt):
-# layernorm bf16 2.36 -> 2.55 at 131072x2048, 2.29 -> 2.41 at 65536x4096; fp32 2.47 -> 2.84
-# at 4096; rmsnorm 1-3% up. 1024 threads at 16384 lost 1-33%: from 8192 on, 256 and 512 stay.
-# With two tiles staged (STAGING_DEPTH), 256 at 4096 (evals/results/h100-2026-11-24d,
-# sweep-depth2.txt, TB/s at 256 / 512, QuACK): layernorm bf16 2.980 / 2.760 (2.838), rmsnorm
-# 2.831 / 2.832 (2.912), fp32 2.862 / 2.847 and 2.865 / 2.860.
+# Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table would
+# give a row with twice the registers behind each value (see ROW_ARRAYS). Measurements:
+# docs/tuning.md, rmsnorm_bwd.THREADS_PER_ROW.
 THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
     (256, 32), (512, 64), (1024, 128), (2048, 256), (8192, 256), (None, 512)
 )  # fmt: skip
-# Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N. Rows are
-# staged in shared memory and read twice, so a thread holds the fp32 column sums and w
-# across the reduction; held in registers instead (unstaged: odd N at 16 bits), each value
-# of the row slice cost ~7 registers (118-122 at 16 values a thread, 240-248 at 32). Past
-# 16K, w is read from shared memory (WEIGHT_IN) and a thread takes 32 values at 512 threads
-# (128 registers) rather than 16 at 1024 (64 registers, spilling). From 64K to 128K a 16-bit row
-# takes 16 a thread again, on a cluster twice as wide (8 at 64K, 16 at 128K, as fp32 rows
-# already had): H100 bf16, TB/s at cluster 4 / 8 (64K) and 8 / 16 (128K), every variant
-# checked first (evals/results/h100-2026-11-24i, long.txt, long2.txt): layernorm 4096x65536
-# 2.208 / 2.395, rmsnorm 2.617 / 2.624; 2048x131072 with whole waves (CLUSTERS_AT_ONCE)
-# layernorm 2.170 / 2.541, rmsnorm 2.529 / 2.796. At 32K, cluster 4 lost 25% (rmsnorm 2.756 /
-# 2.064): left at 32 values. At 256K, 16 values would take 1024 threads (rmsnorm 2.781 / 2.595).
+# Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N: staged rows
+# are read twice, so a thread holds the fp32 column sums and w across the reduction; past 16K w
+# comes from shared memory (WEIGHT_IN). Measurements: docs/tuning.md, rmsnorm_bwd.ROW_ARRAYS.
 ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (32768, 4), (131072, 8), (None, 4))
 WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
-# 16-bit rows staged in shared memory (1) or held in registers (0), by N. H100 bf16, TB/s staged /
-# in registers (QuACK), every variant checked first and all timed back to back
-# (evals/results/h100-2026-11-24c, sweep-normbwd-fixed.txt): rmsnorm 65536x4096 2.785 / 2.592
-# (2.914), 32768x8192 2.649 / 2.718 (2.731), 16384x16384 2.521 / 2.562 (2.556); layernorm
-# 4096 2.690 / 2.077 (2.834), 8192 2.565 / 2.553 (2.641), 16384 2.324 / 2.392 (2.476). Past
-# 16K a row slice in registers spills (228 B a thread at 32768): staged again. With two tiles in
-# flight (STAGING_DEPTH), 8192 stages too: 2.735 / 2.712 (2.712) (evals/results/h100-2026-11-24d).
-# With each tile's rstd loaded a tile ahead (see the kernel), 16384 stages and 8192 does not
-# (evals/results/h100-2026-11-24e, ahead2.txt): 16384 2.928 / 2.564 (2.559), 8192 2.626 / 2.722
-# (2.718; staged with rstd loaded in its own tile 2.741).
+# 16-bit rows staged in shared memory (1) or held in registers (0), by N. Measurements:
+# docs/tuning.md, rmsnorm_bwd.STAGE_16BIT.
 STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (8192, 0), (None, 1))
-# Row tiles a staged CTA keeps in shared memory at once, by N, for 16-bit and for 32-bit rows. At
-# 1 the next tile's copy is issued once the current tile is read for the last time (in flight
-# only while dx is written); at 2 it is issued before the current tile is waited on (in flight
-# through its whole reduction), for twice the staging (kept to 1 where that does not fit).
-# H100, TB/s at 2 / 1 (QuACK), every variant checked first, all timed back to back
-# (evals/results/h100-2026-11-24d, sweep-depth*.txt): layernorm bf16 524288x512 2.832 / 2.775
-# (QuACK 2.094), 262144x1024 2.812 / 2.775, 65536x4096 (512 threads a row) 2.750 / 2.796
-# (2.820), 32768x8192 2.626 / 2.550 (2.642), 16384x16384 2.483 / 2.339 (2.484); rmsnorm bf16
-# 512 2.908 / 2.888, 2048 2.856 / 2.884 (2.755), 4096 2.832 / 2.798 (2.912); fp32 layernorm
-# 4096 2.636 / 2.860, 8192 2.878 / 2.896 (2.841). Long rows, where one CTA of 512 threads fills
-# an SM's registers (sweep-long.txt): bf16 4096x65536 layernorm 1.924 / 1.828 (1.885), rmsnorm
-# 2.499 / 2.441 (2.166), 2048x131072 1.800 / 1.793 and 2.407 / 2.369; fp32 rmsnorm 65536 2.795 /
-# 2.665 (2.795), 131072 2.730 / 2.538 (2.457), layernorm 2.559 / 2.574 and 2.402 / 2.405.
-# 16-bit 256K, cluster 16 in whole waves (evals/results/h100-2026-11-24i, long.txt): rmsnorm
-# 2.752 / 2.604, layernorm 2.343 / 2.181. fp32 8192x32768 (cluster 4, 1 / 2 CTAs a SM), every
-# variant checked first, in one process (evals/results/h100-2026-11-26d, *-32-32k.txt): rmsnorm
-# 2.832 / 2.773 (QuACK 2.883), layernorm 2.764 / 2.670 (2.814; at cluster 8,
-# layernorm_bwd.KNOBS_32BIT, 2.937).
+# Row tiles a staged CTA keeps in shared memory at once, by N, for 16-bit and for 32-bit rows: at
+# 2 the next tile's copy is in flight through the whole reduction, for twice the staging.
+# Measurements: docs/tuning.md, rmsnorm_bwd.STAGING_DEPTH.
 STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (None, 2))
 STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((16384, 1), (131072, 2), (None, 1))
 # The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
@@ -118,14 +65,9 @@ SMEM_BUDGET = 220 * 1024
 # and w 192 KiB a CTA at cluster 4, 96 KiB at 8), 4 CTAs a SM in the grid, TB/s at cluster 4 /
 # 8: rmsnorm 2.46/2.68, layernorm 1.84/2.31 (QuACK 2.79, 2.66).
 SMEM_TWO_A_SM = SMEM_BUDGET // 2
-# Whether a clustered, staged row's loop sends tile i + 1's row sums before it waits on tile
-# i's (NormBackward.overlapped_rows), by N (0: one tile's reduction at a time). A long row's CTA
-# is alone on its SM (512 threads of 83-110 registers), and each tile's reduction waited on
-# the slowest warp of the cluster with nothing else to run. Taken where three staged tiles fit
-# (bf16 at 64K and 128K; not 256K, nor fp32 past 32K). H100 bf16, TB/s overlapped / one at a
-# time, every variant checked first (evals/results/h100-2026-11-24i, long3.txt): rmsnorm
-# 4096x65536 2.763 / 2.612, 2048x131072 2.897 / 2.800; layernorm 2.493 / 2.395 and 2.912 /
-# 2.540. (More staging alone, three or four tiles one at a time, gained nothing: long2.txt.)
+# Whether a clustered, staged row's loop sends tile i + 1's row sums before it waits on tile i's
+# (NormBackward.overlapped_rows), by N (0: one tile's reduction at a time). Measurements:
+# docs/tuning.md, rmsnorm_bwd.OVERLAP.
 OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
 OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_reduce_send)
 # With the folded sends (CLUSTER_SEND "cta"), the overlap is taken where its three staged tiles,
@@ -135,15 +77,8 @@ OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_redu
 # not run at (16-bit N of 50K-57K at cluster 4, 32-bit of 72K-81K at cluster 8, ...).
 SMEM_PER_CTA = 232448 - 1024
 # How a clustered row's sums reach its peers, by N: "warps", each warp sends its own to every
-# peer (at 256K, 16 warps to 16 peers: 256 stores a CTA, 8 KiB of slots at the overlap's four
-# stages for layernorm); "cta", the row's warps fold theirs in the CTA first and one warp sends
-# (16 stores, 1 KiB), at one CTA barrier more a tile. Folded, three staged tiles, w and the
-# scratch fit at 16-bit 256K (within 2 KiB), so the overlap is taken there too. 16-bit rows, not
-# yet measured: "warps" everywhere. 32-bit rows: "cta" at 256K, where one tile is staged and with
-# the second pass's refill in parts (REFILL_PARTS_32BIT says what each gave): layernorm fp32
-# 1024x262144 2.871-2.878 TB/s against 2.563-2.573, rmsnorm 2.912 against 2.900-2.905.
-# ("cta" alone there: 2.473. At fp32 8192x32768 with one tile staged, "cta" read 2.612 against
-# 2.627, and with 2 parts 2.657 against 2.666.)
+# peer; "cta", the CTA folds them first and one warp sends (fewer stores, one more barrier).
+# Measurements: docs/tuning.md, rmsnorm_bwd.CLUSTER_SEND.
 CLUSTER_SEND: tuple[tuple[int | None, str], ...] = ((None, "warps"),)
 CLUSTER_SEND_32BIT: tuple[tuple[int | None, str], ...] = ((131072, "warps"), (None, "cta"))
 # Where dx reads a staged row's x and dy from, by N: "smem", read again from shared memory
@@ -153,80 +88,32 @@ CLUSTER_SEND_32BIT: tuple[tuple[int | None, str], ...] = ((131072, "warps"), (No
 # rather than after dx. Not in the overlapped loop. Not yet measured: "smem" everywhere. (Read
 # again from global memory instead, where the tile has just been, the 256K rows spilled 300-536 B.)
 SECOND_READ: tuple[tuple[int | None, str], ...] = ((None, "smem"),)
-# How a bf16 row's x, dy and w become fp32 in registers, by N (reduce.widen): "cvt", a
-# conversion a value; "bits", two bit operations a pair of values, a third fewer instructions.
-# Each is read twice a tile: at 262144, 192 conversions a tile of 32 values a thread, some 300 of
-# layernorm's ~1080 SASS instructions a loop. Fewer instructions did not make it faster: ptxas
-# then moved the next tile's rstd, loaded a tile ahead, into a uniform register straight after
-# its load, and the warps waited on that load before each reduction. H100, TB/s cvt / bits, in one
-# process (evals/results/h100-2026-11-25b, widen.txt): layernorm bf16 1024x262144 2.658 / 2.000,
-# 4096x65536 2.892 / 2.884; rmsnorm 1024x262144 2.890 / 2.896, 4096x65536 2.833 / 2.898,
-# 65536x4096 2.844 / 2.835.
+# How a bf16 row's x, dy and w become fp32 in registers, by N (reduce.widen): "cvt", a conversion a
+# value; "bits", two bit operations a pair of values, a third fewer instructions. Measurements:
+# docs/tuning.md, rmsnorm_bwd.WIDEN_BF16.
 WIDEN_BF16: tuple[tuple[int | None, str], ...] = ((None, "cvt"),)
-# Which forms of a row's arithmetic the kernel takes, by N (each op its own table): "dx", dx
-# in two FMAs a value on the row's constants (see dx_of_rows), else made again from xhat and g;
-# "xhat", xhat in one FMA (LayerNorm alone); "sums", no branch around a one-row tile's column
-# sums (see accumulate). Fewer operations are not faster everywhere: ptxas schedules the loop
-# around them differently at each N. H100, TB/s none / all three / best (every variant checked
-# first, in one process; evals/results/h100-2026-11-25b, arith.txt): rmsnorm bf16 16384x16384
-# 2.931 / 2.889 / none ("dx" alone 2.578), fp32 1024x262144 2.889 / 2.539 / "dx" 2.896 ("sums"
-# alone 2.539), fp32 4096x65536 2.941 / 2.935; bf16 1024x262144 2.781 / 2.887 (-25, fma.txt).
-# LayerNorm: layernorm_bwd.ARITHMETIC_*.
+# Which forms of a row's arithmetic the kernel takes, by N (each op its own table): "dx", dx in
+# two FMAs a value on the row's constants (dx_of_rows); "xhat", xhat in one FMA (LayerNorm);
+# "sums", no branch around a one-row tile's column sums (accumulate). Fewer operations are not
+# faster everywhere: ptxas schedules the loop differently at each N. Measurements: docs/tuning.md,
+# rmsnorm_bwd.ARITHMETIC_16BIT.
 ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((131072, ()), (None, ("dx", "sums")))
 ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ()),)
 # How many parts a staged tile's copies are issued in and its two passes read it in, by N (one
-# commit group a part and tensor; a thread's vectors split in equal runs, reduce.chunk_of). The
-# first pass waits on each part alone, so a thread's arithmetic on the first parts runs while the
-# rest lands; at one tile staged (STAGING_DEPTH 1), each part of the next tile goes out as soon as
-# the second pass has read the part it refills. Not in the overlapped loop, nor with SECOND_READ
-# "registers"; fewer where a thread's vectors do not split so (reduce.fitting_chunks). It was
-# tried for layernorm_bwd fp32 1024x262144, where one tile is staged at a time and the loop falls
-# short of the copy, and lost there and nearly everywhere else. H100, TB/s at 1 / 2 / 4 parts,
-# every variant checked first, in one process (evals/results/h100-2026-11-26, chunks*.txt):
-# layernorm fp32 1024x262144 2.555 / 2.429 / 2.529 (8: 2.538), 2048x131072 2.902 / 2.772 / 2.787,
-# 4096x65536 2.926 / 2.901 / 2.909 (2.860 / 2.917 / 2.925 in an earlier call); bf16 1024x262144
-# 2.668 / 2.682 / 2.650, 65536x4096 2.993 / 2.812 / 2.809; rmsnorm fp32 1024x262144 2.902 /
-# 2.735 / 2.904, bf16 2.903 / 2.914 / 2.910, 65536x4096 bf16 2.875 / 2.862 / 2.853.
+# commit group a part and tensor; a thread's vectors split in equal runs, reduce.chunk_of).
+# Measurements: docs/tuning.md, rmsnorm_bwd.TILE_CHUNKS.
 TILE_CHUNKS: tuple[tuple[int | None, int], ...] = ((None, 1),)
-# How a staged tile's second pass refills its buffers where one tile is staged (STAGING_DEPTH 1),
-# by N, for 16-bit and for 32-bit rows: 0, the next tile's copies once the whole tile's dx is made;
-# p, the second pass in p parts (reduce.chunk_of; fewer where a thread's vectors do not split so,
-# reduce.fitting_chunks), each part's copies issued as soon as the part is read, before its dx
-# and its stores (the first pass and its one wait stay whole). One tile is staged at 16-bit N of
-# 16385-32768 and 32-bit N up to 16384 and past 131072; at fp32 256K the refill pays with
-# CLUSTER_SEND_32BIT's folded sends alone. H100, TB/s, every variant checked first, in one
-# process (evals/results/h100-2026-11-26d): bf16 8192x32768 0 / 2 / 8, layernorm 2.604 / 2.740 /
-# 2.710, rmsnorm 2.773 / 2.795 / 2.788 (*-16-32k.txt); fp32 ("cta" the folded sends) layernorm
-# 1024x262144 0 2.563-2.573, 2 2.591, 8 2.607; "cta" and 0 / 2 / 4 / 8, 2.473 / 2.758-2.783 /
-# 2.781 / 2.871-2.878 (ln32-256k*.txt); rmsnorm 2.900-2.905, "cta" and 8 2.912; 32768x8192
-# within 0.6% (*-32-mid.txt). (At fp32 8192x32768, 0 / 2 / 8 gave layernorm 2.627 / 2.666 /
-# 2.652 and rmsnorm 2.733 / 2.775 / 2.623 with one tile staged; two are staged there now,
-# STAGING_DEPTH_32BIT.) Lost at fp32 256K (ln32-256k*.txt): parts 1 (the whole refill before
-# dx, 92 B of spills) 2.190; the leading part held in registers from the first pass and refilled
-# before the reduction, 2.281-2.447 (60-112 B of spills); dw and db summed in the second pass,
-# 2.557, and with "cta" and 2, 2.685; the copies as cp.async.cg (L2 only) rather than .ca, 2.446
-# against 2.851 (cg-lnbwd.txt).
+# How a staged tile's second pass refills its buffers where one tile is staged (STAGING_DEPTH 1), by
+# N, for 16-bit and for 32-bit rows. Measurements: docs/tuning.md, rmsnorm_bwd.REFILL_PARTS.
 REFILL_PARTS: tuple[tuple[int | None, int], ...] = ((16384, 0), (32768, 2), (None, 0))
 REFILL_PARTS_32BIT: tuple[tuple[int | None, int], ...] = ((131072, 0), (None, 8))
-# Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). At 4096,
-# QuACK's shape: a CTA of 128 threads a row, 32 values a thread. H100 bf16, TB/s 256 threads a
-# row (16 values) / 128 (QuACK), every variant checked first, in one process (evals/results/
-# h100-2026-11-25b, q4096.txt): 65536x4096 2.845 / 2.865 (2.919), 32768x4096 2.797 / 2.821 (2.870).
-# (Held in registers across the reduction as well, SECOND_READ: 2.857 and 2.807.)
+# Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). Measurements:
+# docs/tuning.md, rmsnorm_bwd.KNOBS_16BIT.
 KNOBS_16BIT: tuple[tuple[int | None, dict], ...] = (
     (2048, {}), (4096, {"threads_per_row": 128, "num_threads": 128, "cluster_n": 1}), (None, {})
 )  # fmt: skip
-# Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). A cluster
-# needs its SMs in one GPC, and the H100 runs fewer clusters of 8 or 16 at once than 132 / 8 or
-# 132 / 16 (one CTA a SM, as at these N): a grid of a few more runs a last wave almost empty.
-# H100, TB/s at the old cap (16-33 clusters of 16, by the workspace or 4 CTAs a SM) / this one,
-# every variant checked first (evals/results/h100-2026-11-24i, long*.txt, cao8.txt): bf16
-# rmsnorm 2048x131072 2.525 / 2.796, 1024x262144 2.130 / 2.604; layernorm 2.281 / 2.541 and
-# 1.677 / 2.181; fp32 rmsnorm 2.779 / 2.946 and 2.677 / 2.897, layernorm 2.584 / 2.865 and 1.656 /
-# 1.930. 8 clusters of 16 ran at 55% of copy, 7 at 95%. Of 8 (4096x65536; bf16 overlapped, fp32
-# not), at 66 (the old cap) / 14 / 15 / 30 / 16: bf16 rmsnorm 2.762 / 2.859 / 2.773 / 2.790 / 2.066,
-# layernorm 2.479 / 2.872 / 2.726 / 2.754 / 1.858; fp32 rmsnorm 2.863 / 2.937 / 2.884 / 2.873,
-# layernorm 2.767 / 2.906 / 2.839 / 2.836.
+# Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). Measurements:
+# docs/tuning.md, rmsnorm_bwd.CLUSTERS_AT_ONCE.
 CLUSTERS_AT_ONCE: tuple[tuple[int | None, int], ...] = ((4, 0), (8, 14), (None, 7))
 
 

@@ -17,12 +17,9 @@ from reference_kernels import reduce as R
 
 OP = "softmax_bwd"
 
-# When log_softmax_bwd takes exp(y), by N: "after" the row reduction, where dx needs it (y held
-# as loaded); "before" it, beside the partial sums (held in fp32, twice the registers at 16 bits),
-# so that a long row's exponentials run while the reduction waits on the other warps and CTAs,
-# not after it. H100, TB/s after / before, every variant checked first, in one process
-# (evals/results/h100-2026-11-26, log-exp.txt): bf16 1024x262144 2.571 / 2.671, 2048x131072
-# 2.826 / 2.883, 4096x65536 2.891 / 2.926; within 0.5% at 16384 and 256, and in fp32.
+# When log_softmax_bwd takes exp(y), by N: "before" the row reduction on long rows, so the
+# exponentials run while it waits on the other warps and CTAs. Measurements: docs/tuning.md,
+# softmax_bwd.LOG_EXP.
 LOG_EXP: tuple[tuple[int | None, str], ...] = ((16384, "after"), (None, "before"))
 
 

@@ -7,10 +7,9 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from llmcompile.evals.suite import SuiteError
 from llmcompile.harness.sandbox import SandboxUnavailable
 from llmcompile.harness.worker import JudgeFailure
-from llmcompile.ops import (
+from llmcompile.specs import (
     BENCH_ELEMS,
     BENCH_N,
     BUILTIN,
@@ -21,7 +20,8 @@ from llmcompile.ops import (
     dtype_name,
     parse_shape,
 )
-from llmcompile.targets import TARGETS, TargetError, get_target, require_gpu
+from llmcompile.specs.targets import TARGETS, TargetError, get_target, require_gpu
+from llmcompile.suites.suite import SuiteError
 
 
 class UsageError(Exception):
@@ -35,7 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         outs = ", ".join(t.name for t in s.outputs)
         sc = ", ".join(f"{k}={v}" for k, v in s.scalars.items())
         print(f"  {s.name:14s} {s.summary}  [{ins} -> {outs}{'; ' + sc if sc else ''}]")
-    from llmcompile.kernelbench import load_dir, load_problem
+    from llmcompile.specs.kernelbench import load_dir, load_problem
 
     paths = [Path(p) for p in args.problems] or [p for p in (Path("evals/problems"),) if p.is_dir()]
     for path in paths:
@@ -69,7 +69,7 @@ def _parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from llmcompile import bench
+    from llmcompile.bench import grid
     from llmcompile.kernels import BY_NAME, READ_PROBES, copy_probe
 
     target = get_target(args.target)
@@ -87,7 +87,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = _baselines(args.baselines)
-    result = bench.run(
+    result = grid.run(
         ops,
         dtypes,
         shapes,
@@ -98,8 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         graph=not args.no_graph,
         rounds=args.rounds,
     )
-    paths = bench.write(result, Path(args.out), args.stem)
-    print(bench.markdown(result))
+    paths = grid.write(result, Path(args.out), args.stem)
+    print(grid.markdown(result))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -147,7 +147,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import json
 
     from llmcompile.harness import STAGES, Judge, JudgeOptions
-    from llmcompile.ops import get_op
+    from llmcompile.specs import get_op
 
     path = Path(args.kernel)
     if not path.is_file():
@@ -178,8 +178,8 @@ def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple
     offline search (which says so)."""
     import os
 
-    from llmcompile.offline import offline_provider
-    from llmcompile.providers import OpenAIProvider, ReplayProvider, choose_llm
+    from llmcompile.agent.offline import offline_provider
+    from llmcompile.agent.providers import OpenAIProvider, ReplayProvider, choose_llm
 
     model = args.model or os.environ.get("LLMCOMPILE_MODEL", "")
     llm = choose_llm(args.llm, model)
@@ -199,12 +199,12 @@ def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from llmcompile.agent import run_agent
+    from llmcompile.agent.loop import run_agent
+    from llmcompile.agent.providers import ProviderError
+    from llmcompile.agent.report import finalize, summary_table
+    from llmcompile.agent.runs import RunConfig, RunStore, config_dict, new_run_dir, process_started
     from llmcompile.harness import Judge, gpu_available
-    from llmcompile.ops import get_op
-    from llmcompile.providers import ProviderError
-    from llmcompile.report import finalize, summary_table
-    from llmcompile.runs import RunConfig, RunStore, config_dict, new_run_dir, process_started
+    from llmcompile.specs import get_op
 
     console = Console(stderr=True)
     if args.resume:
@@ -239,7 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg.provider, cfg.model, cfg.base_url = provider.name, model, args.base_url or ""
         store = RunStore(Path(args.out) if args.out else new_run_dir(Path(args.runs_dir), spec.name, target.name))
         store.write_json("config.json", config_dict(cfg))
-        from llmcompile.bench import versions
+        from llmcompile.bench.grid import versions
 
         store.write_json("versions.json", versions())
     if not provider.uses_llm:
@@ -284,9 +284,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from llmcompile.evals import report
-    from llmcompile.evals.runner import EvalOptions, EvalRunner
-    from llmcompile.evals.suite import load_suite
+    from llmcompile.suites import report
+    from llmcompile.suites.runner import EvalOptions, EvalRunner
+    from llmcompile.suites.suite import load_suite
 
     if args.suite == "compare":
         if len(args.more) != 2:
@@ -310,7 +310,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError("--llm openai needs --model")
     out = Path(args.out or f"evals/runs/{suite.name}-{suite.target}-{opts.resolved_llm()}")
     if args.backend == "ray":
-        from llmcompile.evals.ray_backend import RayEvalRunner, import_ray
+        from llmcompile.suites.ray_backend import RayEvalRunner, import_ray
 
         import_ray()  # (says how to install it, before anything is written)
         if args.llm_rate <= 0:
@@ -363,7 +363,7 @@ def _default_baselines(spec, text: str) -> str:  # noqa: ANN001 - an OpSpec
 
 
 def _baselines(text: str) -> list[str]:
-    from llmcompile.baselines import BASELINES
+    from llmcompile.bench.baselines import BASELINES
 
     names = [] if text in ("", "none") else text.split(",")
     if unknown := [b for b in names if b not in BASELINES]:
@@ -372,8 +372,8 @@ def _baselines(text: str) -> list[str]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from llmcompile import export
-    from llmcompile.harness.artifact import ArtifactError
+    from llmcompile.runtime import export
+    from llmcompile.runtime.artifact import ArtifactError
 
     out = Path(args.out)
     try:
@@ -493,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the agent over a suite of problems and report metrics (or: eval compare A B)",
         description="Rerun with the same --out to resume. `llmcompile eval compare A B` puts two evals side by side.",
     )
-    s.add_argument("suite", help="a suite file (e.g. evals/membound.toml), or 'compare'")
+    s.add_argument("suite", help="a suite file (e.g. evals/suites/membound.toml), or 'compare'")
     s.add_argument("more", nargs="*", help="with compare: the two eval directories")
     _llm_args(s, "auto (default), openai or offline")
     s.add_argument("--target", help="run the suite for this target instead of the one it names")

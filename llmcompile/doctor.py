@@ -37,7 +37,7 @@ def report() -> tuple[bool, str]:
     ok &= ffi is not None
     gpu = None
     if tv:
-        from llmcompile.targets import current_gpu
+        from llmcompile.specs.targets import current_gpu
 
         gpu = current_gpu()
     row(

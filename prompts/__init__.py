@@ -1,1 +1,1 @@
-"""Jinja2 prompt templates; rendered by llmcompile.prompting (no prompt text lives in Python)."""
+"""Jinja2 prompt templates; rendered by llmcompile.agent.render (no prompt text lives in Python)."""

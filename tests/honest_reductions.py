@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from llmcompile import verify
-from llmcompile.kernelbench import CUSTOM_TOL
-from llmcompile.ops import DTYPES, GENERIC_CASES, OpSpec, TensorDesc, generic_inputs
+from llmcompile.harness import verify
+from llmcompile.specs import DTYPES, GENERIC_CASES, OpSpec, TensorDesc, generic_inputs
+from llmcompile.specs.kernelbench import CUSTOM_TOL
 
 KINDS = ("sum", "mean", "var", "norm", "logsumexp", "max")
 # every honest order of these is exact on small integers, ended by nothing or by one division or root

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile.agent import run_agent
+from llmcompile.agent.loop import run_agent
+from llmcompile.agent.providers import OpenAIProvider, ProviderError, ReplayProvider, Slot
+from llmcompile.agent.runs import RunConfig, RunStore
 from llmcompile.harness import Judge, JudgeOptions
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
-from llmcompile.ops import get_op
-from llmcompile.providers import OpenAIProvider, ProviderError, ReplayProvider, Slot
-from llmcompile.runs import RunConfig, RunStore
+from llmcompile.specs import get_op
 from tests.bad_kernels import BASE
 from tests.llm_server import ScriptedServer
 

@@ -1,8 +1,8 @@
-"""The run's closing table (llmcompile/report.py)."""
+"""The run's closing table (llmcompile/agent/report.py)."""
 
 from __future__ import annotations
 
-from llmcompile.report import summary_table
+from llmcompile.agent.report import summary_table
 
 
 def _summary(unit: str | None) -> dict:
@@ -37,8 +37,8 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     rounds, the end; each judge stage summed over the candidates."""
     import json
 
-    from llmcompile.report import timeline_of, timeline_table
-    from llmcompile.runs import RunStore
+    from llmcompile.agent.report import timeline_of, timeline_table
+    from llmcompile.agent.runs import RunStore
 
     store = RunStore(tmp_path)
     t0 = 1000.0

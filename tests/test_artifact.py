@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract
-from llmcompile.harness import Judge, JudgeOptions, artifact
-from llmcompile.ops import get_op
+from llmcompile.harness import Judge, JudgeOptions
+from llmcompile.runtime import artifact, seal
+from llmcompile.specs import contract, get_op
 
 REF = Path(__file__).resolve().parents[1] / "reference_kernels"
 
@@ -57,7 +57,7 @@ EVIL = {
 
 
 def test_seal_exports_one_entry_under_our_name(host_module: str, tmp_path: Path) -> None:
-    obj, launches = artifact.seal(host_module, 1024)
+    obj, launches = seal.seal(host_module, 1024)
     assert obj[:4] == b"\x7fELF" and len(launches) == 1
     threads, smem = next(iter(launches.values()))
     assert threads > 0 and smem >= 0
@@ -74,17 +74,17 @@ def test_seal_exports_one_entry_under_our_name(host_module: str, tmp_path: Path)
 def test_seal_refuses_host_code_cute_dsl_never_emits(host_module: str, what: str) -> None:
     code, why = EVIL[what]
     with pytest.raises(artifact.ArtifactError, match="refused") as e:
-        artifact.seal(with_function(host_module, code), 1024)
+        seal.seal(with_function(host_module, code), 1024)
     assert why in str(e.value)
 
 
 def test_seal_refuses_text_that_is_not_a_module() -> None:
     with pytest.raises(artifact.ArtifactError, match="does not parse"):
-        artifact.seal("import os; os.system('id')", 1024)
+        seal.seal("import os; os.system('id')", 1024)
 
 
 def test_a_tampered_object_is_not_loaded(host_module: str, tmp_path: Path) -> None:
-    obj, _ = artifact.seal(host_module, 1024)
+    obj, _ = seal.seal(host_module, 1024)
     man = artifact.ArtifactManifest(
         "softmax", "bfloat16", {"1024": "n1024.o"}, {"1024": "llmcompile_n1024"}, {"n1024.o": artifact.sha256(obj)}
     )
@@ -100,8 +100,8 @@ def test_a_tampered_object_is_not_loaded(host_module: str, tmp_path: Path) -> No
 
 
 def test_judge_writes_the_artifact_and_best_loads_it(tmp_path: Path) -> None:
+    from llmcompile.agent.runs import RunStore
     from llmcompile.loader import load
-    from llmcompile.runs import RunStore
 
     opts = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 1024)], verify_ns=[1024, 5001])
     with Judge(gpu=False, compile_workers=1) as j:
@@ -144,7 +144,8 @@ LEVEL1 = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level
 def test_a_kernel_with_a_workspace_gets_it_recorded_and_bound(tmp_path: Path) -> None:
     """Kernel contract rule 6: the module's WORKSPACE reaches the manifest, and the loaded
     function takes the problem's tensors alone (the scratch is bound after the outputs)."""
-    from llmcompile import contract, patterns
+    from llmcompile.agent import patterns
+    from llmcompile.specs import contract
     from reference_kernels import total as T
 
     spec = get_op(str(LEVEL1 / "94_MSELoss.py"))

@@ -8,28 +8,28 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmcompile.callpath import KernelFunction
-from llmcompile.ops import get_op
+from llmcompile.runtime.callpath import KernelFunction
+from llmcompile.specs import get_op
 
 
 def test_the_norm_references_are_torchs_gradients() -> None:
     """The float64 references the judge checks the norm kernels against are torch's autograd."""
-    from llmcompile import ops
+    from llmcompile.specs import references as ops
 
     gen = torch.Generator().manual_seed(0)
     x, w, b, dy = (torch.randn(s, generator=gen, dtype=torch.float64) for s in ((7, 33), 33, 33, (7, 33)))
     w = w.abs() + 0.5
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     F.rms_norm(leaves[0], (33,), leaves[1], 1e-6).backward(dy)
-    out, rstd = ops._ref_rmsnorm_fwd(x, w, 1e-6)
+    out, rstd = ops.ref_rmsnorm_fwd(x, w, 1e-6)
     torch.testing.assert_close(out, F.rms_norm(x, (33,), w, 1e-6))
-    for got, want in zip(ops._ref_rmsnorm_bwd(dy, x, w, rstd), leaves):
+    for got, want in zip(ops.ref_rmsnorm_bwd(dy, x, w, rstd), leaves):
         torch.testing.assert_close(got, want.grad)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     F.layer_norm(leaves[0], (33,), leaves[1], leaves[2], 1e-5).backward(dy)
-    out, mean, rstd = ops._ref_layernorm_fwd(x, w, b, 1e-5)
+    out, mean, rstd = ops.ref_layernorm_fwd(x, w, b, 1e-5)
     torch.testing.assert_close(out, F.layer_norm(x, (33,), w, b, 1e-5))
-    for got, want in zip(ops._ref_layernorm_bwd(dy, x, w, mean, rstd), leaves):
+    for got, want in zip(ops.ref_layernorm_bwd(dy, x, w, mean, rstd), leaves):
         torch.testing.assert_close(got, want.grad)
 
 
@@ -166,7 +166,7 @@ def test_norm_gradients_match_torch(dtype: torch.dtype, bias: bool, shape: tuple
 def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: str) -> None:
     """The loss and its gradient from one pass (cross_entropy_fused) against F.cross_entropy, with
     ignored rows, leading dims, an upstream gradient of 1 and one of 3 (the extra pass)."""
-    from llmcompile import autograd
+    from llmcompile.runtime import autograd
 
     gen = torch.Generator(device="cuda").manual_seed(2)
     for n in (1000, 128256):

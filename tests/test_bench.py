@@ -3,29 +3,30 @@ compute-bound ones (TFLOP/s against the dense GEMM probe), from hand-made result
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from llmcompile import bench
+from llmcompile.bench import grid
 from llmcompile.cli import _baselines
-from llmcompile.ops import OpError
+from llmcompile.specs import OpError
 
 
-def _result() -> bench.BenchResult:
-    res = bench.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1, compute={"bfloat16": 760.0})
+def _result() -> grid.BenchResult:
+    res = grid.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1, compute={"bfloat16": 760.0})
     res.rows += [
-        bench.BenchRow("softmax", "bfloat16", 4096, 4096, "llmcompile", 0.1, 2.9, 96.7),
-        bench.BenchRow("softmax", "bfloat16", 4096, 4096, "quack", 0.1, 2.8, 93.3),
-        bench.BenchRow("attention", "bfloat16", 16, 16384, "llmcompile", 6.0, 350.0, 46.1, "", "TFLOP/s"),
-        bench.BenchRow("attention", "bfloat16", 16, 16384, "fa4", 3.0, 700.0, 92.1, "", "TFLOP/s"),
-        bench.BenchRow("attention", "bfloat16", 16, 16384, "sdpa_cudnn", None, None, None, "no", "TFLOP/s"),
+        grid.BenchRow("softmax", "bfloat16", 4096, 4096, "llmcompile", 0.1, 2.9, 96.7),
+        grid.BenchRow("softmax", "bfloat16", 4096, 4096, "quack", 0.1, 2.8, 93.3),
+        grid.BenchRow("attention", "bfloat16", 16, 16384, "llmcompile", 6.0, 350.0, 46.1, "", "TFLOP/s"),
+        grid.BenchRow("attention", "bfloat16", 16, 16384, "fa4", 3.0, 700.0, 92.1, "", "TFLOP/s"),
+        grid.BenchRow("attention", "bfloat16", 16, 16384, "sdpa_cudnn", None, None, None, "no", "TFLOP/s"),
     ]
     return res
 
 
 def test_memory_and_compute_rows_get_their_own_tables() -> None:
-    md = bench.markdown(_result())
+    md = grid.markdown(_result())
     memory, compute = md.split("dense GEMM probe")
     assert "| softmax | bfloat16 | 4096 | 4096 | 2.90 | 2.80 | 96.7 | 1.036 |" in memory
     assert "attention" not in memory and "softmax" not in compute
@@ -37,7 +38,7 @@ def test_memory_and_compute_rows_get_their_own_tables() -> None:
 def test_each_plot_panel_draws_its_own_limit(tmp_path: Path) -> None:
     res = _result()
     assert res.ceiling("attention", "bfloat16") == 760.0 and res.ceiling("softmax", "bfloat16") == 3.0
-    paths = bench.write(res, tmp_path, "mixed")
+    paths = grid.write(res, tmp_path, "mixed")
     assert all(p.stat().st_size > 0 for p in paths.values())
     assert '"gemm_tflops": {' in paths["json"].read_text()
 
@@ -52,12 +53,12 @@ def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.
     """The float64 check of what our timed calls wrote lowers the GPU's clocks for seconds, so
     it runs after the baselines are timed (not between ours and theirs), and the GPU settles
     before anything else is timed; a wrong output still marks our row."""
-    from llmcompile import timing
-    from llmcompile.ops import get_op
+    from llmcompile.bench import timing
+    from llmcompile.specs import get_op
 
     events: list[str] = []
-    monkeypatch.setattr(bench, "input_sets", lambda *a, **k: [["x"]])
-    monkeypatch.setitem(bench.BASELINES, "quack", lambda spec, s, sc: lambda: events.append("quack call"))
+    monkeypatch.setattr(grid, "input_sets", lambda *a, **k: [["x"]])
+    monkeypatch.setitem(grid.BASELINES, "quack", lambda spec, s, sc: lambda: events.append("quack call"))
 
     def fake_time(calls, graph=True):
         for c in calls:
@@ -72,7 +73,7 @@ def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.
         events.append("check")
         return "row 3 differs"
 
-    rows = bench.bench_one(
+    rows = grid.bench_one(
         get_op("softmax"), lambda *s: events.append("ours call"), 4, 1024, "bfloat16", 3.0, ["quack"], check=check
     )
     assert events == ["ours call", "timed", "quack call", "timed", "check", "settle"]
@@ -82,14 +83,14 @@ def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.
 def test_rounds_take_turns_and_each_keeps_its_median(monkeypatch: pytest.MonkeyPatch) -> None:
     """With rounds, ours and each baseline are timed in turn (in a rotated order) and each row is
     its median round; a baseline that fails in a round is reported, not retried."""
-    from llmcompile import timing
-    from llmcompile.ops import get_op
+    from llmcompile.bench import timing
+    from llmcompile.specs import get_op
 
     order: list[str] = []
     times = {"llmcompile": iter([3.0, 1.0, 2.0]), "quack": iter([5.0, 4.0, 6.0])}
-    monkeypatch.setattr(bench, "input_sets", lambda *a, **k: [["x"]])
-    monkeypatch.setitem(bench.BASELINES, "quack", lambda spec, s, sc: lambda: "quack")
-    monkeypatch.setitem(bench.BASELINES, "eager", lambda spec, s, sc: lambda: "eager")
+    monkeypatch.setattr(grid, "input_sets", lambda *a, **k: [["x"]])
+    monkeypatch.setitem(grid.BASELINES, "quack", lambda spec, s, sc: lambda: "quack")
+    monkeypatch.setitem(grid.BASELINES, "eager", lambda spec, s, sc: lambda: "eager")
 
     def fake_time(calls, graph=True):
         name = calls[0]() or "llmcompile"
@@ -100,8 +101,8 @@ def test_rounds_take_turns_and_each_keeps_its_median(monkeypatch: pytest.MonkeyP
         return timing.Timing(t, t, 1, graph)
 
     monkeypatch.setattr(timing, "time_calls", fake_time)
-    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)  # (after the failure; no GPU here)
-    rows = bench.bench_one(
+    monkeypatch.setattr(grid.torch.cuda, "synchronize", lambda: None)  # (after the failure; no GPU here)
+    rows = grid.bench_one(
         get_op("softmax"), lambda *s: None, 4, 1024, "bfloat16", 3.0, ["quack", "eager"], graph=False, rounds=3
     )
     assert order == ["llmcompile", "quack", "eager", "quack", "llmcompile", "llmcompile", "quack"]
@@ -113,15 +114,23 @@ def test_rounds_take_turns_and_each_keeps_its_median(monkeypatch: pytest.MonkeyP
 def test_rounds_show_how_far_the_ratio_moved() -> None:
     """With rounds, the memory table gives the lowest and highest ratio to QuACK of any one round
     (the two timed back to back in it), beside the ratio of the medians; without, no such column."""
-    res = bench.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1)
+    res = grid.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0}, read_tbs=3.1)
     res.rows += [
-        bench.BenchRow("softmax", "bfloat16", 32768, 2048, "llmcompile", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.02, 0.99]),
-        bench.BenchRow("softmax", "bfloat16", 32768, 2048, "quack", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.0, 1.0]),
-        bench.BenchRow("rmsnorm", "bfloat16", 32768, 256, "llmcompile", 1.0, 2.0, 66.7, rounds_ms=[1.0, 1.0, 1.0]),
-        bench.BenchRow("rmsnorm", "bfloat16", 32768, 256, "quack", None, None, None, "failed"),
+        grid.BenchRow("softmax", "bfloat16", 32768, 2048, "llmcompile", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.02, 0.99]),
+        grid.BenchRow("softmax", "bfloat16", 32768, 2048, "quack", 1.0, 2.88, 96.0, rounds_ms=[1.0, 1.0, 1.0]),
+        grid.BenchRow("rmsnorm", "bfloat16", 32768, 256, "llmcompile", 1.0, 2.0, 66.7, rounds_ms=[1.0, 1.0, 1.0]),
+        grid.BenchRow("rmsnorm", "bfloat16", 32768, 256, "quack", None, None, None, "failed"),
     ]
-    md = bench.markdown(res)
+    md = grid.markdown(res)
     assert "| ours % SOL | ours / QuACK | ours / QuACK by round |" in md
     assert "| softmax | bfloat16 | 32768 | 2048 | 2.88 | 2.88 | 96.0 | 1.000 | 0.980-1.010 |" in md
     assert "| rmsnorm | bfloat16 | 32768 | 256 | 2.00 | n/a | 66.7 | n/a | n/a |" in md
-    assert "by round" not in bench.markdown(_result())
+    assert "by round" not in grid.markdown(_result())
+
+
+def test_a_grid_read_back_from_its_json_is_the_same_grid(tmp_path: Path) -> None:
+    res = _result()
+    back = grid.BenchResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back == res
+    grid.plot(back, tmp_path / "again.png")  # (evals/scripts/replot.py: the plots a results folder no longer keeps)
+    assert (tmp_path / "again.png").stat().st_size > 1000

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from llmcompile.callpath import CallSpec, KernelFunction, _schema
-from llmcompile.ops import OpError, TensorDesc, get_op
+from llmcompile.runtime.callpath import CallSpec, KernelFunction, _schema
+from llmcompile.specs import OpError, TensorDesc, get_op
 
 
 def test_a_call_spec_round_trips_through_a_manifest() -> None:
@@ -102,7 +102,7 @@ def test_a_call_the_function_refuses_is_taken_again_on_the_checked_path() -> Non
 def test_sums_over_rows_keep_their_shape_on_the_fast_path_too() -> None:
     """A norm backward's dw (N,) is not a row output: leading dims of x do not reshape it (they
     once tried to), and a fast call makes it of shape (N,)."""
-    from llmcompile.callpath import _shaped
+    from llmcompile.runtime.callpath import _shaped
 
     dx, dw = _shaped([torch.zeros(6, 4), torch.ones(4)], torch.Size([2, 3]), (True, False))
     assert dx.shape == (2, 3, 4) and dw.shape == (4,)
@@ -199,7 +199,7 @@ def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() ->
     with pytest.raises(OpError, match="CUDA device"):
         fn(rows.cpu(), w)
     # the fast calls' outputs are made in C where native_call builds (it does on the H100 machine)
-    from llmcompile import native_call
+    from llmcompile.runtime import native_call
 
     assert native_call.available(), native_call.reason()
     assert native_call.is_caller(fn._fast[(torch.bfloat16, 1024, 2)])

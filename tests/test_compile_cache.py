@@ -9,7 +9,7 @@ import pytest
 
 from llmcompile.harness import Judge, JudgeOptions
 from llmcompile.harness.compile_cache import CompileCache, key
-from llmcompile.ops import get_op
+from llmcompile.specs import get_op
 
 REF = Path(__file__).resolve().parents[1] / "reference_kernels"
 OPTS = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 1024)], verify_ns=[1024, 5001, 4096])

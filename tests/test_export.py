@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import library
-from llmcompile.callpath import CallSpec
 from llmcompile.cli import main
-from llmcompile.harness import artifact
+from llmcompile.runtime import artifact, library
+from llmcompile.runtime.callpath import CallSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A fresh interpreter in which CuTe DSL cannot be imported loads the artifact (no GPU: no call).
 NO_CUTE_LOAD = """
 import sys
-from evals.fresh_load import NoCuteDSL
+from evals.scripts.fresh_load import NoCuteDSL
 sys.meta_path.insert(0, NoCuteDSL())
 from llmcompile.loader import load
 fn = load(sys.argv[1])
@@ -120,7 +119,11 @@ def test_export_refuses_what_it_cannot_ship(exported: Path, tmp_path: Path, caps
 @pytest.mark.gpu
 def test_an_exported_kernel_runs_in_a_fresh_process_without_cute_dsl(exported: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "evals.fresh_load", str(exported)], capture_output=True, text=True, cwd=ROOT, timeout=120
+        [sys.executable, "-m", "evals.scripts.fresh_load", str(exported)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cutlass imported: False" in done.stdout

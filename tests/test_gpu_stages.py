@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from llmcompile.harness import gpu_stages
-from llmcompile.ops import OpSpec, TensorDesc, Tolerance, get_op
+from llmcompile.specs import OpSpec, TensorDesc, Tolerance, get_op
 
 SOFTMAX = get_op("softmax")
 RMSNORM = get_op("rmsnorm")
@@ -306,7 +306,7 @@ def test_a_hard_coded_ignore_index_fails_its_scalar_case() -> None:
 
 def test_the_number_of_timed_replays_is_not_known_in_advance() -> None:
     """A kernel counting its calls cannot tell which replay is the last, whose outputs are checked."""
-    from llmcompile import timing
+    from llmcompile.bench import timing
 
     draws = {timing.replays(20) for _ in range(200)}
     assert min(draws) >= 20 and max(draws) < 20 + timing.REPS_SPREAD and len(draws) > 3

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
-from llmcompile.harness.compiler import parse_launches, parse_ptxas, with_launches
+from llmcompile.harness.compiler import parse_ptxas, with_launches
 from llmcompile.harness.sandbox import sandbox
 from llmcompile.harness.verdict import KernelResources, Verdict
 from llmcompile.harness.worker import CandidatePool
-from llmcompile.ops import BUILTIN, get_op
+from llmcompile.runtime.launches import parse_launches
+from llmcompile.specs import BUILTIN, contract, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling
 from tests.bad_kernels import BAD, BASE, HONEST
 

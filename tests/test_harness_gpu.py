@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmcompile.harness import PROFILED, Judge, JudgeOptions
-from llmcompile.ops import BUILTIN, get_op
+from llmcompile.specs import BUILTIN, get_op
 from tests.bad_kernels import BAD, HONEST
 
 pytestmark = pytest.mark.gpu

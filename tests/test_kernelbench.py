@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmcompile import verify
-from llmcompile.ops import OpError, get_op
+from llmcompile.harness import verify
+from llmcompile.specs import OpError, get_op
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "evals" / "problems"
 
@@ -45,8 +45,8 @@ needs_level1 = pytest.mark.skipif(not LEVEL1.is_dir(), reason=f"KernelBench leve
 
 @needs_level1
 def test_every_level1_problem_loads_and_verifies_on_bounded_sizes() -> None:
-    from llmcompile.kernelbench import load_dir
-    from llmcompile.ops import VERIFY_ELEMS, verify_shapes
+    from llmcompile.specs import VERIFY_ELEMS, verify_shapes
+    from llmcompile.specs.kernelbench import load_dir
 
     specs, errors = load_dir(LEVEL1)
     assert errors == {} and len(specs) == 50
@@ -142,7 +142,7 @@ def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
             "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x, *a):\n"
             f"        return {forward}\n\n\ndef get_inputs():\n    return {args}\n\n\ndef get_init_inputs():\n    return []\n"
         )
-        from llmcompile.kernelbench import load_problem
+        from llmcompile.specs.kernelbench import load_problem
 
         return load_problem(f).exact
 

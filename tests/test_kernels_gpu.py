@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmcompile.offline import ATTENTION_KNOBS, knob_fields
-from llmcompile.ops import BUILTIN
-from llmcompile.verify import compare, poison
+from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
+from llmcompile.harness.verify import compare, poison
+from llmcompile.specs import BUILTIN
 
 pytestmark = pytest.mark.gpu
 
@@ -233,7 +233,7 @@ def test_back_to_back_calls_read_what_the_kernel_before_wrote(n: int) -> None:
     """Calls queued with no synchronisation, each reading what the kernel before it on the
     stream wrote (torch's, then ours twice), launched as programmatic dependents
     (reduce.DEPENDENT_LAUNCH). At 65536 the rows span a cluster of CTAs. With the kernels'
-    wait taken out this still passed on the H100 (evals/results/h100-2026-11-26e, nowait.log):
+    wait taken out this still passed on the H100 (evals/results/row-forward, nowait.log):
     a grid that never releases its dependents early lets them launch only as it ends. The wait
     itself is checked in the PTX (test_reference_kernels_compile)."""
     import torch
@@ -360,7 +360,7 @@ def _attention_failures(entry, op: str, dtype: str, shapes=ATTENTION_SHAPES) -> 
     """`entry` (a kernel object, not the op's reference) against float64 on poisoned outputs."""
     import torch
 
-    from llmcompile import contract
+    from llmcompile.specs import contract
 
     spec = BUILTIN[op]
     failures = []
@@ -424,8 +424,8 @@ def test_fp32_attention_matches_float64_reference(case: str, warps_m: int) -> No
     import torch
     import torch.nn.functional as F
 
-    from evals.attention_fp32 import signature
-    from llmcompile import contract
+    from evals.scripts.attention_fp32 import signature
+    from llmcompile.specs import contract
     from reference_kernels.attention_tf32 import AttentionTf32
 
     failures = []

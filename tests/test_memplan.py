@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmcompile.harness.memplan import GIB, ProblemTooLarge, check_fits, plan, profile_bytes, verify_bytes
-from llmcompile.ops import get_op, verify_shapes
+from llmcompile.specs import get_op, verify_shapes
 
 LEVEL1 = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1"
 H100 = 79 * GIB
@@ -40,7 +40,7 @@ def test_too_large_says_what_it_needs_and_what_the_gpu_has() -> None:
 @pytest.mark.skipif(not LEVEL1.is_dir(), reason="KernelBench level 1 not beside the checkout")
 def test_level1_problems_at_their_own_size_fit_an_h100_or_say_why() -> None:
     """Verification is bounded for every problem; at their own sizes the timed runs fit 79 GiB."""
-    from llmcompile.kernelbench import load_dir
+    from llmcompile.specs.kernelbench import load_dir
 
     specs, _ = load_dir(LEVEL1)
     needs = {}

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from llmcompile import native_call
-from llmcompile.callpath import KernelFunction
-from llmcompile.native_call import OutputSpec
-from llmcompile.ops import OpError, get_op
+from llmcompile.runtime import native_call
+from llmcompile.runtime.callpath import KernelFunction
+from llmcompile.runtime.native_call import OutputSpec
+from llmcompile.specs import OpError, get_op
 
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
@@ -157,7 +157,7 @@ def test_a_bound_workspace_follows_the_outputs_and_per_column_outputs_take_n() -
 
 
 def test_a_kernel_with_a_workspace_binds_the_one_its_checked_call_made() -> None:
-    from llmcompile.contract import WithWorkspace
+    from llmcompile.specs.contract import WithWorkspace
 
     calls: list[int] = []
 

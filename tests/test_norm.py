@@ -63,7 +63,7 @@ def _compile(launch: Any, width: int, params: int, workspace: int, options: str 
     import cutlass
     import cutlass.cute as cute
 
-    from llmcompile import contract
+    from llmcompile.specs import contract
 
     contract.ensure_arch()
 

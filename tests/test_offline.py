@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmcompile.offline import knobs_repr, neighbours
+from llmcompile.agent.offline import knobs_repr, neighbours
 from reference_kernels.reduce import RowKnobs
 
 
@@ -29,11 +29,10 @@ def test_attention_search_tries_each_tile_size_once_with_the_right_mask(tmp_path
     and then it stops."""
     import os
 
-    from llmcompile import contract
+    from llmcompile.agent.offline import ATTENTION_KNOBS, CAUSAL_ONLY, AttentionSearch, offline_provider
+    from llmcompile.agent.providers import Slot
     from llmcompile.harness import static
-    from llmcompile.offline import ATTENTION_KNOBS, CAUSAL_ONLY, AttentionSearch, offline_provider
-    from llmcompile.ops import get_op
-    from llmcompile.providers import Slot
+    from llmcompile.specs import contract, get_op
 
     for op, causal in (("attention", False), ("attention_causal_d64", True)):
         spec = get_op(op)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract, patterns
+from llmcompile.agent import patterns
 from llmcompile.harness.static import check_source
-from llmcompile.ops import get_op
+from llmcompile.specs import contract, get_op
 
 # a KernelBench checkout's level1 folder, else the shared one beside this checkout
 LEVEL1 = Path(os.environ.get("KERNELBENCH_LEVEL1", Path(__file__).resolve().parents[2] / "shared/kernelbench/level1"))
@@ -256,8 +256,8 @@ def test_attention_matches_only_what_the_fp32_kernel_computes(tmp_path: Path) ->
 
 @needs_level1
 def test_attention_problem_prompt_carries_the_fp32_kernel() -> None:
-    from llmcompile.prompting import PromptContext, task_prompt
-    from llmcompile.targets import get_target
+    from llmcompile.agent.prompting import PromptContext, task_prompt
+    from llmcompile.specs.targets import get_target
 
     text = task_prompt(PromptContext(_problem(97), "float32", get_target("h100"), 90.0))
     assert "class AttentionTf32" in text and "A.launch(_heads(in0)" in text

@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from llmcompile import patterns
+from llmcompile.agent import patterns
 from llmcompile.harness.static import check_source
-from llmcompile.kernelbench import load_problem
-from llmcompile.ops import OpError
+from llmcompile.specs import OpError
+from llmcompile.specs.kernelbench import load_problem
 
 UNARY = (
     "torch.relu({a})", "torch.sigmoid({a})", "torch.tanh({a})", "torch.exp({a})", "torch.abs({a})",

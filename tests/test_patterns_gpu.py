@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract, patterns
-from llmcompile.ops import get_op, verify_shapes
+from llmcompile.agent import patterns
+from llmcompile.specs import contract, get_op, verify_shapes
 
 from .test_patterns import EXPECTED, LEVEL1, needs_level1
 
@@ -21,7 +21,7 @@ NUMS = sorted(n for nums in EXPECTED.values() for n in nums)
 def test_matched_kernel_is_right(num: int, tmp_path: Path) -> None:
     import torch
 
-    from llmcompile.verify import compare, poison
+    from llmcompile.harness.verify import compare, poison
 
     (path,) = LEVEL1.glob(f"{num}_*.py")
     spec = get_op(str(path))

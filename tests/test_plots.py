@@ -9,7 +9,7 @@ def test_save_png_writes_a_palette_png_smaller_than_matplotlibs(tmp_path: Path) 
     import matplotlib.pyplot as plt
     from PIL import Image
 
-    from llmcompile.plots import save_png
+    from llmcompile.bench.plots import save_png
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for k in range(5):

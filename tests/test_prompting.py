@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from llmcompile.agent import Best
+from llmcompile.agent.loop import Best
+from llmcompile.agent.prompting import feedback_prompt
 from llmcompile.harness.verdict import CheckFailure, CompileResult, ProfileResult, Verdict, VerifyResult
-from llmcompile.prompting import feedback_prompt
 
 
 def _verdict(status: str, **stages) -> Verdict:
@@ -37,9 +37,9 @@ def test_custom_problem_prompt_carries_its_pattern_template() -> None:
     kernel written from its graph, not the row-reduction template."""
     from pathlib import Path
 
-    from llmcompile.ops import get_op
-    from llmcompile.prompting import PromptContext, task_prompt
-    from llmcompile.targets import get_target
+    from llmcompile.agent.prompting import PromptContext, task_prompt
+    from llmcompile.specs import get_op
+    from llmcompile.specs.targets import get_target
 
     spec = get_op(str(Path(__file__).resolve().parents[1] / "evals" / "problems" / "mean_dim1.py"))
     text = task_prompt(PromptContext(spec, "float32", get_target("h100"), 90.0))
@@ -53,8 +53,8 @@ def test_custom_problem_prompt_carries_its_pattern_template() -> None:
 def test_an_offline_variant_of_a_kernel_with_a_workspace_takes_it_and_compiles(tmp_path) -> None:
     """The norms' backward keep their partial sums in the contract's workspace: the search's
     per-N variant passes it through (it once called the kernel without it)."""
-    from llmcompile import contract, prompting
-    from llmcompile.ops import get_op
+    from llmcompile.agent import prompting
+    from llmcompile.specs import contract, get_op
 
     spec = get_op("rmsnorm_bwd")
     src = prompting.offline_variant(spec, {1024: "RowKnobs(columns='late')"}, "t")
@@ -70,11 +70,11 @@ def test_an_offline_variant_of_a_kernel_with_a_workspace_takes_it_and_compiles(t
 def test_attention_prompts_speak_of_the_tensor_cores_and_flops() -> None:
     """A compute-bound op is asked for, and told about, TFLOP/s against the GEMM probe, never
     the copy bandwidth; its task carries the reference attention kernel."""
-    from llmcompile.agent import Best
+    from llmcompile.agent.loop import Best
+    from llmcompile.agent.prompting import PromptContext, system_prompt, task_prompt
     from llmcompile.harness.verdict import ShapeTiming
-    from llmcompile.ops import get_op
-    from llmcompile.prompting import PromptContext, system_prompt, task_prompt
-    from llmcompile.targets import get_target
+    from llmcompile.specs import get_op
+    from llmcompile.specs.targets import get_target
 
     ctx = PromptContext(get_op("attention_causal"), "bfloat16", get_target("h100"), 75.0, sol_tbs=757.0)
     system, task = system_prompt(ctx), task_prompt(ctx)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract
-from llmcompile.offline import ATTENTION_KNOBS, knob_fields
-from llmcompile.ops import BUILTIN
+from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
+from llmcompile.specs import BUILTIN, contract
 
 NS = (256, 1024, 4096, 5000, 5001, 16384, 65536, 128256, 151936, 262144)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -355,7 +354,7 @@ def test_norm_backward_refills_in_parts_where_its_tables_say(
 ) -> None:
     """Where one tile is staged, the second pass goes in parts as REFILL_PARTS(_32BIT) says, each
     part's copies issued before that part's dx is stored (H100 layernorm_bwd fp32 1024x262144:
-    2.871-2.878 TB/s with the folded sends, against 2.563-2.573; evals/results/h100-2026-11-26d).
+    2.871-2.878 TB/s with the folded sends, against 2.563-2.573; evals/results/row-backward).
     Whole elsewhere: fp32 16384 (the table), bf16 256K and fp32 32768 (two tiles staged), fp32
     151936 (padding columns: a thread's vectors do not split). The 32-bit folded sends are taken past 131072.
     No spills where the parts are taken."""
@@ -638,7 +637,7 @@ def test_fp32_attention_compiles_for_sm90a(n: int, d: int, warps_m: int, capfd: 
     """The fp32 attention for wide heads (97_ScaledDotProductAttention's kernel) builds at one
     query tile, at 64 x 3 keys and at 97's own shape in every warp layout, its 128 scores a
     thread in registers."""
-    from evals.attention_fp32 import signature as tf32_signature
+    from evals.scripts.attention_fp32 import signature as tf32_signature
     from reference_kernels.attention_tf32 import AttentionTf32
 
     entry = AttentionTf32(warps_m)
@@ -649,7 +648,7 @@ def test_fp32_attention_compiles_for_sm90a(n: int, d: int, warps_m: int, capfd: 
 
 
 def test_fp32_attention_says_which_shapes_it_takes() -> None:
-    from evals.attention_fp32 import signature as tf32_signature
+    from evals.scripts.attention_fp32 import signature as tf32_signature
     from reference_kernels.attention_tf32 import AttentionTf32, check_shape, smem_floats
 
     assert check_shape(512, 1024) == "" and check_shape(64, 128) == ""

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import contract
 from llmcompile.harness.sandbox import CANDIDATE_LIMITS, ROOT, Layers, Sandbox, bwrap_argv, detect, sandbox
 from llmcompile.harness.worker import CandidatePool, JobOutcome
-from llmcompile.ops import get_op
+from llmcompile.specs import contract, get_op
 from tests.bad_kernels import BASE
 
 LAYERS = detect()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals import sweep_knobs
+from evals.scripts import sweep_knobs
 from reference_kernels import rmsnorm_bwd
 
 
@@ -35,7 +35,7 @@ def test_unknown_table_is_an_error() -> None:
 def test_attention_variant_keeps_causality_and_knobs() -> None:
     """A knob set for attention builds the attention kernel with those knobs, causal for the
     causal op (its entry takes causality beside the knobs, unlike the row kernels)."""
-    from llmcompile.ops import get_op
+    from llmcompile.specs import get_op
     from reference_kernels.attention import AttentionKnobs
 
     for op, causal in (("attention", False), ("attention_causal_d64", True)):
@@ -50,7 +50,7 @@ def test_every_variant_is_checked_before_any_is_timed(monkeypatch: pytest.Monkey
     once read 14% low against a baseline timed after none)."""
     from types import SimpleNamespace
 
-    from llmcompile import baselines
+    from llmcompile.bench import baselines
 
     events: list[str] = []
     spec = SimpleNamespace(

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmcompile.ops import BUILTIN, OpError, bench_shapes, dtype_name, get_op, verify_shapes
+from llmcompile.specs import BUILTIN, OpError, bench_shapes, dtype_name, get_op, verify_shapes
 
 
 def test_unknown_op_names_the_known_ones() -> None:
@@ -76,9 +76,9 @@ def test_attention_spec_counts_flops_and_is_rated_against_compute() -> None:
 @pytest.mark.parametrize("op", ["attention", "attention_causal"])
 def test_attention_reference_is_torch_in_float64(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocked over queries (a few steps here) and equal to torch's attention, with lse."""
-    import llmcompile.ops as ops
+    from llmcompile.specs import attention
 
-    monkeypatch.setattr(ops, "ATTN_REF_ELEMS", 3 * 40 * 7)  # 7 queries a step: the blocks' edges
+    monkeypatch.setattr(attention, "ATTN_REF_ELEMS", 3 * 40 * 7)  # 7 queries a step: the blocks' edges
     spec = get_op(op)
     q, k, v = (
         t.double() for t in spec.make_inputs(3, 40, "bfloat16", torch.Generator().manual_seed(1), "large", "cpu")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile.evals import metrics as M
+from llmcompile.suites import metrics as M
 
 
 def _rec(pid, state, compiled, correct, status=None, sp=None, pct=None, hit=None) -> M.ProblemRecord:

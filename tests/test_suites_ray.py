@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile import ratelimit
-from llmcompile.evals.metrics import DONE
-from llmcompile.evals.runner import EvalOptions, EvalRunner
-from llmcompile.evals.suite import Budget, Problem, Suite, SuiteError, load_suite
+from llmcompile.agent import ratelimit
+from llmcompile.suites.metrics import DONE
+from llmcompile.suites.runner import EvalOptions, EvalRunner
+from llmcompile.suites.suite import Budget, Problem, Suite, SuiteError, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_without_ray_the_backend_says_how_to_install_it(monkeypatch) -> None:
-    from llmcompile.evals import ray_backend
+    from llmcompile.suites import ray_backend
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(SuiteError, match=r"pip install 'llmcompile\[ray\]'"):
@@ -45,7 +45,7 @@ def test_without_an_actor_requests_do_not_wait(monkeypatch) -> None:
 
 
 def test_placement_asks_for_the_targets_gpu_kind_or_a_cpu() -> None:
-    from llmcompile.evals.ray_backend import check_cluster, placement
+    from llmcompile.suites.ray_backend import check_cluster, placement
 
     assert placement("h200", False) == {"num_cpus": 1, "num_gpus": 1, "accelerator_type": "H200"}
     assert placement("h100", True) == {"num_cpus": 1, "num_gpus": 0}
@@ -101,7 +101,7 @@ def _suite(target: str = "h100", n: int = 2) -> Suite:
 
 
 def _runner(tmp_path: Path, suite: Suite, env: dict | None = None) -> object:
-    from llmcompile.evals.ray_backend import RayEvalRunner
+    from llmcompile.suites.ray_backend import RayEvalRunner
 
     return RayEvalRunner(suite, EvalOptions(llm="offline"), tmp_path / "eval", command=fake_command, env=env)
 
@@ -153,7 +153,7 @@ def test_an_interrupted_eval_resumes_without_rerunning_finished_problems(cluster
 
 
 def test_the_llm_rate_limit_is_shared_by_every_task(cluster) -> None:
-    from llmcompile.evals.ray_backend import start_rate_limiter
+    from llmcompile.suites.ray_backend import start_rate_limiter
 
     env, _limiter = start_rate_limiter(ray, per_minute=600.0)  # 10 a second, bursts of 10
 
@@ -172,12 +172,12 @@ def test_the_llm_rate_limit_is_shared_by_every_task(cluster) -> None:
 
 
 def test_agents_on_ray_ask_a_real_endpoint_through_the_shared_limit(cluster, tmp_path: Path, monkeypatch) -> None:
-    """The scripted-server suite of test_evals_runner, through `llmcompile eval --backend ray`:
+    """The scripted-server suite of test_suites_runner, through `llmcompile eval --backend ray`:
     the same outcomes, the key reaching the tasks from the driver, and the agents' requests
     (three problems in two tasks at once) spaced by the one limit of 60 a minute."""
     from llmcompile.cli import main
     from tests.llm_server import ScriptedServer
-    from tests.test_evals_runner import SUITE, _respond
+    from tests.test_suites_runner import SUITE, _respond
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     server = ScriptedServer(_respond)
@@ -203,7 +203,7 @@ def test_agents_on_ray_ask_a_real_endpoint_through_the_shared_limit(cluster, tmp
 def test_a_real_compile_only_problem_ends_as_on_the_local_pool(cluster, tmp_path: Path) -> None:
     """`llmcompile run` itself in a Ray task (offline default, compile-only): the same outcome
     and the same kind of run directory as the local pool gives it."""
-    from llmcompile.evals.ray_backend import RayEvalRunner
+    from llmcompile.suites.ray_backend import RayEvalRunner
 
     suite_file = tmp_path / "one.toml"
     suite_file.write_text(

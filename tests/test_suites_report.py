@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmcompile.evals import metrics as M
-from llmcompile.evals import report
+from llmcompile.suites import metrics as M
+from llmcompile.suites import report
 
 
 def _record(pid: str, pct: float, compile_x: float) -> M.ProblemRecord:

@@ -143,8 +143,8 @@ def test_eval_for_another_target(tmp_path: Path, server: ScriptedServer) -> None
 
 
 def test_a_finished_eval_reports_again_without_a_gpu(tmp_path: Path, monkeypatch, capsys) -> None:
-    from llmcompile.evals import runner as R
-    from llmcompile.evals.suite import load_suite
+    from llmcompile.suites import runner as R
+    from llmcompile.suites.suite import load_suite
 
     suite_file = tmp_path / "tiny.toml"
     suite_file.write_text(SUITE)

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile.evals.suite import SuiteError, load_suite
+from llmcompile.suites.suite import SuiteError, load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_membound_suite_covers_the_issue() -> None:
-    s = load_suite(ROOT / "evals/membound.toml")
+    s = load_suite(ROOT / "evals/suites/membound.toml")
     ids = {p.id for p in s.problems}
     for op in (
         *("softmax", "log_softmax", "rmsnorm", "layernorm", "cross_entropy"),
@@ -26,7 +26,7 @@ def test_membound_suite_covers_the_issue() -> None:
 
 
 def test_attention_suite_is_rated_against_the_tensor_cores(tmp_path: Path) -> None:
-    s = load_suite(ROOT / "evals/attention.toml")
+    s = load_suite(ROOT / "evals/suites/attention.toml")
     ids = {p.id for p in s.problems}
     assert {"attention-bf16", "attention-fp16", "attention_causal-bf16", "attention_causal_d64-bf16"} <= ids
     assert s.baselines == ("sdpa_flash", "sdpa_cudnn", "fa4") and all(p.budget.target_sol == 75 for p in s.problems)
@@ -38,7 +38,7 @@ def test_attention_suite_is_rated_against_the_tensor_cores(tmp_path: Path) -> No
 
 
 def test_smoke_suite_is_small() -> None:
-    s = load_suite(ROOT / "evals/smoke.toml")
+    s = load_suite(ROOT / "evals/suites/smoke.toml")
     assert len(s.problems) == 5 and sum(p.custom for p in s.problems) == 1
     assert all(p.budget.rounds == 1 for p in s.problems) and s.baselines == ("eager",)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmcompile import verify
-from llmcompile.ops import OpSpec, TensorDesc, Tolerance
+from llmcompile.harness import verify
+from llmcompile.specs import OpSpec, TensorDesc, Tolerance
 
 R, C = 65537, 64
 
@@ -119,7 +119,7 @@ def test_sums_over_rows_are_not_checked_chunk_by_chunk(op: str) -> None:
     """A norm backward's dw sums every row: a chunk of rows has no dw of its own, so the check
     of large outputs compares with torch's whole answer (it once compared the full dw with a
     chunk's partial sum and rejected right answers)."""
-    from llmcompile.ops import get_op
+    from llmcompile.specs import get_op
 
     spec = get_op(op)
     assert not verify.rows_independent(spec) and verify.rows_independent(get_op("cross_entropy_fused"))

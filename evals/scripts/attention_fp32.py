@@ -7,7 +7,7 @@ The problem sits between two limits, both measured here in the same process: 8 G
 kernel does on TF32 tensor cores: the TF32 GEMM probe (torch.matmul with TF32 allowed) is its
 compute ceiling. Times are medians of CUDA events, under a CUDA graph and from eager calls.
 
-    python -m evals.attention_fp32 PROBLEM_FILE [--batch B]
+    python -m evals.scripts.attention_fp32 PROBLEM_FILE [--batch B]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 down to the floors under it (a TVM-FFI call that does nothing, a CuTe DSL kernel that does nothing,
 torch's cheapest launch).
 
-python -m evals.call_breakdown
+python -m evals.scripts.call_breakdown
 """
 
 import sys
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from evals.host_overhead import interleaved_us, per_call_us
+from evals.scripts.host_overhead import interleaved_us, per_call_us
 from llmcompile import kernels
 from llmcompile.runtime import callpath, native_call
 

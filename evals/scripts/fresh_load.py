@@ -1,6 +1,6 @@
 """A fresh process that cannot import CuTe DSL loads an exported kernel and calls it once (GPU).
 
-    python -m evals.fresh_load DIR
+    python -m evals.scripts.fresh_load DIR
 
 Any import of `cutlass` (CuTe DSL) fails in this process, so the load can only go through
 TVM-FFI. Prints the seconds from `load(DIR)` to the first call's result (synchronized), and

@@ -1,7 +1,7 @@
 """What one call costs the host (GPU): microseconds per eager call, no CUDA graph, at a size where
 the kernel itself takes a few microseconds, so the host's time per call is what is measured.
 
-    python -m evals.host_overhead [--shape 8x1024] [--calls 2000] [--out DIR]
+    python -m evals.scripts.host_overhead [--shape 8x1024] [--calls 2000] [--out DIR]
 
 For softmax, rmsnorm, layernorm and cross_entropy (bf16): `llmcompile.kernels.<op>` (the lean
 call path, entered in C, outputs made in C), the same call entered through its Python
@@ -10,7 +10,7 @@ the same reference kernel exported and loaded through TVM-FFI alone
 (`llmcompile.loader`), QuACK and torch eager, in one process on the same inputs. Each figure is
 the median over `--repeats` batches of `--calls` back-to-back calls, the functions' batches
 interleaved, wall clock around a synchronize, after a warm-up. Then, in a fresh process that cannot import CuTe DSL
-(`evals.fresh_load`), the time from `load(DIR)` to the first call's result.
+(`evals.scripts.fresh_load`), the time from `load(DIR)` to the first call's result.
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     fresh = {}
     for op in OPS:
         done = subprocess.run(
-            [sys.executable, "-m", "evals.fresh_load", str(tmp / op)], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "evals.scripts.fresh_load", str(tmp / op)],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         fresh[op] = (done.stdout.strip().splitlines() or [""])[-1] + (
             f" (rc {done.returncode}: {done.stderr[-400:]})" if done.returncode else ""

@@ -1,6 +1,6 @@
 """What the sandbox adds to the judge's wall time per candidate.
 
-    python -m evals.sandbox_overhead [--rounds 5] [--op softmax] [--dtype bfloat16] [--stages static,compile]
+    python -m evals.scripts.sandbox_overhead [--rounds 5] [--op softmax] [--dtype bfloat16] [--stages static,compile]
 
 Two judges with the same process model (a fresh candidate process per candidate, the same sealing
 and GPU workers) differ only in the isolation layers: one with every layer this machine allows,
@@ -23,7 +23,7 @@ from llmcompile.harness.compile_cache import NoCache
 from llmcompile.harness.sandbox import Layers, Sandbox
 from llmcompile.specs import get_op
 
-REF = Path(__file__).resolve().parents[1] / "reference_kernels"
+REF = Path(__file__).resolve().parents[2] / "reference_kernels"
 
 
 def main() -> None:

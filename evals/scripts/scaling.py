@@ -2,7 +2,7 @@
 wall time, whether every problem ended the same, candidates per GPU-hour, GPU utilisation, and
 the scaling efficiency (Ray's throughput over that of the local pool times the ratio of GPUs).
 
-    python -m evals.scaling OUT_DIR smoke|kb
+    python -m evals.scripts.scaling OUT_DIR smoke|kb
 """
 
 from __future__ import annotations
@@ -80,7 +80,10 @@ def table(out: Path, kind: str) -> str:
         lines.append(f"Every problem ended the same on both: {same}.")
         if not same:
             a, b = _outcomes(local[0]), _outcomes(ray[0])
-            lines.append("Differences: " + "; ".join(f"{k}: {a.get(k)} vs {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)))
+            lines.append(
+                "Differences: "
+                + "; ".join(f"{k}: {a.get(k)} vs {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            )
         (_, lw, lg, lc), (_, rw, rg, rc) = local, ray
         if lc and rc:
             eff = (rc / rw) / ((lc / lw) * rg / lg)

@@ -1,11 +1,11 @@
 """Time reference-kernel variants over their tuning knobs (GPU), to fill the limit tables.
 
-    python -m evals.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
+    python -m evals.scripts.sweep_knobs layernorm bfloat16 1024x262144 '{}' '{"threads_per_row": 256}'
 
-    python -m evals.sweep_knobs attention_causal bfloat16 64x4096 '{}' '{"head_group": 0}' fa4 sdpa_cudnn
+    python -m evals.scripts.sweep_knobs attention_causal bfloat16 64x4096 '{}' '{"head_group": 0}' fa4 sdpa_cudnn
 
 Each knob set is a JSON object of RowKnobs fields (AttentionKnobs for attention); '{}' is the
-default table's choice; a baseline's name (quack, fa4, sdpa_cudnn, ...: llmcompile.baselines)
+default table's choice; a baseline's name (quack, fa4, sdpa_cudnn, ...: llmcompile.bench.baselines)
 times that kernel on the same inputs, in the same process. Rates are TB/s against the copy
 bandwidth (the best of torch's copy and ours, as the judge), or for a compute-bound op TFLOP/s
 against the dense GEMM probe, both measured first. At each shape every variant of ours is first
@@ -32,7 +32,8 @@ from llmcompile import kernels
 from llmcompile.bench import baselines, timing
 from llmcompile.bench.grid import DTYPES, input_sets
 from llmcompile.harness.verify import compare, poison
-from llmcompile.kernels import KernelFunction, compiler_of, reference_function
+from llmcompile.runtime.callpath import KernelFunction
+from llmcompile.runtime.compiled import compiler_of, reference_function
 from llmcompile.specs import VERIFY_ELEMS, OpSpec, get_op
 from reference_kernels.reduce import RowKnobs
 

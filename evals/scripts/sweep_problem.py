@@ -1,7 +1,7 @@
 """Time a matched KernelBench problem's template kernel over knob variants (GPU), beside torch.
 
-    python -m evals.sweep_problem .kb/47_Sum_reduction_over_a_dimension.py '' 'threads_r=1' 'num_threads=1024, threads_r=1'
-    python -m evals.sweep_problem --compile .kb/100_HingeLoss.py '' 'ctas=528'   (torch.compile timed too)
+    python -m evals.scripts.sweep_problem .kb/47_Sum_reduction_over_a_dimension.py '' 'threads_r=1' 'num_threads=1024, threads_r=1'
+    python -m evals.scripts.sweep_problem --compile .kb/100_HingeLoss.py '' 'ctas=528'   (torch.compile timed too)
 
 Each variant is the matcher's kernel rendered with those template knobs ('' is the default),
 compiled in this process (our own templates: a tuning tool, not the judge) and checked against the
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         want = spec.torch_fn(*small, *vals)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     # every variant compiled and checked first, then all timed back to back after one settle
-    # (a float64 or allclose check lowers the clocks for seconds: see evals.sweep_knobs)
+    # (a float64 or allclose check lowers the clocks for seconds: see evals.scripts.sweep_knobs)
     checked = []
     for knobs in variants or [""]:
         try:

@@ -8,7 +8,7 @@ each round r:
     best      = the verified candidate whose slowest shape is fastest
     conversations[s] += [answer, feedback(verdict, best)]
 stop when the best reaches the target % of SOL on every shape, or a budget runs out,
-or on Ctrl-C. Every step is written to the run directory first (llmcompile.runs), so
+or on Ctrl-C. Every step is written to the run directory first (llmcompile.agent.runs), so
 --resume continues where it stopped and a judged source is never judged twice.
 """
 
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmcompile import prompting
+from llmcompile.agent import prompting
+from llmcompile.agent.providers import Answer, Message, Provider, Slot, Usage
+from llmcompile.agent.runs import RunConfig, RunStore
 from llmcompile.harness import Judge, JudgeOptions, verdict_key
 from llmcompile.harness.verdict import STATIC_REJECTED, Verdict
-from llmcompile.ops import OpSpec
-from llmcompile.providers import Answer, Message, Provider, Slot, Usage
-from llmcompile.runs import RunConfig, RunStore
-from llmcompile.targets import get_target
+from llmcompile.specs import OpSpec
+from llmcompile.specs.targets import get_target
 
 HISTORY_EXCHANGES = 3  # answer/feedback pairs kept per conversation, after system + task
 

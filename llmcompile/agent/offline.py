@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmcompile import prompting
-from llmcompile.ops import OpSpec
-from llmcompile.providers import Answer, Message, ProviderError, Slot, Usage
+from llmcompile.agent import prompting
+from llmcompile.agent.providers import Answer, Message, ProviderError, Slot, Usage
+from llmcompile.specs import OpSpec
 from reference_kernels import reduce as R
 
 THREADS_PER_ROW = (8, 16, 32, 64, 128, 256)
@@ -102,7 +102,7 @@ class TemplateSearch:
         self.next = 0
 
     def propose(self, conversations: Sequence[list[Message]], slots: Sequence[Slot]) -> list[Answer]:
-        from llmcompile import patterns
+        from llmcompile.agent import patterns
 
         answers: list[Answer] = []
         for _slot in slots:
@@ -193,7 +193,7 @@ def offline_provider(spec: OpSpec, dtype: str, shapes: list[tuple[int, int]] | N
         return AttentionSearch(spec)
     if spec.reference_module:
         return OfflineProvider(spec, dtype, shapes)
-    from llmcompile import patterns
+    from llmcompile.agent import patterns
 
     m = patterns.match(spec)
     if isinstance(m, patterns.NoMatch):

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import importlib
-import importlib.resources
 import re
 from dataclasses import dataclass
 from typing import Any
 
-import jinja2
+from llmcompile.agent.render import reference_source, render
+from llmcompile.specs import BUILTIN, OpSpec, contract
+from llmcompile.specs.targets import Target
 
-from llmcompile import contract
-from llmcompile.ops import BUILTIN, OpSpec
-from llmcompile.targets import Target
-
-_ENV = jinja2.Environment(
-    loader=jinja2.FunctionLoader(lambda name: importlib.resources.files("prompts").joinpath(name).read_text()),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=False,
-)
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
-
-
-def render(template: str, **ctx: Any) -> str:
-    return _ENV.get_template(template).render(**ctx)
-
-
-def reference_source(module: str) -> str:
-    return importlib.resources.files("reference_kernels").joinpath(f"{module}.py").read_text()
 
 
 def references_for(spec: OpSpec, limit: int = 2) -> list[tuple[str, str]]:
@@ -88,7 +71,7 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
             ("attention_softmax: the online softmax it imports", reference_source("attention_softmax"))
         ]
     if spec.source_path:
-        from llmcompile import patterns
+        from llmcompile.agent import patterns
 
         m = patterns.match(spec)
         if isinstance(m, patterns.Match) and m.jinja:

@@ -3,7 +3,7 @@
 - `OpenAIProvider`: any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang, Ollama,
   llama.cpp, routers) through the `openai` package, with tenacity retries.
 - `ReplayProvider`: answers from a recorded run's transcript, for exact reproduction.
-- The offline search (no LLM at all) lives in `llmcompile.offline`, behind the same interface.
+- The offline search (no LLM at all) lives in `llmcompile.agent.offline`, behind the same interface.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from tenacity import RetryCallState, retry, retry_if_exception, stop_after_attempt
 
-from llmcompile import ratelimit
+from llmcompile.agent import ratelimit
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 

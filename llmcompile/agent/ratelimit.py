@@ -1,7 +1,7 @@
 """One rate limit on LLM requests for every agent process of an eval, wherever it runs.
 
 A token bucket (`TokenBucket`) answers "how long must this request wait"; it never sleeps
-itself, so one copy can serve a whole cluster from a Ray actor (`llmcompile.evals.ray_backend`)
+itself, so one copy can serve a whole cluster from a Ray actor (`llmcompile.suites.ray_backend`)
 without any caller holding it. An agent process finds that actor through two environment
 variables the eval driver sets (`ENV_ACTOR`, and Ray's own RAY_ADDRESS), and `wait_turn()`
 before each request sleeps for what the bucket says. Without them it returns at once.

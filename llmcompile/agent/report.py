@@ -8,31 +8,27 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from llmcompile import bench
-from llmcompile.agent import RunResult
+from llmcompile.agent.loop import RunResult
+from llmcompile.agent.runs import RunConfig, RunStore
+from llmcompile.bench import grid
 from llmcompile.harness import Judge, JudgeOptions, profiled_message
 from llmcompile.harness.verdict import Verdict
-from llmcompile.ops import OpSpec
-from llmcompile.runs import RunConfig, RunStore
+from llmcompile.specs import OpSpec
 
 
-def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> bench.BenchResult | None:
+def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> grid.BenchResult | None:
     """A profile verdict (ours + baselines per shape) as a benchmark result, for tables and plots."""
     p = v.profile
     if not p:
         return None
-    res = bench.BenchResult(
-        v.target, p.sol_tbs, bench.versions(), copies={"device copy": p.sol_tbs}, read_tbs=p.read_tbs
-    )
+    res = grid.BenchResult(v.target, p.sol_tbs, grid.versions(), copies={"device copy": p.sol_tbs}, read_tbs=p.read_tbs)
     if p.unit != "TB/s":  # (its SOL is the GEMM probe, no copy was measured)
         res.copies, res.compute = {}, {dtype: p.sol_tbs}
     for s in p.shapes:
-        res.rows.append(bench.BenchRow(spec.name, dtype, s.m, s.n, "llmcompile", s.ms, s.tbs, s.pct_sol, "", p.unit))
+        res.rows.append(grid.BenchRow(spec.name, dtype, s.m, s.n, "llmcompile", s.ms, s.tbs, s.pct_sol, "", p.unit))
         for impl, tbs in s.baselines.items():
             ms = s.baseline_ms.get(impl)
-            res.rows.append(
-                bench.BenchRow(spec.name, dtype, s.m, s.n, impl, ms, tbs, 100 * tbs / p.sol_tbs, "", p.unit)
-            )
+            res.rows.append(grid.BenchRow(spec.name, dtype, s.m, s.n, impl, ms, tbs, 100 * tbs / p.sol_tbs, "", p.unit))
     return res
 
 
@@ -150,8 +146,8 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
         table = ""
         res = bench_result_of(final, spec, cfg.dtype)
         if res is not None:
-            table = bench.markdown(res)
-            bench.plot(res, best_dir / "plot.png")
+            table = grid.markdown(res)
+            grid.plot(res, best_dir / "plot.png")
             (best_dir / "bench.json").write_text(json.dumps(res.to_json(), indent=1))
         store.event("end")
         summary["timeline"] = timeline_of(store, cfg.target_pct)

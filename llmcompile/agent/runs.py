@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile import library
-from llmcompile.harness.artifact import ArtifactError
 from llmcompile.harness.verdict import Verdict
+from llmcompile.runtime import library
+from llmcompile.runtime.artifact import ArtifactError
 
 BEST_INIT = '''"""Best kernel of an llmcompile run: `from llmcompile import load; fn = load(this directory)`,
 or import this package: it exposes `{name}` (a torch function, registered as a torch.library op)."""

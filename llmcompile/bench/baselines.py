@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from llmcompile.ops import OpSpec
+from llmcompile.specs import OpSpec
 
 
 class Unavailable(Exception):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from llmcompile import timing
-from llmcompile.baselines import BASELINES, Unavailable
-from llmcompile.ops import DTYPES, OpSpec, get_op
-from llmcompile.plots import save_png
+from llmcompile.bench import timing
+from llmcompile.bench.baselines import BASELINES, Unavailable
+from llmcompile.bench.plots import save_png
+from llmcompile.specs import DTYPES, OpSpec, get_op
 
 
 @dataclass
@@ -67,6 +67,20 @@ class BenchResult:
             "versions": self.versions,
             "rows": [asdict(r) for r in self.rows],
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> BenchResult:
+        """The inverse of `to_json`: a grid read back from its bench.json, to plot or tabulate again."""
+        return cls(
+            d["gpu"],
+            d["sol_tbs"],
+            d.get("versions", {}),
+            [BenchRow(**r) for r in d.get("rows", [])],
+            d.get("copies_tbs", {}),
+            d.get("read_tbs", 0.0),
+            d.get("graph", True),
+            d.get("gemm_tflops", {}),
+        )
 
     def get(self, op: str, dtype: str, m: int, n: int, impl: str) -> BenchRow | None:
         for r in self.rows:

@@ -24,8 +24,8 @@ def main() -> None:
     send = protocol()
     import cutlass.cute  # noqa: F401 - start-up work, before `ready`
 
-    from llmcompile import contract
     from llmcompile.harness import compiler
+    from llmcompile.specs import contract
 
     compiler.warm_up()  # (a fresh process's first compile costs seconds: not a candidate's)
     send(event="ready", pid=os.getpid())

@@ -3,7 +3,7 @@ architecture and CuTe DSL version compile to the same object, so the judge compi
 once, across candidates, runs and evals.
 
 One directory an entry, named by the hash of those inputs, under `default_root()`:
-    n.o          the sealed object (artifact.seal's output), hashed in entry.json
+    n.o          the sealed object (runtime/seal.py's output), hashed in entry.json
     entry.json   the launches, the ptxas resources of this N's kernels, the workspace asked for
 
 Only the judge writes here, after sealing, never the sandboxed compile step. An entry that does
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile.harness.artifact import FORMAT, cute_dsl_version, sha256
 from llmcompile.harness.verdict import KernelResources
+from llmcompile.runtime.artifact import FORMAT, cute_dsl_version, sha256
 
 
 def default_root() -> Path:
@@ -33,10 +33,17 @@ def default_root() -> Path:
 
 @functools.cache
 def _judge_code() -> str:
-    """The hash of the code that compiles and seals (this directory's compiler and artifact): an
-    entry made before a change to how kernels are audited or exported is not used after it."""
-    here = Path(__file__).parent
-    return sha256(b"".join((here / f).read_bytes() for f in ("compiler.py", "artifact.py", "candidate.py")))
+    """The hash of the code that compiles and seals (the compile step, the sealer, the artifact
+    format): an entry made before a change to how kernels are audited or exported is not used after it."""
+    pkg = Path(__file__).parents[1]
+    files = (
+        "harness/compiler.py",
+        "harness/candidate.py",
+        "runtime/artifact.py",
+        "runtime/seal.py",
+        "runtime/launches.py",
+    )
+    return sha256(b"".join((pkg / f).read_bytes() for f in files))
 
 
 def key(source: str, signature: dict[str, Any], dtype: str, n: int, arch: str) -> str:
@@ -90,7 +97,7 @@ class CompileCache:
 
 
 class NoCache(CompileCache):
-    """Compiles every time: for measuring the compile itself (evals/sandbox_overhead.py)."""
+    """Compiles every time: for measuring the compile itself (evals/scripts/sandbox_overhead.py)."""
 
     def get(self, k: str) -> Entry | None:
         return None

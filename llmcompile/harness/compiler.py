@@ -14,13 +14,14 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from llmcompile import contract
 from llmcompile.harness.verdict import CompileResult, KernelResources
+from llmcompile.runtime.launches import check_launchable, launches_of, short_name
+from llmcompile.specs import contract
 
 if TYPE_CHECKING:
-    from llmcompile.ops import OpSpec
+    from llmcompile.specs import OpSpec
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_ERROR_LINES = 30
@@ -29,15 +30,6 @@ UNNAMED = "kernel"
 _PTXAS_ENTRY = re.compile(r"Compiling entry function(?: '([^']+)')?")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
-# The host side of a CuTe DSL launch, in the compiled module's LLVM dialect: constants stored
-# into the fields of the launch config struct (grid, block, dynamic smem bytes, stream, ...).
-_LAUNCH_STRUCT = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>"
-_IR_CONST = re.compile(r"(%\w+) = llvm\.mlir\.constant\((\d+) : i(?:32|64)\)")
-_IR_FIELD = re.compile(
-    r"(%\w+) = llvm\.getelementptr %\w+\[0, (\d+)(?:, (\d+))?\] : \(!llvm\.ptr\) -> !llvm\.ptr, (.+)$"
-)
-_IR_STORE = re.compile(r"llvm\.store (%\w+), (%\w+) :")
-_IR_KERNEL = re.compile(r"llvm\.mlir\.addressof @kernels_(kernel_\w+)")
 
 
 @contextmanager
@@ -76,55 +68,6 @@ def parse_ptxas(text: str) -> list[KernelResources]:
             )
             name = None
     return kernels
-
-
-def short_name(name: str) -> str:
-    return re.sub(r"^kernel_cutlass_", "", name)[:60]
-
-
-def parse_launches(ir_text: str) -> dict[str, tuple[int, int]]:
-    """(threads per CTA, dynamic shared-memory bytes) of each kernel the host code launches
-    with constants, from the compiled module's text; kernels launched with computed values
-    are left out rather than guessed."""
-    launches: dict[str, tuple[int, int]] = {}
-    for body in ir_text.split("llvm.func @")[1:]:
-        consts: dict[str, int] = {}
-        fields: dict[str, tuple[int, int | None]] = {}
-        stored: dict[tuple[int, int | None], int] = {}
-        kernel = None
-        for line in body.splitlines():
-            if m := _IR_CONST.search(line):
-                consts[m.group(1)] = int(m.group(2))
-            elif (m := _IR_FIELD.search(line)) and m.group(4).strip() == _LAUNCH_STRUCT:
-                fields[m.group(1)] = (int(m.group(2)), int(m.group(3)) if m.group(3) else None)
-            elif (m := _IR_STORE.search(line)) and m.group(2) in fields and m.group(1) in consts:
-                stored[fields[m.group(2)]] = consts[m.group(1)]
-            elif m := _IR_KERNEL.search(line):
-                kernel = m.group(1)
-        block = [stored.get((1, i)) for i in range(3)]
-        if kernel and (2, None) in stored and None not in block:
-            launches[short_name(kernel)] = (block[0] * block[1] * block[2], stored[(2, None)])
-    return launches
-
-
-# The most shared memory one CTA may opt into on sm_90 (H100 and H200 alike).
-MAX_SMEM_PER_CTA = 232448
-
-
-def launches_of(compiled: Any) -> dict[str, tuple[int, int]]:
-    """`parse_launches` of a compiled function's module (empty when it carries none)."""
-    return parse_launches(str(getattr(compiled, "ir_module", "")))
-
-
-def check_launchable(launches: dict[str, tuple[int, int]]) -> None:
-    """Raise ValueError when a launch asks for more shared memory than a CTA may have: the
-    launch would fail on the GPU, or leave the outputs unwritten, so say so at compile time."""
-    for name, (_, smem) in launches.items():
-        if smem > MAX_SMEM_PER_CTA:
-            raise ValueError(
-                f"kernel {name} asks for {smem} B of shared memory per CTA; sm_90 allows at most "
-                f"{MAX_SMEM_PER_CTA} B (227 KB): stage or keep less in shared memory"
-            )
 
 
 def with_launches(kernels: list[KernelResources], launches: dict[str, tuple[int, int]]) -> list[KernelResources]:
@@ -174,7 +117,7 @@ def compile_candidate(
     module_name: str | None = None,
 ) -> tuple[CompileResult, dict[int, str]]:
     """Compile for each N; return the result and each N's host module as MLIR text (what
-    `artifact.seal` turns into the object file that is run). `module_name`: what the source is
+    `runtime/seal.py` turns into the object file that is run). `module_name`: what the source is
     imported as (default: contract.load_module's name for a candidate)."""
     contract.ensure_arch()
     t0 = time.perf_counter()

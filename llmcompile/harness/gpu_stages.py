@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from llmcompile import bench, timing, verify
-from llmcompile.harness import readonly
+from llmcompile.bench import grid, timing
+from llmcompile.harness import readonly, verify
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
-from llmcompile.ops import DTYPES, GENERIC_CASES, OpSpec, generic_inputs
+from llmcompile.specs import DTYPES, GENERIC_CASES, OpSpec, generic_inputs
 
 GUARD_BYTES = 4096
 INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
@@ -542,7 +542,7 @@ def profile_candidate(
         # (room for the float64 check: the other shapes' sets go before it falls back to torch's output)
         timed.make_room = lambda key=(spec.ref, m, n, dtype): forget_sets(keep=lambda k: k == key)
         known = (cached or {}).get((m, n), {})
-        rows = bench.bench_one(
+        rows = grid.bench_one(
             spec,
             timed,
             m,

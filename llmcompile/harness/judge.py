@@ -27,9 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile import contract
-from llmcompile.callpath import CallSpec
-from llmcompile.harness import artifact, baseline_cache, compile_cache, memplan, static
+from llmcompile.harness import baseline_cache, compile_cache, memplan, static
 from llmcompile.harness.sandbox import Sandbox, sandbox
 from llmcompile.harness.verdict import (
     COMPILE_ERROR,
@@ -48,7 +46,9 @@ from llmcompile.harness.verdict import (
     Verdict,
 )
 from llmcompile.harness.worker import CandidatePool, Channel, JobOutcome, JudgeFailure, judge_worker
-from llmcompile.ops import HELD_OUT_N, OpSpec, verify_shapes
+from llmcompile.runtime import artifact
+from llmcompile.runtime.callpath import CallSpec
+from llmcompile.specs import HELD_OUT_N, OpSpec, contract, verify_shapes
 
 __all__ = ["Judge", "JudgeOptions", "Verdict", "evaluate", "STAGES"]
 
@@ -113,7 +113,7 @@ class Judge:
         isolation: Sandbox | None = None,
     ) -> None:
         """`isolation`: the sandbox to run processes in, in place of the one this machine allows
-        (evals/sandbox_overhead.py measures the judge with none)."""
+        (evals/scripts/sandbox_overhead.py measures the judge with none)."""
         self.target = target
         self.gpu = gpu_available() if gpu is None else gpu
         self.timeouts = timeouts
@@ -369,7 +369,7 @@ class Judge:
         want_gpu = [s for s in opts.stages if s in ("verify", "profile")]
         vs, ps = opts.shapes_for(spec)
         if want_gpu and self.gpu_worker is not None:
-            from llmcompile.targets import get_target, require_gpu
+            from llmcompile.specs.targets import get_target, require_gpu
 
             require_gpu(get_target(self.target))
         ns = sorted({n for _, n in vs} | {n for _, n in ps})

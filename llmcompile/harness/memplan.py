@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from llmcompile.ops import OpError, OpSpec
-from llmcompile.verify import CHUNK_ELEMS, rows_independent
+from llmcompile.harness.verify import CHUNK_ELEMS, rows_independent
+from llmcompile.specs import OpError, OpSpec
 
 GIB = 1 << 30
 MARGIN = 1.15  # allocator rounding and fragmentation

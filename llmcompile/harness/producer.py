@@ -18,7 +18,7 @@ import cutlass.cute as cute
 import torch
 from cutlass import Int64
 
-from llmcompile import contract
+from llmcompile.specs import contract
 
 THREADS = 256
 CTAS = 528  # four a SM of an H100: room left beside them for a dependent that starts early

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 
-from llmcompile.contract import ENTRY
 from llmcompile.harness.verdict import StaticResult
+from llmcompile.specs.contract import ENTRY
 
 MAX_BYTES = 64_000
 MAX_LINES = 1_500

@@ -182,7 +182,7 @@ class Verdict:
 
     def resources(self, kernels: int = 2) -> list[str]:
         """What ptxas and the launch say about the first `kernels` kernels, one line each."""
-        from llmcompile.targets import get_target
+        from llmcompile.specs.targets import get_target
 
         smem_kb = get_target(self.target).smem_per_sm_kb if self.target else 228
         return [k.describe(smem_kb) for k in (self.compile.kernels if self.compile else [])[:kernels]]

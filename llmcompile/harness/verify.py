@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from llmcompile.ops import OpSpec, Tolerance
+from llmcompile.specs import OpSpec, Tolerance
 
 # torch's own error on the same inputs, in the problem's dtype against float64, widens each
 # output's tolerance this much: an honest kernel may round like torch does

@@ -7,7 +7,7 @@ Two kinds, both started through the sandbox (`sandbox.py`):
   text, and exits. A pool keeps the next one started and warm, so its start-up is never
   charged to a candidate's deadline.
 - a judge worker (this module's `_serve`): long-lived, runs only the judge's code. A CPU one
-  seals host modules into audited object files (`artifact.py`); the GPU one loads those objects
+  seals host modules into audited object files (`runtime/seal.py`); the GPU one loads those objects
   (never candidate Python), verifies and profiles them, and keeps its CUDA context and the
   measured bandwidths warm between candidates.
 
@@ -332,18 +332,18 @@ def _serve() -> None:
     gpu = os.environ.get("LLMCOMPILE_WORKER_GPU") == "1"
     import cutlass.cute  # noqa: F401 - start-up work, done before `ready`
 
-    from llmcompile.harness import artifact
+    from llmcompile.runtime import artifact, seal
 
     facts: dict[str, Any] = {}
     if not gpu:  # a sealer: its first compile and seal cost seconds, paid here, before `ready`
         from llmcompile.harness import compiler
 
         for n, text in compiler.warm_up().items():
-            artifact.seal(text, n)
+            seal.seal(text, n)
     else:
         import torch
 
-        from llmcompile.bench import versions
+        from llmcompile.bench.grid import versions
 
         torch.cuda.init()
         facts = {"gpu_total": torch.cuda.mem_get_info()[1], "gpu_name": torch.cuda.get_device_name()}
@@ -385,12 +385,14 @@ def _seal(job: dict[str, Any], send, artifact) -> bool:
     """Host modules (text) -> audited object files, base64 in the payload."""
     import base64
 
+    from llmcompile.runtime import seal
+
     send(event="stage", stage="seal")
     objects: dict[str, str] = {}
     launches: dict[str, Any] = {}
     try:
         for n, text in job["modules"].items():
-            obj, launches[n] = artifact.seal(text, int(n))
+            obj, launches[n] = seal.seal(text, int(n))
             objects[n] = base64.b64encode(obj).decode()
     except (artifact.ArtifactError, ValueError) as e:
         send(event="result", stage="seal", data={"ok": False, "error": str(e)})
@@ -410,7 +412,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
     from dataclasses import asdict
 
     from llmcompile.harness import gpu_stages
-    from llmcompile.ops import get_op
+    from llmcompile.specs import get_op
 
     if job.get("problem_source") is not None:  # a KernelBench file: the judge sent its text
         path = Path.cwd() / "problems" / hashlib.sha256(job["problem_source"].encode()).hexdigest()[:12] / job["op"]

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from llmcompile.ops import BUILTIN
+from llmcompile.runtime import compiled as kernels
+from llmcompile.specs import BUILTIN
 
 
 class SoftmaxFunction(torch.autograd.Function):
@@ -20,8 +21,6 @@ class SoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, log: bool) -> torch.Tensor:
-        from llmcompile import kernels
-
         y = (kernels.log_softmax if log else kernels.softmax)(x)
         ctx.save_for_backward(y)
         ctx.log = log
@@ -29,8 +28,6 @@ class SoftmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
-        from llmcompile import kernels
-
         (y,) = ctx.saved_tensors
         bwd = kernels.log_softmax_bwd if ctx.log else kernels.softmax_bwd
         return bwd(dy.to(y.dtype), y), None
@@ -49,8 +46,6 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
-        from llmcompile import kernels
-
         scalars = _given("cross_entropy_fwd", ignore_index=ignore_index)
         loss, lse = kernels.cross_entropy_fwd(x, target, **scalars)
         ctx.save_for_backward(x, target, lse)
@@ -59,8 +54,6 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        from llmcompile import kernels
-
         x, target, lse = ctx.saved_tensors
         return kernels.cross_entropy_bwd(x, target, lse, dloss.float(), **ctx.scalars), None, None
 
@@ -75,8 +68,6 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        from llmcompile import kernels
-
         x2 = _rows(x, x.shape[-1])
         out, rstd = kernels.rmsnorm_fwd(x2, weight, **_given("rmsnorm_fwd", eps=eps))
         ctx.save_for_backward(x2, weight, rstd)
@@ -85,8 +76,6 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        from llmcompile import kernels
-
         x2, weight, rstd = ctx.saved_tensors
         dx, dw = kernels.rmsnorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, rstd)
         return dx.view(ctx.shape), dw, None
@@ -97,8 +86,6 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-        from llmcompile import kernels
-
         x2 = _rows(x, x.shape[-1])
         out, mean, rstd = kernels.layernorm_fwd(x2, weight, bias, **_given("layernorm_fwd", eps=eps))
         ctx.save_for_backward(x2, weight, mean, rstd)
@@ -107,8 +94,6 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        from llmcompile import kernels
-
         x2, weight, mean, rstd = ctx.saved_tensors
         dx, dw, db = kernels.layernorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, mean, rstd)
         return dx.view(ctx.shape), dw, db, None
@@ -121,8 +106,6 @@ class CrossEntropyLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
-        from llmcompile import kernels
-
         n = x.shape[-1]
         x2, t = _rows(x, n), target.reshape(-1)
         # the upstream gradient of each row's loss, on the device: nobody waits for the count
@@ -176,8 +159,6 @@ def cross_entropy_loss(
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy_loss reduces by 'mean' or 'sum', not {reduction!r} (per row: cross_entropy)")
     if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone
-        from llmcompile import kernels
-
         t = target.reshape(-1)
         scalars = _given("cross_entropy", ignore_index=int(ignore_index))
         total = kernels.cross_entropy(_rows(x, x.shape[-1]), t, **scalars).sum()

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from llmcompile import native_call
-from llmcompile.contract import WithWorkspace
-from llmcompile.ops import DTYPES, MAX_ELEMS, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
+from llmcompile.runtime import native_call
+from llmcompile.specs import DTYPES, MAX_ELEMS, HasTensors, OpError, OpSpec, TensorDesc, dtype_name
+from llmcompile.specs.contract import WithWorkspace
 
 _LIB = torch.library.Library("llmcompile", "FRAGMENT")
 _is_grad_enabled, _is_compiling = torch.is_grad_enabled, torch.compiler.is_compiling
@@ -236,7 +236,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
 
     @property
     def grad_fn(self) -> Callable[..., Any] | None:
-        """The differentiable call (llmcompile.autograd), taken where an input requires grad."""
+        """The differentiable call (llmcompile.runtime.autograd), taken where an input requires grad."""
         return self._grad_fn
 
     @grad_fn.setter

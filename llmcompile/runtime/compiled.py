@@ -1,10 +1,11 @@
-"""Torch-facing functions over kernel-contract modules: `llmcompile.kernels.softmax(x)` etc.
+"""The reference kernels as torch functions (`llmcompile.kernels` adds their autograd): each a
+`KernelFunction` over a kernel-contract module.
 
 Each function compiles its kernel once per (dtype, N) with M symbolic and keeps it in memory;
 CuTe DSL's own file cache (under ~/.cache/llmcompile/cute unless CUTE_DSL_CACHE_DIR is set)
 keeps the compiled code on disk across processes. Each is also a torch.library custom op
 (`torch.ops.llmcompile.<name>`), so torch.compile can call it as one opaque kernel. How a call
-reaches the kernel (a lean path, decided once per (dtype, N)): `llmcompile.callpath`.
+reaches the kernel (a lean path, decided once per (dtype, N)): `runtime/callpath.py`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Any
 
 import torch
 
-from llmcompile import autograd, contract
-from llmcompile.callpath import KernelFunction
-from llmcompile.harness.compiler import check_launchable, launches_of
-from llmcompile.ops import OpSpec, get_op
+from llmcompile.runtime.callpath import KernelFunction
+from llmcompile.runtime.launches import check_launchable, launches_of
+from llmcompile.specs import OpSpec, contract, get_op
 
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
 
@@ -64,13 +64,6 @@ attention = reference_function("attention", register=True)
 attention_causal = reference_function("attention_causal", register=True)
 attention_d64 = reference_function("attention_d64", register=True)
 attention_causal_d64 = reference_function("attention_causal_d64", register=True)
-# differentiable where x requires grad: the forward kernel saving what the backward kernel reads
-softmax.grad_fn = autograd.softmax
-log_softmax.grad_fn = autograd.log_softmax
-cross_entropy.grad_fn = autograd.cross_entropy
-rmsnorm.grad_fn = autograd.rmsnorm
-layernorm.grad_fn = autograd.layernorm
-
 BY_NAME: dict[str, KernelFunction] = {
     "copy": copy,
     "softmax": softmax,

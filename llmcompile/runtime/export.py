@@ -1,10 +1,10 @@
 """`llmcompile export OP|RUN_DIR --out DIR`: a kernel as a self-contained artifact.
 
 DIR gets `manifest.json`, the sealed object file of each N and `kernels.so`, their link
-(`llmcompile.library`): `llmcompile.loader.load(DIR)` calls it from torch with neither CuTe DSL
+(`llmcompile.runtime.library`): `llmcompile.loader.load(DIR)` calls it from torch with neither CuTe DSL
 nor a compile, and C++ opens it through TVM-FFI. For a built-in OP the reference kernel is
 compiled here for each --n, and its host modules go through the same audit and sealing as a
-candidate's (`artifact.seal`); for a RUN_DIR, its `best/artifact` (what the judge verified and
+candidate's (`seal.seal`); for a RUN_DIR, its `best/artifact` (what the judge verified and
 timed) is copied and linked.
 """
 
@@ -14,11 +14,10 @@ import importlib
 import shutil
 from pathlib import Path
 
-from llmcompile import contract, library
-from llmcompile.callpath import CallSpec
-from llmcompile.harness import artifact
-from llmcompile.harness.artifact import ArtifactError, ArtifactManifest
-from llmcompile.ops import OpError, dtype_name, get_op
+from llmcompile.runtime import artifact, library, seal
+from llmcompile.runtime.artifact import ArtifactError, ArtifactManifest
+from llmcompile.runtime.callpath import CallSpec
+from llmcompile.specs import OpError, contract, dtype_name, get_op
 
 
 def _run_artifact(path: Path) -> Path | None:
@@ -31,7 +30,7 @@ def _run_artifact(path: Path) -> Path | None:
 
 def export_op(op: str, dtype: str, ns: list[int], out: Path) -> ArtifactManifest:
     """The built-in `op`'s reference kernel, compiled for `dtype` at each N, sealed and linked."""
-    from llmcompile.harness.compiler import check_launchable, launches_of
+    from llmcompile.runtime.launches import check_launchable, launches_of
 
     spec, dtype = get_op(op), dtype_name(dtype)
     if spec.reference_module is None:
@@ -46,7 +45,7 @@ def export_op(op: str, dtype: str, ns: list[int], out: Path) -> ArtifactManifest
     for n in ns:
         fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace)
         check_launchable(launches_of(fn))
-        objects[str(n)], launches[str(n)] = artifact.seal(str(fn.ir_module), n)
+        objects[str(n)], launches[str(n)] = seal.seal(str(fn.ir_module), n)
     man, files = artifact.manifest_for(
         spec.name,
         dtype,

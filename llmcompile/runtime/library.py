@@ -22,12 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmcompile import contract
-from llmcompile.harness import artifact
-from llmcompile.harness.artifact import ArtifactError, ArtifactManifest
+from llmcompile.runtime import artifact
+from llmcompile.runtime.artifact import ArtifactError, ArtifactManifest
+from llmcompile.runtime.seal import TVM_FFI_PREFIX
+from llmcompile.specs import contract
 
 LIBRARY = "kernels.so"
-SHIM = Path(__file__).resolve().parent / "harness" / "runtime_shim.c"
+SHIM = Path(__file__).resolve().parent / "runtime_shim.c"
 STATIC_RUNTIME = "libcuda_dialect_runtime_static.a"
 # Left undefined in a linked library, these would need CuTe DSL's own runtime at load time.
 CUTE_RUNTIME_SYMBOL = re.compile(r"^(_cu\w+|cuda_dialect_\w+|CuteDSLRT_\w+)$")
@@ -94,7 +95,7 @@ def link(directory: str | Path) -> ArtifactManifest:
                 f"{LIBRARY} would need CuTe DSL's runtime for {', '.join(sorted(set(missing))[:8])}: not exportable"
             )
         exported = set(exported_symbols(out))
-        absent = [s for s in man.symbols.values() if artifact.TVM_FFI_PREFIX + s not in exported]
+        absent = [s for s in man.symbols.values() if TVM_FFI_PREFIX + s not in exported]
         if absent:
             raise ArtifactError(f"{LIBRARY} does not export {', '.join(absent)}")
         data = out.read_bytes()

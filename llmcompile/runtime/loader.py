@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmcompile.callpath import CallSpec, KernelFunction
-from llmcompile.harness import artifact
+from llmcompile.runtime import artifact
+from llmcompile.runtime.callpath import CallSpec, KernelFunction
 
 _LOADED: dict[str, KernelFunction] = {}
 _MODULES: list[Any] = []  # TVM-FFI modules whose functions are in use
@@ -31,11 +31,11 @@ def load(directory: str | Path) -> KernelFunction:
     if man.call:  # the call, restricted to the artifact's one dtype
         spec: Any = replace(CallSpec.from_json(man.call), dtypes=(man.dtype,))
     else:  # an artifact from before manifests carried the call: the op must be known here
-        from llmcompile.ops import get_op
+        from llmcompile.specs import get_op
 
         spec = get_op(man.op)
     if man.library:
-        from llmcompile import library
+        from llmcompile.runtime import library
 
         _, fns, module = library.load_functions(art)
         _MODULES.append(module)

@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmcompile.ops import OpSpec
+    from llmcompile.specs import OpSpec
 
 
 ENTRY = "launch"

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from llmcompile.ops import DEFAULT_TOL, OpError, OpSpec, TensorDesc, Tolerance, dtype_name
+from llmcompile.specs import DEFAULT_TOL, OpError, OpSpec, TensorDesc, Tolerance, dtype_name
 
 # A sum over a whole row in fp32 rounds at ~1e-5 relative; bf16/fp16 as for built-ins.
 CUSTOM_TOL = {**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)}

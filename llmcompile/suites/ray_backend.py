@@ -8,7 +8,7 @@ the driver alone writes the eval directory (`EvalRunner.settle`), so a task that
 again after its node was lost (`RETRIES`) cannot leave a half-written problem or count one
 twice. An interrupted eval resumes with the same command: finished problems are kept, the
 rest start again. LLM requests of every task wait on one token bucket held by a Ray actor
-(`llmcompile.ratelimit`), so a cluster's workers share the endpoint's rate limit.
+(`llmcompile.agent.ratelimit`), so a cluster's workers share the endpoint's rate limit.
 
 Every node needs this llmcompile installed (the same version as the driver) with the extra
 `pip install 'llmcompile[ray]'`; without Ray, `--backend ray` says so and nothing else changes.
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmcompile import ratelimit
-from llmcompile.evals.metrics import NOT_ATTEMPTED, PENDING
-from llmcompile.evals.runner import EvalOptions, EvalRunner, problem_command
-from llmcompile.evals.suite import Problem, Suite, SuiteError
+from llmcompile.agent import ratelimit
+from llmcompile.suites.metrics import NOT_ATTEMPTED, PENDING
+from llmcompile.suites.runner import EvalOptions, EvalRunner, problem_command
+from llmcompile.suites.suite import Problem, Suite, SuiteError
 
 INSTALL_HINT = "--backend ray needs Ray, an optional extra: pip install 'llmcompile[ray]'"
 # Ray's accelerator_type label of each target's GPU (ray.util.accelerators)

@@ -8,10 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from llmcompile.evals import metrics as M
-from llmcompile.evals.suite import SuiteError
-from llmcompile.plots import save_png
-from llmcompile.runs import write_json_atomic
+from llmcompile.agent.runs import write_json_atomic
+from llmcompile.bench.plots import save_png
+from llmcompile.suites import metrics as M
+from llmcompile.suites.suite import SuiteError
 
 DEFINITIONS = """\
 Definitions. compile@k / correct@k: share of problems where one of the first k candidates (in

@@ -6,7 +6,7 @@ The eval directory:
     problems/<id>/         the agent's run directory for that problem (kept whole)
     problems/<id>.log      the agent process's output
     problems/<id>.json     how the problem ended: done, not_attempted or failed, and why
-    results.json, report.md, sol.png, speedup.png   (llmcompile.evals.report)
+    results.json, report.md, sol.png, speedup.png   (llmcompile.suites.report)
 
 A rerun with the same --out skips finished problems and resumes interrupted ones
 (`llmcompile run --resume`), so an interrupted eval loses nothing.
@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from llmcompile.evals.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
-from llmcompile.evals.suite import Problem, Suite, SuiteError
-from llmcompile.providers import choose_llm
-from llmcompile.runs import write_json_atomic
+from llmcompile.agent.providers import choose_llm
+from llmcompile.agent.runs import write_json_atomic
+from llmcompile.suites.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
+from llmcompile.suites.suite import Problem, Suite, SuiteError
 
 
 @dataclass
@@ -139,7 +139,7 @@ class EvalRunner:
                     "(or the same suite and options to resume it)"
                 )
             return
-        from llmcompile.bench import versions
+        from llmcompile.bench.grid import versions
 
         path.write_text(json.dumps({**head, "started": time.strftime("%Y-%m-%d %H:%M:%S"), **versions()}, indent=1))
 
@@ -288,8 +288,8 @@ class EvalRunner:
 
 def _no_template(op: str) -> str:
     """Why the offline default cannot attempt the custom op `op` ("" when a template matches)."""
-    from llmcompile import patterns
-    from llmcompile.ops import OpError, get_op
+    from llmcompile.agent import patterns
+    from llmcompile.specs import OpError, get_op
 
     try:
         m = patterns.match(get_op(op))

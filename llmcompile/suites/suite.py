@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llmcompile.ops import BUILTIN, OpError, dtype_name, get_op, parse_shape
-from llmcompile.targets import TargetError, get_target
+from llmcompile.specs import BUILTIN, OpError, dtype_name, get_op, parse_shape
+from llmcompile.specs.targets import TargetError, get_target
 
 SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -158,7 +158,7 @@ def load_suite(path: str | Path, problems_dir: str | Path | None = None) -> Suit
     if dup:
         raise SuiteError(f"{path}: problems listed twice: {', '.join(dup)}")
     baselines = tuple(raw.get("baselines", ("eager", "compile")))
-    from llmcompile.baselines import BASELINES
+    from llmcompile.bench.baselines import BASELINES
 
     if unknown := [b for b in baselines if b not in BASELINES]:
         raise SuiteError(f"{path}: unknown baselines {unknown}; known: {', '.join(BASELINES)}")

@@ -1,0 +1,262 @@
+"""The front end: a problem's model traced with torch.fx on the meta device, and its nodes read
+as ops of a small vocabulary (elementwise functions, reductions, losses, scans, views, modules)."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from llmcompile.specs import OpSpec
+
+
+@dataclass(frozen=True)
+class Match:
+    pattern: str  # the reference_kernels template it instantiates (map, strided, scan, total, norm, pool, attention_tf32) | softmax | log_softmax
+    summary: str  # what was matched, in a line
+    source: str  # the kernel module
+    jinja: str = ""  # the template that wrote it (prompts/candidates/), "" for a reference kernel
+    context: dict = field(default_factory=dict)  # what it was rendered with
+
+
+@dataclass(frozen=True)
+class NoMatch:
+    reason: str
+
+
+class Unsupported(Exception):
+    pass
+
+
+_FUNCS: dict[Any, str] = {
+    torch.relu: "relu",
+    F.relu: "relu",
+    torch.sigmoid: "sigmoid",
+    F.sigmoid: "sigmoid",
+    torch.tanh: "tanh",
+    F.tanh: "tanh",
+    F.gelu: "gelu",
+    torch.selu: "selu",
+    F.selu: "selu",
+    F.hardsigmoid: "hardsigmoid",
+    F.softplus: "softplus",
+    F.softsign: "softsign",
+    F.elu: "elu",
+    F.hardtanh: "hardtanh",
+    F.leaky_relu: "leaky_relu",
+    F.silu: "silu",
+    torch.abs: "abs",
+    torch.exp: "exp",
+    torch.log: "log",
+    torch.sqrt: "sqrt",
+    torch.rsqrt: "rsqrt",
+    torch.pow: "pow",
+    operator.pow: "pow",
+    operator.mul: "mul",
+    torch.mul: "mul",
+    operator.add: "add",
+    torch.add: "add",
+    operator.sub: "sub",
+    torch.sub: "sub",
+    operator.truediv: "truediv",
+    torch.div: "truediv",
+    operator.neg: "neg",
+    torch.neg: "neg",
+    torch.sum: "sum",
+    torch.mean: "mean",
+    torch.amax: "amax",
+    torch.amin: "amin",
+    torch.max: "max",
+    torch.min: "min",
+    torch.argmax: "argmax",
+    torch.argmin: "argmin",
+    torch.norm: "norm",
+    torch.clamp: "clamp",
+    torch.clamp_min: "clamp",
+    F.mse_loss: "mse_loss",
+    F.l1_loss: "l1_loss",
+    F.smooth_l1_loss: "smooth_l1_loss",
+    F.kl_div: "kl_div",
+    torch.cumsum: "cumsum",
+    torch.cumprod: "cumprod",
+    torch.softmax: "softmax",
+    F.softmax: "softmax",
+    torch.log_softmax: "log_softmax",
+    F.log_softmax: "log_softmax",
+    torch.flip: "flip",
+    torch.cat: "cat",
+    torch.zeros_like: "zeros_like",
+    torch.narrow: "narrow",
+    torch.select: "select",
+    torch.unsqueeze: "unsqueeze",
+    operator.getitem: "getitem",
+}
+
+_MODULES: dict[type, str] = {
+    nn.ReLU: "relu",
+    nn.Sigmoid: "sigmoid",
+    nn.Tanh: "tanh",
+    nn.GELU: "gelu",
+    nn.SELU: "selu",
+    nn.Hardsigmoid: "hardsigmoid",
+    nn.Softplus: "softplus",
+    nn.Softsign: "softsign",
+    nn.ELU: "elu",
+    nn.Hardtanh: "hardtanh",
+    nn.LeakyReLU: "leaky_relu",
+    nn.SiLU: "silu",
+    nn.Softmax: "softmax",
+    nn.LogSoftmax: "log_softmax",
+}
+
+# parameters of the elementwise functions, in order, with torch's defaults
+PARAMS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "gelu": (("approximate", "none"),),
+    "softplus": (("beta", 1.0), ("threshold", 20.0)),
+    "elu": (("alpha", 1.0),),
+    "hardtanh": (("min_val", -1.0), ("max_val", 1.0)),
+    "leaky_relu": (("negative_slope", 0.01),),
+}
+
+UNARY = frozenset(
+    {"relu", "sigmoid", "tanh", "gelu", "selu", "hardsigmoid", "softplus", "softsign", "elu", "hardtanh"}
+    | {"leaky_relu", "silu", "abs", "exp", "log", "sqrt", "rsqrt", "neg"}
+)
+
+BINARY = frozenset({"mul", "add", "sub", "truediv", "pow"})
+
+REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm"})
+
+# losses with a reduction of their own ('mean' unless told): an elementwise term, then a total
+LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
+
+SCANS = frozenset({"cumsum", "cumprod"})
+
+VIEWS = frozenset({"unsqueeze", "view", "reshape", "contiguous"})
+
+
+@dataclass
+class Op:
+    """A call node, normalised: its kind, tensor/constant arguments, and named parameters."""
+
+    node: fx.Node
+    kind: str
+    args: list[Any]
+    kw: dict[str, Any] = field(default_factory=dict)
+
+
+def op_of(gm: fx.GraphModule, node: fx.Node) -> Op:
+    if node.op == "call_function":
+        kind = _FUNCS.get(node.target)
+        if kind is None:
+            raise Unsupported(f"`{getattr(node.target, '__name__', node.target)}`")
+        return Op(node, kind, list(node.args), dict(node.kwargs))
+    if node.op == "call_method":
+        name = str(node.target)
+        kind = {"div": "truediv", "clamp_min": "clamp"}.get(name, name)
+        return Op(node, kind, list(node.args), dict(node.kwargs))
+    if node.op == "call_module":
+        mod = gm.get_submodule(str(node.target))
+        kind = _MODULES.get(type(mod))
+        if kind is None:
+            raise Unsupported(f"module `{type(mod).__name__}`")
+        kw = {k: getattr(mod, k) for k, _ in PARAMS.get(kind, ()) if hasattr(mod, k)}
+        if kind in ("softmax", "log_softmax"):
+            kw["dim"] = mod.dim
+        return Op(node, kind, list(node.args), kw)
+    raise Unsupported(f"node `{node.op}` {node.target}")
+
+
+def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]]:
+    from llmcompile.specs.kernelbench import model_of
+
+    model, given = model_of(spec)
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # noqa: BLE001 - data-dependent control flow, etc.
+        raise Unsupported(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    try:
+        ShapeProp(gm).propagate(*given)
+    except Exception as e:  # noqa: BLE001
+        raise Unsupported(f"shapes do not propagate on the meta device ({type(e).__name__}: {e})") from None
+    shapes = {n: tm.shape for n in gm.graph.nodes if hasattr(tm := n.meta.get("tensor_meta"), "shape")}
+    return gm, given, shapes
+
+
+def split_nodes(gm: fx.GraphModule) -> tuple[list[fx.Node], list[fx.Node], list[fx.Node]]:
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    outs = [n for n in gm.graph.nodes if n.op == "output"]
+    return ph, calls, outs
+
+
+def results_of(out: fx.Node) -> list[Any]:
+    r = out.args[0]
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+def one_result(out: fx.Node, template: str) -> Any:
+    """The graph's one output, for a template that writes one."""
+    results = results_of(out)
+    if len(results) != 1:
+        names = ", ".join(r.name if isinstance(r, fx.Node) else repr(r) for r in results)
+        raise Unsupported(f"a graph with {len(results)} outputs ({names}): the {template} template writes one")
+    return results[0]
+
+
+def param_names(spec: OpSpec, given: list, ph: list[fx.Node]) -> tuple[dict[fx.Node, str], list[str], list[str]]:
+    """Placeholder -> parameter name of the kernel's launch; tensor and scalar names in order."""
+    env, tensors, scalars = {}, [], []
+    ti = 0
+    for k, (node, g) in enumerate(zip(ph, given)):
+        if isinstance(g, torch.Tensor):
+            env[node] = f"in{ti}"
+            tensors.append(f"in{ti}")
+            ti += 1
+        else:
+            env[node] = f"arg{k}"
+            scalars.append(f"arg{k}")
+    return env, tensors, scalars
+
+
+def launch_params(spec: OpSpec) -> list[tuple[str, str]]:
+    """(name, annotation) of the launch's parameters, in kernel-contract order."""
+    params = [(t.name, "cute.Tensor") for t in spec.tensors]
+    params += [(s, "cutlass.Int64" if isinstance(v, int) else "cutlass.Float32") for s, v in spec.scalars.items()]
+    return params
+
+
+def depends_on(gm: fx.GraphModule, inputs: set[fx.Node], result: fx.Node) -> dict[fx.Node, set[str]]:
+    """What each node depends on: the inputs directly ("x"), the reduction's `result` ("r"),
+    or both; so the output reads as a function of the result alone, or the input rewritten with it."""
+    side: dict[fx.Node, set[str]] = {n: {"x"} for n in inputs}
+    for n in gm.graph.nodes:
+        if n is result:
+            side[n] = {"r"}
+        elif n.op in ("call_function", "call_method", "call_module"):
+            side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
+    return side
+
+
+def only_module(gm: fx.GraphModule, inputs: int) -> tuple[list[fx.Node], nn.Module] | None:
+    """The graph's placeholders and its one module, when the graph is that module called on its
+    `inputs` inputs and returning its result."""
+    ph, calls, (out,) = split_nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_module" or results_of(out) != [calls[0]] or len(ph) != inputs:
+        return None
+    if list(calls[0].args[:inputs]) != ph:
+        return None
+    return ph, gm.get_submodule(str(calls[0].target))
+
+
+def describe(gm: fx.GraphModule, n: fx.Node) -> str:
+    try:
+        return op_of(gm, n).kind
+    except Unsupported as e:
+        return str(e)

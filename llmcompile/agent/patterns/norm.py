@@ -1,0 +1,163 @@
+"""norm: statistics of groups, then every element rewritten with them (BatchNorm, InstanceNorm,
+GroupNorm, LayerNorm over trailing dims, x with a statistic of its last dim); a matrix-vector
+product as a value a group."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch import fx, nn
+
+from llmcompile.agent.patterns.emit import Emitter, lit
+from llmcompile.agent.patterns.graph import (
+    REDUCTIONS,
+    Unsupported,
+    depends_on,
+    one_result,
+    only_module,
+    op_of,
+    results_of,
+    split_nodes,
+)
+from llmcompile.agent.patterns.strided import REDUCE, find_reduction, norm_as_sum
+from llmcompile.specs import OpSpec
+
+_NORM_MODULES = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+    nn.GroupNorm,
+    nn.LayerNorm,
+)
+
+
+def match_norm_module(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """A BatchNorm / InstanceNorm / GroupNorm / LayerNorm module applied to the one input:
+    its groups and its affine parameters' indexing (see reference_kernels/norm.py)."""
+    only = only_module(gm, 1)
+    if only is None or not isinstance(only[1], _NORM_MODULES):
+        return None
+    ph, mod = only
+    shape = tuple(shapes[ph[0]])
+    rank = len(shape)
+    name = type(mod).__name__
+    if isinstance(mod, nn.LayerNorm):
+        k = len(mod.normalized_shape)
+        if tuple(shape[rank - k :]) != tuple(mod.normalized_shape) or k >= rank:
+            raise Unsupported(f"`{name}` over {tuple(mod.normalized_shape)} of an input {shape}")
+        mode, gpi, seg = "groups", math.prod(shape[1 : rank - k]), math.prod(shape[rank - k :])
+        mul, div = 0, 1  # a weight per normalized element
+        what = f"LayerNorm over the last {k} dims ({seg} elements a group)"
+    else:
+        if rank < 2 or shape[1] != getattr(mod, "num_features", getattr(mod, "num_channels", None)):
+            raise Unsupported(f"`{name}` of an input {shape}")
+        # BatchNorm and InstanceNorm: the kernel is passed no running statistics to use
+        if isinstance(mod, nn.modules.batchnorm._NormBase) and not mod.training and mod.track_running_stats:
+            raise Unsupported(f"`{name}` in eval mode (running statistics)")
+        c, spatial = shape[1], math.prod(shape[2:])
+        if isinstance(mod, nn.GroupNorm):
+            g = mod.num_groups
+            mode, gpi, seg, mul, div = "groups", g, c // g * spatial, c // g, spatial
+            what = f"GroupNorm, {g} groups of {c // g} channels x {spatial}"
+        elif isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mode, gpi, seg, mul, div = "segments", c, spatial, 1, spatial
+            what = f"BatchNorm with batch statistics, a channel over the batch x {spatial}"
+        else:
+            mode, gpi, seg, mul, div = "groups", c, spatial, 1, spatial
+            what = f"InstanceNorm over {spatial} elements a channel"
+    params = [t.name for t in spec.tensors if not t.output][1:]
+    affine = [n for n, p in mod.named_parameters() if p is not None]
+    if len(params) != len(affine) or affine not in ([], ["weight"], ["weight", "bias"]):
+        raise Unsupported(f"`{name}` with parameters {affine}")
+    apply = "(x - s[0]) * s[1]" + " * p[0]" * (len(affine) >= 1) + " + p[1]" * (len(affine) == 2)
+    return {
+        "what": what,
+        "moments": True,
+        "eps": lit(float(mod.eps)),
+        "combine": "S.add",
+        "identity": "0.0, 0.0,",
+        "apply": apply,
+        "mode": mode,
+        "groups_per_item": gpi,
+        "seg_len": seg,
+        "param_mul": mul,
+        "param_div": div,
+        "norm_params": params,
+        "x": spec.tensors[0].name,
+    }
+
+
+_MATMULS = (torch.matmul, torch.mm, torch.mv, operator.matmul)
+
+
+def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """A matrix times a vector, (M, K) @ (K, 1) or (K,): each row folded with the vector."""
+    ph, calls, (out,) = split_nodes(gm)
+    if len(calls) != 1 or calls[0].op != "call_function" or calls[0].target not in _MATMULS or len(ph) != 2:
+        return None
+    if list(calls[0].args[:2]) != ph or results_of(out) != [calls[0]]:
+        return None
+    a, b = (tuple(shapes[n]) for n in ph)
+    if len(a) != 2 or b not in ((a[1], 1), (a[1],)):
+        raise Unsupported(f"`matmul` of {a} by {b} (the template takes a matrix times a vector)")
+    return {
+        "what": f"a matrix-vector product, rows of {a[1]} folded with the vector",
+        "moments": False,
+        "weighted": True,
+        "prologue": "x * p[0]",
+        "finalize": "acc[0]",
+        "combine": "S.add",
+        "identity": "0.0,",
+        "apply": None,
+        "mode": "groups",
+        "groups_per_item": 1,
+        "seg_len": a[1],
+        "param_mul": 0,
+        "param_div": 1,
+        "norm_params": [spec.tensors[1].name],
+        "x": spec.tensors[0].name,
+    }
+
+
+def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
+    ph, calls, (out,) = split_nodes(gm)
+    tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
+    if len(tens) != 1 or len(given) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
+        return None
+    xnode = tens[0][0]
+    red, carrier, dim = find_reduction(gm, calls, shapes)
+    shape = tuple(shapes[xnode])
+    if dim != len(shape) - 1 or red.kind in ("argmax", "argmin") or len(shape) < 2:
+        return None
+    side = depends_on(gm, {xnode}, carrier)
+    res = one_result(out, "norm")
+    if side.get(res) != {"x", "r"}:
+        raise Unsupported("a reduction along the last dim without a rewrite of x")
+    kind, wrap, post = red.kind, "{x}", "{s}"
+    if kind == "norm":
+        wrap, post, _ = norm_as_sum(red)
+        kind = "sum"
+    combine, identity, _, epi = REDUCE[kind]
+    seg = shape[-1]
+    return {
+        "what": f"x rewritten with its rows' {red.kind} ({seg} elements a row)",
+        "moments": False,
+        "prologue": wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])),
+        "finalize": post.format(s=epi.format(inv_r=lit(1.0 / seg))),
+        "combine": combine,
+        "identity": ", ".join(lit(v) for v in identity) + ",",
+        "apply": Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res),
+        "mode": "groups",
+        "groups_per_item": math.prod(shape[1:-1]),
+        "seg_len": seg,
+        "param_mul": 0,
+        "param_div": 1,
+        "norm_params": [],
+        "x": spec.tensors[0].name,
+    }

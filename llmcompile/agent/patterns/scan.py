@@ -1,0 +1,74 @@
+"""scan: one cumsum / cumprod along the last dim, reversed, exclusive, or with a prologue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from llmcompile.agent.patterns.emit import Emitter, lit
+from llmcompile.agent.patterns.graph import SCANS, Unsupported, one_result, op_of, param_names, split_nodes
+from llmcompile.agent.patterns.rows import is_len_minus_one
+from llmcompile.specs import OpSpec
+
+
+def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    ph, calls, (out,) = split_nodes(gm)
+    ops = {n: op_of(gm, n) for n in calls}
+    scans = [op for op in ops.values() if op.kind in SCANS]
+    if len(scans) != 1:
+        return None
+    sc = scans[0]
+    dim = sc.kw.get("dim", sc.args[1] if len(sc.args) > 1 else None)
+    src = sc.args[0]
+    rank = len(shapes[src])
+    if not isinstance(dim, int) or dim % rank != rank - 1:
+        raise Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
+    res = one_result(out, "scan")
+    reverse = exclusive = False
+    n_len = shapes[src][-1]
+
+    def is_last_flip(node: Any) -> bool:
+        if not isinstance(node, fx.Node) or node not in ops or ops[node].kind != "flip":
+            return False
+        dims = ops[node].kw.get("dims", ops[node].args[1] if len(ops[node].args) > 1 else None)
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        return [d % rank for d in dims] == [rank - 1]
+
+    if is_last_flip(res) and is_last_flip(src):
+        reverse, res, src = True, res.args[0], src.args[0]
+    if isinstance(res, fx.Node) and res in ops and ops[res].kind == "cat":
+        parts = ops[res].args[0]
+        if (
+            len(parts) == 2
+            and ops.get(parts[0]) is not None
+            and ops[parts[0]].kind == "zeros_like"
+            and parts[1] is sc.node
+            and src in ops
+            and ops[src].kind == "narrow"
+        ):
+            nw = ops[src]
+            start = nw.kw.get("start", nw.args[2] if len(nw.args) > 2 else None)
+            length = nw.kw.get("length", nw.args[3] if len(nw.args) > 3 else None)
+            if start == 0 and (length == n_len - 1 or is_len_minus_one(gm, length)):
+                exclusive, res, src = True, sc.node, nw.args[0]
+    if res is not sc.node:
+        return None
+    _, tensors, _ = param_names(spec, given, ph)
+    pro_env = {}
+    # input i's element is v[i]; masks arrive as Boolean elements: multiply by them through a select
+    for i, (n, g) in enumerate((n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)):
+        pro_env[n] = (
+            f"cutlass.select_(v[{i}], Float32(1.0), Float32(0.0))" if g.dtype == torch.bool else f"Float32(v[{i}])"
+        )
+    pro = Emitter(gm, pro_env, vector=False).expr(src)
+    return {
+        "combine": "S.add" if sc.kind == "cumsum" else "S.mul",
+        "identity": lit(0.0 if sc.kind == "cumsum" else 1.0),
+        "prologue": pro,
+        "reverse": reverse,
+        "exclusive": exclusive,
+        "inputs": tensors,
+        "kind": sc.kind,
+    }

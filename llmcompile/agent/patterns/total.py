@@ -1,0 +1,157 @@
+"""total: a whole tensor folded to a value (losses, a Frobenius norm and its rewrite), and the
+reduced losses whose rows come first (cross-entropy, a triplet margin loss)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from llmcompile.agent.patterns.emit import Emitter, lit
+from llmcompile.agent.patterns.graph import (
+    LOSSES,
+    REDUCTIONS,
+    Op,
+    Unsupported,
+    depends_on,
+    one_result,
+    only_module,
+    op_of,
+    param_names,
+    results_of,
+    split_nodes,
+)
+from llmcompile.agent.patterns.strided import REDUCE, norm_as_sum, reduce_dim
+from llmcompile.specs import OpSpec
+
+
+def _loss_term(op: Op, em: Emitter) -> tuple[str, str]:
+    """A loss function's elementwise term (in torch's formula) and its reduction."""
+    a, b = (em.expr(x) for x in op.args[:2])
+    red = op.kw.get("reduction", "mean")
+    if op.kw.get("size_average") is not None or op.kw.get("reduce") is not None:
+        raise Unsupported(f"`{op.kind}` with the deprecated size_average/reduce")
+    if op.kind == "mse_loss":
+        term = f"(({a} - {b}) * ({a} - {b}))"
+    elif op.kind == "l1_loss":
+        term = f"cute.math.abs({a} - {b})"
+    elif op.kind == "smooth_l1_loss":
+        beta = float(op.kw.get("beta", 1.0))
+        d = f"cute.math.abs({a} - {b})"
+        if beta == 0.0:
+            term = d
+        else:
+            term = f"cutlass.select_({d} < {lit(beta)}, 0.5 * {d} * {d} / {lit(beta)}, {d} - {lit(0.5 * beta)})"
+    else:  # kl_div(input, target): target * (log(target) - input), 0 where target is 0 (xlogy)
+        if op.kw.get("log_target", False):
+            term = f"cute.math.exp({b}) * ({b} - {a})"
+        else:
+            term = f"cutlass.select_({b} > 0.0, {b} * (cute.math.log({b}) - {a}), Float32(0.0))"
+    if red not in ("mean", "sum", "batchmean") or (red == "batchmean" and op.kind != "kl_div"):
+        raise Unsupported(f"`{op.kind}` with reduction={red!r}")
+    return term, {"mean": "acc[0] / count", "sum": "acc[0]", "batchmean": "acc[0] / rows"}[red]
+
+
+def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    ph, calls, (out,) = split_nodes(gm)
+    ops = [op_of(gm, n) for n in calls]
+    reds = [op for op in ops if op.kind in REDUCTIONS | LOSSES]
+    if len(reds) != 1:
+        return None
+    red = reds[0]
+    if red.kind in REDUCTIONS and (reduce_dim(red) is not None or red.kind in ("argmax", "argmin")):
+        return None  # along a dim: another template's
+    tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
+    full = tuple(shapes[red.args[0]])
+    kinds = []
+    for _, g in tens:
+        if tuple(g.shape) == full:
+            kinds.append("full")
+        elif g.dim() == 1 and len(full) >= 1 and g.shape[0] == full[-1]:
+            kinds.append("col")  # broadcast along the last dim
+        else:
+            raise Unsupported(f"an input of shape {tuple(g.shape)} beside a reduction of {full}")
+    if not kinds or kinds[0] != "full":
+        raise Unsupported("a whole-tensor reduction whose first input is broadcast")
+    env, tensors, scalars = param_names(spec, given, ph)
+    em = Emitter(gm, dict(env), vector=False)
+    if red.kind in LOSSES:
+        pro, epi = _loss_term(red, em)
+        combine, identity, what = "S.add", (0.0,), red.kind
+    else:
+        kind, wrap, post, what = red.kind, "{x}", "{s}", red.kind
+        if kind == "norm":
+            wrap, post, p = norm_as_sum(red)
+            kind, what = "sum", f"norm (p={p})"
+        # the strided reductions' combines; a mean divides by the elements of this call's tensor
+        combine, identity, _, epi = REDUCE[kind]
+        epi = post.format(s="acc[0] / count" if kind == "mean" else epi)
+        pro = wrap.format(x=em.expr(red.args[0]))
+    side = depends_on(gm, {n for n, _ in tens}, red.node)
+    res = one_result(out, "total")
+    rewrite = None
+    if side.get(res) == {"r"}:
+        epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
+    elif side.get(res) == {"x", "r"} and len(tens) == 1:
+        rewrite = Emitter(gm, {tens[0][0]: "x", red.node: "s[0]"}, vector=False).expr(res)
+    else:
+        return None
+    return {
+        "prologue": pro,
+        "epilogue": epi,
+        "rewrite": rewrite,
+        "combine": combine,
+        "identity": ", ".join(lit(v) for v in identity) + ",",
+        "kinds_repr": repr(tuple(kinds)),
+        "tensors": tensors,
+        "scalars": scalars,
+        "reduction": what,
+    }
+
+
+def match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """`F.cross_entropy(logits (M, C), targets (M,))` reduced to a mean or a sum: the rows'
+    losses from the cross-entropy reference kernel, then a whole-tensor fold of them."""
+    ph, calls, (out,) = split_nodes(gm)
+    if len(calls) != 1 or calls[0].target is not F.cross_entropy or results_of(out) != [calls[0]] or len(ph) != 2:
+        return None
+    node = calls[0]
+    if list(node.args[:2]) != ph:
+        return None
+    x, t = (tuple(shapes[n]) for n in ph)
+    kw = dict(node.kwargs)
+    extra = {k: v for k, v in kw.items() if k not in ("reduction", "ignore_index")}
+    if len(node.args) > 2 or any(v not in (None, 0.0) for v in extra.values()):
+        raise Unsupported(f"`cross_entropy` with {sorted(extra) or 'positional options'}")
+    red = kw.get("reduction", "mean")
+    if len(x) != 2 or t != (x[0],) or given[1].dtype != torch.int64 or red not in ("mean", "sum"):
+        raise Unsupported(f"`cross_entropy` of {x} and {t} with reduction={red!r}")
+    return {
+        "what": f"cross-entropy over {x[1]} classes, the {red} over rows",
+        "ignore_index": int(kw.get("ignore_index", -100)),
+        "epilogue": "acc[0] / acc[1]" if red == "mean" else "acc[0]",
+        "x": spec.tensors[0].name,
+        "target": spec.tensors[1].name,
+    }
+
+
+def match_triplet(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """`nn.TripletMarginLoss` (p = 2) of three (M, D) inputs: each row's loss from its two
+    distances, then their mean or sum."""
+    only = only_module(gm, 3)
+    if only is None or not isinstance(only[1], nn.TripletMarginLoss):
+        return None
+    ph, mod = only
+    shape = tuple(shapes[ph[0]])
+    if len(shape) != 2 or any(tuple(shapes[n]) != shape for n in ph) or spec.scalars:
+        raise Unsupported(f"`TripletMarginLoss` of inputs {[tuple(shapes[n]) for n in ph]}")
+    if float(mod.p) != 2.0 or mod.swap or mod.reduction not in ("mean", "sum"):
+        raise Unsupported(f"`TripletMarginLoss` with p={mod.p}, swap={mod.swap}, reduction={mod.reduction!r}")
+    return {
+        "what": f"triplet margin loss over rows of {shape[1]}, the {mod.reduction} over rows",
+        "margin": lit(float(mod.margin)),
+        "eps": lit(float(mod.eps)),
+        "dim": shape[1],
+        "epilogue": "acc[0] / count" if mod.reduction == "mean" else "acc[0]",
+        "ins": [t.name for t in spec.tensors[:3]],
+    }

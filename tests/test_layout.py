@@ -1,0 +1,107 @@
+"""The package's layers (docs/layout.md): each imports only from layers below it, and no two
+modules import each other, at module level or inside a function. These tests fail when a new
+import reaches upward or closes a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "llmcompile"
+
+# lowest first: a module may import from its own layer or any layer before it
+LAYERS: list[tuple[str, ...]] = [
+    ("specs",),  # what an op is: data, references, contract
+    ("runtime", "kernels", "loader"),  # calling and shipping kernels
+    ("bench",),  # timing and baselines
+    ("harness",),  # the judge
+    ("agent",),  # prompts, providers, the loop, runs
+    ("suites",),  # evals over many problems
+    ("cli", "doctor", "__main__", "__init__"),  # what the user runs
+]
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS (and docs/layout.md)")
+
+
+def _type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    """The llmcompile modules `path` imports, wherever in the file (type-only imports excepted)."""
+    found: set[str] = set()
+    known = {_module(p) for p in PKG.rglob("*.py")}
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("llmcompile"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llmcompile"):
+            for a in node.names:  # `from llmcompile.x import y`: y may itself be a module
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if sub in known else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+GRAPH = {_module(p): _imports(p) for p in sorted(PKG.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_imports_only_from_layers_below(module: str) -> None:
+    upward = sorted(m for m in GRAPH[module] if m != "llmcompile" and _layer(m) > _layer(module))
+    assert not upward, f"{module} (layer {LAYERS[_layer(module)]}) imports from above: {upward}"
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {d for d in deps if d in GRAPH and d != m} for m, deps in GRAPH.items()}
+    for pkg in [m for m in graph if (PKG.parent / m.replace(".", "/") / "__init__.py").exists()]:
+        graph[pkg] = {d for d in graph[pkg] if not d.startswith(pkg + ".")}  # a facade re-exporting its own
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*stack[stack.index(d) :], d]))
+            if d not in state:
+                walk(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m)
+
+
+def test_the_checker_sees_function_level_and_from_imports(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from llmcompile.suites import runner\n"
+        "def g():\n    from llmcompile.agent import loop\n    import llmcompile.bench.grid\n"
+    )
+    assert _imports(f) == {"llmcompile.agent.loop", "llmcompile.bench.grid"}

@@ -280,7 +280,7 @@ def test_a_judge_bug_on_the_gpu_is_not_the_candidates_crash() -> None:
 def test_a_judge_sizes_itself_to_the_cores_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """An eval with one agent a GPU gives each its share of the host (LLMCOMPILE_CPUS): two agents
     of 32 cores each starting 28 compile processes was slower than either alone."""
-    from llmcompile.harness.judge import host_cpus
+    from llmcompile.harness.cpus import host_cpus
 
     monkeypatch.setenv("LLMCOMPILE_CPUS", "16")
     assert host_cpus() == 16

@@ -159,3 +159,20 @@ def test_a_finished_eval_reports_again_without_a_gpu(tmp_path: Path, monkeypatch
     (out / "problems" / "softmax-bf16.json").unlink()  # one left to run: that needs the GPU
     assert main(["eval", str(suite_file), "--llm", "offline", "--out", str(out)]) == 2
     assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+def test_gpu_slots_name_the_hosts_devices_under_cuda_visible_devices(monkeypatch):
+    """An eval started under CUDA_VISIBLE_DEVICES=1 runs its agents on the host's GPU 1: a child's
+    CUDA_VISIBLE_DEVICES=0 would be the host's GPU 0, a GPU the user did not give the eval."""
+    import torch
+
+    from llmcompile.suites import runner as R
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert R.gpu_slots("all") == ["3", "1"]
+    assert R.gpu_slots("1") == ["3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert R.gpu_slots("all") == ["0", "1"]
+    with pytest.raises(R.SuiteError):
+        R.gpu_slots("3")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcompile.harness import baseline_cache, compile_cache, memplan, static
+from llmcompile.harness.cpus import host_cpus
 from llmcompile.harness.sandbox import Sandbox, sandbox
 from llmcompile.harness.verdict import (
     COMPILE_ERROR,
@@ -74,18 +75,6 @@ class JudgeOptions:
         prof = list(self.profile_shapes or spec.shapes())
         ns = self.verify_ns or ([n for _, n in prof] + list(HELD_OUT_N) if self.profile_shapes else None)
         return verify_shapes(spec, ns), prof
-
-
-def host_cpus() -> int:
-    """The cores this judge may keep busy: LLMCOMPILE_CPUS where an eval shares the host between
-    several agents (one a GPU), else the cores this process may run on."""
-    given = os.environ.get("LLMCOMPILE_CPUS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not Linux)
-        return os.cpu_count() or 2
 
 
 def source_sha(source: str) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 from llmcompile.agent.providers import choose_llm
 from llmcompile.agent.runs import write_json_atomic
+from llmcompile.harness.cpus import host_cpus
 from llmcompile.suites.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
 from llmcompile.suites.suite import Problem, Suite, SuiteError
 
@@ -63,7 +64,10 @@ def gpu_slots(gpus: str) -> list[str]:
             raise SuiteError(f"--gpus takes 'all' or a count, not {gpus!r}") from None
         if n > count:
             raise SuiteError(f"--gpus {n}: only {count} CUDA GPU(s) visible")
-    return [str(i) for i in range(n)]
+    # a child's CUDA_VISIBLE_DEVICES names a device as the host does, not as this process sees
+    # it: under CUDA_VISIBLE_DEVICES=1, our device 0 is the host's 1
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return (visible if len(visible) >= n else [str(i) for i in range(count)])[:n]
 
 
 def problem_command(p: Problem, suite: Suite, opts: EvalOptions, run_dir: Path) -> list[str]:
@@ -189,7 +193,7 @@ class EvalRunner:
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         # agents at once share the host's cores: each judge sizes its compile processes to its share
-        env.setdefault("LLMCOMPILE_CPUS", str(max(1, (os.cpu_count() or 2) // max(1, self._slots))))
+        env.setdefault("LLMCOMPILE_CPUS", str(max(1, host_cpus() // max(1, self._slots))))
         cmd = problem_command(p, self.suite, self.opts, run_dir)
         t0 = time.perf_counter()
         with open(log, "ab") as fh:

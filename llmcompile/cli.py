@@ -207,61 +207,68 @@ def cmd_run(args: argparse.Namespace) -> int:
     from llmcompile.specs import get_op
 
     console = Console(stderr=True)
-    if args.resume:
-        store = RunStore(Path(args.resume))
-        cfg = store.config()
-        spec = get_op(cfg.op)
-        if args.replay or args.llm not in ("auto", cfg.provider):
-            raise UsageError("--resume continues with the run's own provider and budgets")
-        args.llm, args.model, args.base_url = cfg.provider, cfg.model, cfg.base_url or None
-    else:
-        spec = get_op(args.op)
-        dtype = dtype_name(args.dtype) if args.dtype else ("bfloat16" if "bfloat16" in spec.dtypes else spec.dtypes[0])
-        cfg = RunConfig(
-            op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
-            max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
-            compile_only=args.compile_only, baselines=_baselines(_default_baselines(spec, args.baselines)),
-            replay_from=args.replay or "", shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
-        )  # fmt: skip
-    target = get_target(cfg.target)
-    if not cfg.compile_only:
+    resumed = RunStore(Path(args.resume)) if args.resume else None
+    first = resumed.config() if resumed else None
+    target = get_target(first.target if first else args.target)
+    compile_only = first.compile_only if first else args.compile_only
+    if not compile_only:
         if not gpu_available():
             raise TargetError(
                 f"verifying and timing kernels need the target GPU ({target.name}), and no CUDA GPU is visible; "
                 "run with --compile-only for compile-only rounds here"
             )
         require_gpu(target)
-    try:
-        provider, model = make_provider(args, spec, cfg.dtype, cfg.profile_shapes())
-    except ProviderError as e:
-        raise UsageError(str(e)) from None
-    if not args.resume:
-        cfg.provider, cfg.model, cfg.base_url = provider.name, model, args.base_url or ""
-        store = RunStore(Path(args.out) if args.out else new_run_dir(Path(args.runs_dir), spec.name, target.name))
-        store.write_json("config.json", config_dict(cfg))
-        from llmcompile.bench.grid import versions
+    unsafe = args.unsafe_no_sandbox or bool(resumed and resumed.sandbox().get("unsafe_no_sandbox"))
+    # The judge first: its processes come up (imports, CuTe DSL's first compile, a CUDA context)
+    # while the problem loads and the first candidates are written, not in front of them.
+    with Judge(target.name, gpu=not compile_only and None, unsafe_no_sandbox=unsafe) as judge:
+        if resumed is not None:
+            store, cfg = resumed, first
+            assert cfg is not None
+            spec = get_op(cfg.op)
+            if args.replay or args.llm not in ("auto", cfg.provider):
+                raise UsageError("--resume continues with the run's own provider and budgets")
+            args.llm, args.model, args.base_url = cfg.provider, cfg.model, cfg.base_url or None
+        else:
+            spec = get_op(args.op)
+            dtype = (
+                dtype_name(args.dtype) if args.dtype else ("bfloat16" if "bfloat16" in spec.dtypes else spec.dtypes[0])
+            )
+            cfg = RunConfig(
+                op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
+                max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
+                compile_only=args.compile_only, baselines=_baselines(_default_baselines(spec, args.baselines)),
+                replay_from=args.replay or "", shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
+            )  # fmt: skip
+        try:
+            provider, model = make_provider(args, spec, cfg.dtype, cfg.profile_shapes())
+        except ProviderError as e:
+            raise UsageError(str(e)) from None
+        if resumed is None:
+            cfg.provider, cfg.model, cfg.base_url = provider.name, model, args.base_url or ""
+            store = RunStore(Path(args.out) if args.out else new_run_dir(Path(args.runs_dir), spec.name, target.name))
+            store.write_json("config.json", config_dict(cfg))
+            from llmcompile.bench.grid import versions
 
-        store.write_json("versions.json", versions())
-    if not provider.uses_llm:
-        console.print(
-            f"[bold]{provider.name}[/bold]: no LLM is used in this run"
-            + (f" ({getattr(provider, 'describe', lambda: '')()})" if provider.name == "offline" else "")
-        )
-    console.print(f"run directory: {store.path}")
-    store.event("start", at=process_started())
+            store.write_json("versions.json", versions())
+        if not provider.uses_llm:
+            console.print(
+                f"[bold]{provider.name}[/bold]: no LLM is used in this run"
+                + (f" ({getattr(provider, 'describe', lambda: '')()})" if provider.name == "offline" else "")
+            )
+        console.print(f"run directory: {store.path}")
+        store.event("start", at=process_started())
 
-    def show(info: dict) -> None:
-        best = info["best"]
-        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(info["verdicts"].items())) or "none yet"
-        # compile-only rounds time nothing: a best there is one that compiled, with no % to show
-        score = "compiled, not timed" if cfg.compile_only else f"{best.min_pct:.1f}% SOL" if best else ""
-        console.print(
-            f"round {info['round']}/{cfg.rounds} {info['phase']:8s} judged {info['judged']:3d} [{verdicts}] "
-            f"best {f'{score} ({best.id})' if best else '-'}"
-        )
+        def show(info: dict) -> None:
+            best = info["best"]
+            verdicts = ", ".join(f"{k} {v}" for k, v in sorted(info["verdicts"].items())) or "none yet"
+            # compile-only rounds time nothing: a best there is one that compiled, with no % to show
+            score = "compiled, not timed" if cfg.compile_only else f"{best.min_pct:.1f}% SOL" if best else ""
+            console.print(
+                f"round {info['round']}/{cfg.rounds} {info['phase']:8s} judged {info['judged']:3d} [{verdicts}] "
+                f"best {f'{score} ({best.id})' if best else '-'}"
+            )
 
-    unsafe = args.unsafe_no_sandbox or bool(args.resume and store.sandbox().get("unsafe_no_sandbox"))
-    with Judge(target.name, gpu=not cfg.compile_only and None, unsafe_no_sandbox=unsafe) as judge:
         store.write_json("sandbox.json", judge.sandbox_facts())
         if unsafe and not judge.sandbox.layers.namespaces:  # (without the flag the judge refuses, and says why)
             console.print(

@@ -11,6 +11,7 @@ indices are tensors like any other.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -66,25 +67,31 @@ _TENSOR_DTYPES = {torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"
 BATCH_NAMES = ("batch_size", "M", "B", "batch")
 
 
-def _batched_inputs(mod, m: int, m0: int, path: Path) -> list:
+def _batched_inputs(mod, m: int, m0: int, path: Path, device: str | None = None) -> list:
     """`get_inputs()` at batch M: through the file's own batch variable where setting it changes
     the leading dim and nothing else (so a 17 GB problem is never made whole to verify a few
-    rows), else made whole and sliced."""
-    if m != m0:
-        with torch.device("meta"):
-            whole = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
-        want = [(x.shape[0] == m0, x.shape[1:], x.dtype) for x in whole if isinstance(x, torch.Tensor)]
-        for name in BATCH_NAMES:
-            if getattr(mod, name, None) != m0 or isinstance(getattr(mod, name), bool):
-                continue
-            setattr(mod, name, m)
-            try:
+    rows), else made whole (on the CPU where M is not the problem's own) and sliced. `device`:
+    where its tensors are made (KernelBench's files make them on the CPU, at several seconds a
+    GB: a GPU makes them in milliseconds)."""
+    on = torch.device(device) if device else contextlib.nullcontext()
+    if m == m0:
+        with on:
+            return _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    with torch.device("meta"):
+        whole = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    want = [(x.shape[0] == m0, x.shape[1:], x.dtype) for x in whole if isinstance(x, torch.Tensor)]
+    for name in BATCH_NAMES:
+        if getattr(mod, name, None) != m0 or isinstance(getattr(mod, name), bool):
+            continue
+        setattr(mod, name, m)
+        try:
+            with on:
                 xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
-            finally:
-                setattr(mod, name, m0)
-            got = [(x.shape[0] == m, x.shape[1:], x.dtype) for x in xs if isinstance(x, torch.Tensor)]
-            if got == want:
-                return xs
+        finally:
+            setattr(mod, name, m0)
+        got = [(x.shape[0] == m, x.shape[1:], x.dtype) for x in xs if isinstance(x, torch.Tensor)]
+        if got == want:
+            return xs
     xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
     return [x[:m].contiguous() if isinstance(x, torch.Tensor) and x.dim() and x.shape[0] == m0 else x for x in xs]
 
@@ -275,12 +282,13 @@ def load_problem(path: str | Path) -> OpSpec:
         if m > m0:
             raise OpError(f"{path.name}: M={m} is larger than the problem's batch {m0}")
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=gen.device))
-        with torch.random.fork_rng(devices=[]):
+        dev = torch.device(device)
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(seed)
-            xs = [x for x in _batched_inputs(mod, m, m0, path) if isinstance(x, torch.Tensor)]
+            xs = [x for x in _batched_inputs(mod, m, m0, path, device) if isinstance(x, torch.Tensor)]
             # fresh parameter values, so a kernel that assumes the init (ones, zeros) fails
             ps = [
-                (torch.rand(p.shape) + 0.5).to(p.dtype) if p.is_floating_point() else p.detach().clone()
+                (torch.rand(p.shape, device=dev) + 0.5).to(p.dtype) if p.is_floating_point() else p.detach().clone()
                 for p in params.values()
             ]
         return [t.detach().to(device) for t in xs + ps]

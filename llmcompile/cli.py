@@ -7,6 +7,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from llmcompile.agent.session import ATTENTION_BASELINES, RUN_BASELINES, UsageError, parse_shapes
+from llmcompile.bench.baselines import parse_baselines
 from llmcompile.harness.sandbox import SandboxUnavailable
 from llmcompile.harness.worker import JudgeFailure
 from llmcompile.specs import (
@@ -18,14 +20,9 @@ from llmcompile.specs import (
     OpError,
     bench_shapes,
     dtype_name,
-    parse_shape,
 )
 from llmcompile.specs.targets import TARGETS, TargetError, get_target, require_gpu
 from llmcompile.suites.suite import SuiteError
-
-
-class UsageError(Exception):
-    pass
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -64,10 +61,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
-    return [parse_shape(part) for part in text.split(",")] if text else None
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from llmcompile.bench import grid
     from llmcompile.kernels import BY_NAME, READ_PROBES, copy_probe
@@ -85,8 +78,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # (QuACK's small grid is for row ops: 32768 heads of attention would need 68 GB)
         ops = [o for o in ops if not BUILTIN[o].compute_bound or args.ops != ["all"]]
     elif args.shapes or args.elems != BENCH_ELEMS:
-        shapes = _parse_shapes(args.shapes) or bench_shapes(args.elems)
-    baselines = _baselines(args.baselines)
+        shapes = parse_shapes(args.shapes) or bench_shapes(args.elems)
+    baselines = parse_baselines(args.baselines)
     result = grid.run(
         ops,
         dtypes,
@@ -156,7 +149,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     dtype = dtype_name(args.dtype) if args.dtype else spec.dtypes[0]
     target = get_target(args.target)
     stages = tuple(s for s in STAGES if s in args.stages.split(","))
-    opts = JudgeOptions(stages=stages, profile_shapes=_parse_shapes(args.shapes), baselines=_baselines(args.baselines))
+    opts = JudgeOptions(
+        stages=stages, profile_shapes=parse_shapes(args.shapes), baselines=parse_baselines(args.baselines)
+    )
     with Judge(target.name, unsafe_no_sandbox=args.unsafe_no_sandbox) as judge:
         v = judge.evaluate(path.read_text(), spec, dtype, opts)
     if args.json:
@@ -173,116 +168,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 3 if asked_gpu and not (v.verify or v.profile) else 0
 
 
-def make_provider(args: argparse.Namespace, spec, dtype: str, shapes: list[tuple[int, int]] | None = None):
-    """--llm auto: the OpenAI-compatible endpoint when a model and key are configured, else the
-    offline search (which says so)."""
-    import os
-
-    from llmcompile.agent.offline import offline_provider
-    from llmcompile.agent.providers import OpenAIProvider, ReplayProvider, choose_llm
-
-    model = args.model or os.environ.get("LLMCOMPILE_MODEL", "")
-    llm = choose_llm(args.llm, model)
-    if llm == "openai":
-        if not model:
-            raise UsageError("--llm openai needs --model (or LLMCOMPILE_MODEL)")
-        return OpenAIProvider(model, args.base_url, max_tokens=args.max_tokens_per_answer), model
-    if llm == "replay":
-        if not args.replay:
-            raise UsageError("--llm replay needs --replay RUN_DIR")
-        return ReplayProvider(args.replay), ""
-    if llm == "offline":
-        return offline_provider(spec, dtype, shapes), ""
-    raise UsageError(f"unknown --llm {llm!r}: auto, openai, offline or replay")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from llmcompile.agent.session import RunRequest, run_problem
 
-    from llmcompile.agent.loop import run_agent
-    from llmcompile.agent.providers import ProviderError
-    from llmcompile.agent.report import finalize, summary_table
-    from llmcompile.agent.runs import RunConfig, RunStore, config_dict, new_run_dir, process_started
-    from llmcompile.harness import Judge, gpu_available
-    from llmcompile.specs import get_op
-
-    console = Console(stderr=True)
-    resumed = RunStore(Path(args.resume)) if args.resume else None
-    first = resumed.config() if resumed else None
-    target = get_target(first.target if first else args.target)
-    compile_only = first.compile_only if first else args.compile_only
-    if not compile_only:
-        if not gpu_available():
-            raise TargetError(
-                f"verifying and timing kernels need the target GPU ({target.name}), and no CUDA GPU is visible; "
-                "run with --compile-only for compile-only rounds here"
-            )
-        require_gpu(target)
-    unsafe = args.unsafe_no_sandbox or bool(resumed and resumed.sandbox().get("unsafe_no_sandbox"))
-    # The judge first: its processes come up (imports, CuTe DSL's first compile, a CUDA context)
-    # while the problem loads and the first candidates are written, not in front of them.
-    with Judge(target.name, gpu=not compile_only and None, unsafe_no_sandbox=unsafe) as judge:
-        if resumed is not None:
-            store, cfg = resumed, first
-            assert cfg is not None
-            spec = get_op(cfg.op)
-            if args.replay or args.llm not in ("auto", cfg.provider):
-                raise UsageError("--resume continues with the run's own provider and budgets")
-            args.llm, args.model, args.base_url = cfg.provider, cfg.model, cfg.base_url or None
-        else:
-            spec = get_op(args.op)
-            dtype = (
-                dtype_name(args.dtype) if args.dtype else ("bfloat16" if "bfloat16" in spec.dtypes else spec.dtypes[0])
-            )
-            cfg = RunConfig(
-                op=spec.ref, dtype=dtype, target=args.target, provider="", samples=args.samples, rounds=args.rounds,
-                max_tokens=args.max_tokens, time_limit_s=args.time, target_pct=args.target_sol,
-                compile_only=args.compile_only, baselines=_baselines(_default_baselines(spec, args.baselines)),
-                replay_from=args.replay or "", shapes=[list(s) for s in _parse_shapes(args.shapes) or []],
-            )  # fmt: skip
-        try:
-            provider, model = make_provider(args, spec, cfg.dtype, cfg.profile_shapes())
-        except ProviderError as e:
-            raise UsageError(str(e)) from None
-        if resumed is None:
-            cfg.provider, cfg.model, cfg.base_url = provider.name, model, args.base_url or ""
-            store = RunStore(Path(args.out) if args.out else new_run_dir(Path(args.runs_dir), spec.name, target.name))
-            store.write_json("config.json", config_dict(cfg))
-            from llmcompile.bench.grid import versions
-
-            store.write_json("versions.json", versions())
-        if not provider.uses_llm:
-            console.print(
-                f"[bold]{provider.name}[/bold]: no LLM is used in this run"
-                + (f" ({getattr(provider, 'describe', lambda: '')()})" if provider.name == "offline" else "")
-            )
-        console.print(f"run directory: {store.path}")
-        store.event("start", at=process_started())
-
-        def show(info: dict) -> None:
-            best = info["best"]
-            verdicts = ", ".join(f"{k} {v}" for k, v in sorted(info["verdicts"].items())) or "none yet"
-            # compile-only rounds time nothing: a best there is one that compiled, with no % to show
-            score = "compiled, not timed" if cfg.compile_only else f"{best.min_pct:.1f}% SOL" if best else ""
-            console.print(
-                f"round {info['round']}/{cfg.rounds} {info['phase']:8s} judged {info['judged']:3d} [{verdicts}] "
-                f"best {f'{score} ({best.id})' if best else '-'}"
-            )
-
-        store.write_json("sandbox.json", judge.sandbox_facts())
-        if unsafe and not judge.sandbox.layers.namespaces:  # (without the flag the judge refuses, and says why)
-            console.print(
-                "[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)"
-            )
-        try:
-            result = run_agent(spec, cfg, provider, judge, store, show)
-        except ProviderError as e:
-            raise UsageError(f"{e} (everything so far is saved in {store.path}; continue with --resume)") from None
-        summary = finalize(store, spec, cfg, result, judge)
-    print(summary_table(summary))
-    if result.stop_reason.startswith("interrupted"):
-        return 130
-    return 0 if summary["best"] else 1
+    fields = {f.name for f in dataclasses.fields(RunRequest)}
+    return run_problem(RunRequest(**{k: v for k, v in vars(args).items() if k in fields}))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -359,23 +249,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(report.markdown(report.load(out)))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0 if not pending else 1
-
-
-RUN_BASELINES = "eager,compile,quack,liger"  # the row ops' peers
-ATTENTION_BASELINES = "sdpa_flash,sdpa_cudnn,fa4"  # a compute-bound op's peers (bench: sdpa_efficient too)
-
-
-def _default_baselines(spec, text: str) -> str:  # noqa: ANN001 - an OpSpec
-    return ATTENTION_BASELINES if text == RUN_BASELINES and spec.compute_bound else text
-
-
-def _baselines(text: str) -> list[str]:
-    from llmcompile.bench.baselines import BASELINES
-
-    names = [] if text in ("", "none") else text.split(",")
-    if unknown := [b for b in names if b not in BASELINES]:
-        raise OpError(f"unknown baseline {', '.join(unknown)}; known: {', '.join(BASELINES)}")
-    return names
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 
-import cutlass
 import cutlass.cute as cute
 
 from reference_kernels import reduce as R
@@ -28,10 +27,7 @@ class Copy:
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, self.tiling, mX.element_type)
+        tidx, _, sX, _ = R.begin_rows(self.tiling, mX.element_type)
         R.for_each_row(self.tiling, copy, mX, sX, tidx, 0.0, functools.partial(self.row, mO))
 
     @cute.jit

@@ -102,13 +102,9 @@ class CrossEntropy:
         copy: cute.TiledCopy,
     ):
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch_a = R.allocate_scratch(smem, t, 2 if cutlass.const_expr(self.knobs.online) else 1)
-        scratch_b = R.allocate_scratch(smem, t, 1)
-        R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
+        tidx, smem, sX, (scratch_a, scratch_b) = R.begin_rows(
+            t, mX.element_type, 2 if cutlass.const_expr(self.knobs.online) else 1, 1
+        )
 
         target = cute.make_rmem_tensor(1, Int64)
         x_target = cute.make_rmem_tensor(1, Float32)

@@ -90,12 +90,7 @@ class LayerNorm:
         copy: cute.TiledCopy,
     ):
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch = R.allocate_scratch(smem, t, 3)
-        R.init_cluster_barriers((scratch,), t, tidx)
+        tidx, smem, sX, (scratch,) = R.begin_rows(t, mX.element_type, 3)
         # weight and bias: once per CTA, whichever row tiles it goes on to
         begun = R.columns_begin(R.RowContext.make(t, copy, mX, tidx), smem, self.columns, (mW, mB))
         row = functools.partial(self.row, mW, mB, mO, mMean, mRstd, eps, scratch, begun)

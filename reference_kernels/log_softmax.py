@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, const_expr
 
@@ -29,13 +28,9 @@ class LogSoftmax:
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mO: cute.Tensor, copy: cute.TiledCopy):
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch_a = R.allocate_scratch(smem, t, 2 if const_expr(self.knobs.online) else 1)
-        scratch_b = R.allocate_scratch(smem, t, 1)
-        R.init_cluster_barriers((scratch_a, scratch_b), t, tidx)
+        tidx, _, sX, (scratch_a, scratch_b) = R.begin_rows(
+            t, mX.element_type, 2 if const_expr(self.knobs.online) else 1, 1
+        )
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, functools.partial(self.row, mO, scratch_a, scratch_b))
 
     @cute.jit

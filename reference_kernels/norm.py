@@ -283,12 +283,7 @@ class GroupedNorm:
     @cute.kernel
     def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, copy: cute.TiledCopy):
         t = self.row_tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(t)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch = R.allocate_scratch(smem, t, len(self.identity))
-        R.init_cluster_barriers((scratch,), t, tidx)
+        tidx, _, sX, (scratch,) = R.begin_rows(t, mX.element_type, len(self.identity))
         R.for_each_row(t, copy, mX, sX, tidx, 0.0, functools.partial(self._row, mX, params, mO, scratch))
 
     @cute.jit

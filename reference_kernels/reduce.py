@@ -939,6 +939,21 @@ def init_cluster_barriers(scratches: tuple, tiling: cutlass.Constexpr, tidx: Int
         cute.arch.cluster_arrive_relaxed()
 
 
+def begin_rows(tiling: RowTiling, dtype: type[cutlass.Numeric], *arities: int) -> tuple:
+    """A row kernel's first steps, in the order each needs them: its thread index; the wait on
+    the previous grid (before any global memory is touched); the row tile's staging buffer
+    (None unless staged); one reduction scratch per arity, cluster barriers armed.
+    Returns (tidx, smem, sX, scratches); `smem` allocates whatever the kernel needs after."""
+    tidx, _, _ = cute.arch.thread_idx()
+    await_previous_grid(tiling)
+    smem = cutlass.memory.SmemAllocator()
+    sX = allocate_staging(smem, tiling, dtype)
+    scratches = tuple(allocate_scratch(smem, tiling, a) for a in arities)
+    if scratches:
+        init_cluster_barriers(scratches, tiling, tidx)
+    return tidx, smem, sX, scratches
+
+
 @cute.jit
 def row_reduce(
     vals: tuple,

@@ -54,12 +54,7 @@ class RMSNorm:
         self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mRstd: cute.Tensor, eps: Float32, copy: cute.TiledCopy
     ):
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sX = R.allocate_staging(smem, t, mX.element_type)
-        scratch = R.allocate_scratch(smem, t, 1)
-        R.init_cluster_barriers((scratch,), t, tidx)
+        tidx, smem, sX, (scratch,) = R.begin_rows(t, mX.element_type, 1)
         begun = R.columns_begin(R.RowContext.make(t, copy, mX, tidx), smem, self.columns, (mW,))
         R.for_each_row(t, copy, mX, sX, tidx, 0.0, functools.partial(self.row, mW, mO, mRstd, eps, scratch, begun))
 

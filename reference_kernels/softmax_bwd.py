@@ -40,12 +40,7 @@ class SoftmaxBackward:
     @cute.kernel
     def kernel(self, mdY: cute.Tensor, mY: cute.Tensor, mdX: cute.Tensor, copy: cute.TiledCopy):
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        R.await_previous_grid(self.tiling)
-        smem = cutlass.memory.SmemAllocator()
-        sdY = R.allocate_staging(smem, t, mdY.element_type)
-        scratch = R.allocate_scratch(smem, t, 1)
-        R.init_cluster_barriers((scratch,), t, tidx)
+        tidx, _, sdY, (scratch,) = R.begin_rows(t, mdY.element_type, 1)
         # y's row slice, loaded into registers while dy's row is in flight (a trace-time
         # hand-over from the fetch to the row body of the same row tile)
         held: list = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmcompile.bench import grid
-from llmcompile.cli import _baselines
+from llmcompile.bench.baselines import parse_baselines
 from llmcompile.specs import OpError
 
 
@@ -44,9 +44,9 @@ def test_each_plot_panel_draws_its_own_limit(tmp_path: Path) -> None:
 
 
 def test_unknown_baseline_is_refused_by_name() -> None:
-    assert _baselines("fa4,sdpa_flash") == ["fa4", "sdpa_flash"]
+    assert parse_baselines("fa4,sdpa_flash") == ["fa4", "sdpa_flash"]
     with pytest.raises(OpError, match="unknown baseline fa5; known: eager, compile, quack, liger, sdpa_flash"):
-        _baselines("fa4,fa5")
+        parse_baselines("fa4,fa5")
 
 
 def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,3 +78,14 @@ def test_no_namespaces_warns_only_when_the_flag_is_passed(
     else:
         # (4: the judge could not run, its own trouble, not a verdict on a candidate)
         assert rc == 4 and "no bwrap binary (test)" in text and "--unsafe-no-sandbox" in text
+
+
+@pytest.mark.parametrize(
+    ("op", "said"),
+    [("nosuchop", "unknown op 'nosuchop'"), ("/no/such/problem.py", "no such problem file: /no/such/problem.py")],
+)
+def test_a_bad_op_is_said_before_anything_starts(op: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run starts its judge before it loads a problem file: a name that is no op, or a file
+    that is not there, is still the error the user sees (not the GPU check, not a judge start)."""
+    assert main([op, "--target", "h100"]) == 2
+    assert said in capsys.readouterr().err

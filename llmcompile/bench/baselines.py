@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from llmcompile.specs import OpSpec
+from llmcompile.specs import OpError, OpSpec
 
 
 class Unavailable(Exception):
@@ -162,3 +162,11 @@ BASELINES: dict[str, Callable[[OpSpec, list[torch.Tensor], dict], Callable[[], o
     "sdpa_efficient": _sdpa("EFFICIENT_ATTENTION"),
     "fa4": flash_attn_4,
 }
+
+
+def parse_baselines(text: str) -> list[str]:
+    """A comma list of baseline names ('' or 'none': none), each one known."""
+    names = [] if text in ("", "none") else text.split(",")
+    if unknown := [b for b in names if b not in BASELINES]:
+        raise OpError(f"unknown baseline {', '.join(unknown)}; known: {', '.join(BASELINES)}")
+    return names

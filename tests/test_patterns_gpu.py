@@ -9,8 +9,8 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import contract, get_op, verify_shapes
-
-from .test_patterns import EXPECTED, LEVEL1, needs_level1
+from tests.level1 import LEVEL1, needs_level1
+from tests.test_patterns import EXPECTED
 
 pytestmark = [pytest.mark.gpu, needs_level1]
 

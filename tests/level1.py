@@ -1,0 +1,55 @@
+"""KernelBench level-1 problems for the pattern tests: where the files are, one by number, a
+small problem file of a test's own, and a matched kernel compiled for sm_90a (no GPU)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llmcompile.agent import patterns
+from llmcompile.specs import OpSpec, contract, get_op
+
+# a KernelBench checkout's level1 folder, else the shared one beside this checkout
+LEVEL1 = Path(os.environ.get("KERNELBENCH_LEVEL1", Path(__file__).resolve().parents[2] / "shared/kernelbench/level1"))
+needs_level1 = pytest.mark.skipif(not LEVEL1.is_dir(), reason=f"KernelBench level 1 not beside the checkout ({LEVEL1})")
+
+
+def problem(num: int) -> OpSpec:
+    (path,) = LEVEL1.glob(f"{num}_*.py")
+    return get_op(str(path))
+
+
+def source(num: int) -> str:
+    """The kernel the matcher writes for level-1 problem `num`."""
+    m = patterns.match(problem(num))
+    assert isinstance(m, patterns.Match), m
+    return m.source
+
+
+def problem_file(tmp_path: Path, name: str, forward: str, shape: str, init: str = "pass") -> Path:
+    """A KernelBench-format file: `init` in Model.__init__, forward(x) returning `forward`, an
+    input of torch.rand`shape`."""
+    f = tmp_path / f"{name}.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        f"        super().__init__()\n        {init}\n    def forward(self, x):\n        return {forward}\n\n"
+        f"def get_inputs():\n    return [torch.rand{shape}]\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
+def compiles(num: int, tmp_path: Path, pattern: str) -> None:
+    """Level-1 problem `num` matches `pattern`, and its kernel compiles for sm_90a at the
+    problem's own N, asking for a workspace exactly where its partials cross CTAs."""
+    spec = problem(num)
+    m = patterns.match(spec)
+    assert isinstance(m, patterns.Match) and m.pattern == pattern, m
+    path = tmp_path / f"k{num}.py"
+    path.write_text(m.source)
+    mod = contract.load_module(path)
+    (_, n) = spec.fixed_shapes[0]
+    ws = contract.workspace_of(mod)
+    assert (ws > 0) == (m.pattern in ("total", "norm"))
+    assert contract.compile_entry(contract.entry_of(mod), spec, spec.dtypes[0], n, workspace=ws) is not None

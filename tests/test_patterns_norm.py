@@ -1,0 +1,53 @@
+"""The norm family: statistics of groups then a rewrite (BatchNorm, InstanceNorm, GroupNorm,
+LayerNorm over trailing dims, x over a statistic of its last dim), or a value a group (a
+matrix-vector product) (patterns/norm.py -> prompts/candidates/norm.py.j2 -> reference_kernels/norm.py).
+The kernels' own float64 tests are tests/test_norm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmcompile.agent import patterns
+from llmcompile.specs import get_op
+from tests.level1 import compiles, needs_level1, problem_file, source
+
+
+@needs_level1
+def test_graph_details_reach_the_kernel() -> None:
+    bn = source(33)  # a channel over the batch: segments of H*W
+    assert '"segments",\n    64,\n    262144,\n    1,\n    262144,' in bn and "N.mean_rstd(1e-05)" in bn
+    gn = source(35)  # 8 channels a group; a weight per channel
+    assert '"groups",\n    8,\n    2097152,\n    8,\n    262144,' in gn and "* p[0] + p[1]" in gn
+    ln = source(40)  # a weight per normalized element
+    assert '"groups",\n    1,\n    4194304,\n    0,\n    1,' in ln
+    assert "(x - s[0]) * s[1]\n" in source(34)  # no affine
+    l1 = source(38)
+    assert "cute.math.abs(x)" in l1 and "acc[0] * 1.5259021896696422e-05" in l1 and "(x / s[0])" in l1
+    assert "cute.math.sqrt(acc[0])" in source(39)
+    mv = source(4)  # rows folded with the vector, a value a row
+    assert "weighted=True" in mv and "(x * p[0],)" in mv and "apply = None" in mv and "(in0, (in1,), out" in mv
+
+
+def test_tiling() -> None:
+    from reference_kernels import norm as N
+
+    assert N.resolve_tiling(N.NormKnobs(), 32, 65535, "groups").vec == 1  # an odd row: scalar loads
+    assert N.resolve_tiling(N.NormKnobs(), 32, 4096, "groups").fused
+    assert not N.resolve_tiling(N.NormKnobs(), 32, 4096, "segments").fused
+    with pytest.raises(ValueError):
+        N.GroupedNorm(N.shifted_moments, None, (0.0, 0.0, 0.0), None, None, "groups", 1, 8)  # arity 3
+
+
+def test_norms_the_template_does_not_take_say_why(tmp_path: Path) -> None:
+    frozen = problem_file(tmp_path, "frozen", "self.bn(x)", "(4, 3, 8, 8)", "self.bn = nn.BatchNorm2d(3).eval()")
+    assert "eval mode" in patterns.match(get_op(str(frozen))).reason
+    rowsum = problem_file(tmp_path, "rowsum", "torch.sum(x, dim=-1)", "(4, 3, 8)")
+    assert "without a rewrite" in patterns.match(get_op(str(rowsum))).reason
+
+
+@needs_level1
+@pytest.mark.parametrize("num", [4, 33, 34, 35, 38, 40])
+def test_kernels_compile_for_sm90a(num: int, tmp_path: Path) -> None:
+    compiles(num, tmp_path, "norm")

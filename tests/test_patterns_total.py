@@ -1,0 +1,47 @@
+"""The total family: a whole tensor folded to a value (losses, a Frobenius norm and its
+rewrite), and losses whose rows come first (patterns/total.py -> prompts/candidates/total.py.j2,
+cross_entropy_total.py.j2, triplet_total.py.j2 -> reference_kernels/total.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.level1 import compiles, needs_level1, source
+
+
+@needs_level1
+def test_graph_details_reach_the_kernel() -> None:
+    hinge = source(100)  # targets broadcast along the last dim
+    assert "('full', 'col')" in hinge and "cute.arch.fmax((1.0 - (in0 * in1)), Float32(0.0))" in hinge
+    kl = source(98)  # batchmean: over the rows, 0 where the target is 0
+    assert "acc[0] / rows" in kl and "cutlass.select_(in1 > 0.0" in kl
+    assert "acc[0] / count" in source(94)  # a mean over every element
+    fro = source(37)
+    assert "cute.math.sqrt(acc[0])" in fro and "return (x / s[0])" in fro
+    assert "WORKSPACE = T.WORKSPACE" in fro
+    ce = source(95)  # the rows' losses into the workspace, then their mean
+    assert "CE.launch(x, target, losses" in ce and "acc[0] / acc[1]" in ce and "IGNORE_INDEX = -100" in ce
+    tl = source(99)  # rows of (anchor, positive, negative), then the mean
+    assert 'param_kinds=("full", "full")' in tl and "MARGIN, EPS = 1.0, 1e-06" in tl and "acc[0] / count" in tl
+
+
+def test_tiling() -> None:
+    from reference_kernels import total as T
+
+    assert T.__doc__
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 32768).vec == 4
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 4095).vec == 1  # a "col" operand's vector stays contiguous
+    # a CTA walks one range where it rereads a "col" operand (from its L1), else the grid strides
+    assert T.resolve_tiling(T.TotalKnobs(), 32, 4096, ("full", "col")).contiguous
+    assert not T.resolve_tiling(T.TotalKnobs(), 32, 4096, ("full", "full")).contiguous
+    assert not T.resolve_tiling(T.TotalKnobs(contiguous=False), 32, 4096, ("full", "col")).contiguous
+    with pytest.raises(ValueError):
+        T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)
+
+
+@needs_level1
+@pytest.mark.parametrize("num", [37, 94, 96, 98, 100, 95, 99])
+def test_kernels_compile_for_sm90a(num: int, tmp_path: Path) -> None:
+    compiles(num, tmp_path, "total")

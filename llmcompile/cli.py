@@ -251,6 +251,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if not pending else 1
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from llmcompile.agent import coverage
+
+    dtypes = tuple(dtype_name(d) for d in args.dtype)
+    with Progress(transient=True) as bar:
+        task = bar.add_task("forms put to the matcher", total=coverage.count(dtypes))
+        cells = coverage.survey(dtypes, lambda i: bar.update(task, completed=i))
+    print(coverage.table(cells), end="")
+    if args.out:
+        Path(args.out).write_text(coverage.document(cells))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from llmcompile.runtime import export
     from llmcompile.runtime.artifact import ArtifactError
@@ -415,10 +430,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", help="with an op: the dtype (default bfloat16)")
     s.add_argument("--n", type=int, nargs="+", help="with an op: the row lengths N to compile for")
     s.set_defaults(fn=cmd_export)
+
+    s = sub.add_parser(
+        "coverage",
+        help="what the offline default takes: every torch reduction along every dim, and other forms",
+        description="Each form is written as a small KernelBench-format problem and put to the matcher (no GPU).",
+    )
+    s.add_argument("--dtype", nargs="+", default=["float32", "bfloat16", "float16"], help="the dtypes to try")
+    s.add_argument("--out", help="also write the table, with what it is, to this file (docs/coverage.md)")
+    s.set_defaults(fn=cmd_coverage)
     return p
 
 
-COMMANDS = ("list", "doctor", "bench", "check", "run", "eval", "export")
+COMMANDS = ("list", "doctor", "bench", "check", "run", "eval", "export", "coverage")
 
 
 def main(argv: list[str] | None = None) -> int:

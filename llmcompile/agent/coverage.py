@@ -1,0 +1,182 @@
+"""What the offline default takes: every torch reduction along every kind of dim, the softmaxes
+along each dim, a prologue, an epilogue that uses a statistic, two outputs from one read, and
+each dtype, each written as a small KernelBench-format problem and put to the matcher
+(`patterns.match`). The table is what the matcher says today, not a list kept by hand:
+`llmcompile coverage` prints it, and docs/coverage.md is its output.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# (label, the expression over `x`, with {d} the dims and {k} keepdim)
+REDUCTIONS: tuple[tuple[str, str], ...] = (
+    ("sum", "torch.sum(x, dim={d}, keepdim={k})"),
+    ("mean", "torch.mean(x, dim={d}, keepdim={k})"),
+    ("amax", "torch.amax(x, dim={d}, keepdim={k})"),
+    ("amin", "torch.amin(x, dim={d}, keepdim={k})"),
+    ("max (values)", "torch.max(x, dim={d1}, keepdim={k})[0]"),
+    ("max (indices)", "torch.max(x, dim={d1}, keepdim={k})[1]"),
+    ("min (values)", "torch.min(x, dim={d1}, keepdim={k})[0]"),
+    ("argmax", "torch.argmax(x, dim={d1}, keepdim={k})"),
+    ("argmin", "torch.argmin(x, dim={d1}, keepdim={k})"),
+    ("prod", "torch.prod(x, dim={d1}, keepdim={k})"),
+    ("var (unbiased)", "torch.var(x, dim={d}, keepdim={k})"),
+    ("var (biased)", "torch.var(x, dim={d}, unbiased=False, keepdim={k})"),
+    ("std", "torch.std(x, dim={d}, keepdim={k})"),
+    ("logsumexp", "torch.logsumexp(x, dim={d}, keepdim={k})"),
+    ("norm p=1", "torch.norm(x, p=1, dim={d}, keepdim={k})"),
+    ("norm p=2", "torch.norm(x, p=2, dim={d}, keepdim={k})"),
+    ("norm p=inf", "torch.linalg.vector_norm(x, ord=float('inf'), dim={d}, keepdim={k})"),
+    ("norm fro", "torch.norm(x, p='fro', dim={d}, keepdim={k})"),
+    ("all", "torch.all(x > 0, dim={d1}, keepdim={k}).float()"),
+    ("any", "torch.any(x > 0, dim={d1}, keepdim={k}).float()"),
+    ("count_nonzero", "torch.count_nonzero(x > 0, dim={d}).float()"),
+)
+
+# (label, dims as written for a (B, C, L) input, the single dim where an op takes one)
+DIMS: tuple[tuple[str, str, str], ...] = (
+    ("last", "-1", "-1"),
+    ("middle", "1", "1"),
+    ("first (batch)", "0", "0"),
+    ("several (1, 2)", "(1, 2)", ""),
+    ("whole tensor", "(0, 1, 2)", ""),
+)
+
+# calls torch refuses (a Frobenius norm over three dims)
+NOT_TORCH = {("norm fro", "whole tensor")}
+
+# the softmaxes and the forms the issue names: a prologue, an epilogue using a statistic, two outputs
+FORMS: tuple[tuple[str, str], ...] = (
+    ("sum of the whole tensor, x.sum()", "x.sum()"),
+    ("mean of the whole tensor, x.mean()", "x.mean()"),
+    ("softmax, last dim", "torch.softmax(x, dim=-1)"),
+    ("softmax, middle dim", "torch.softmax(x, dim=1)"),
+    ("softmax, first dim", "torch.softmax(x, dim=0)"),
+    ("log_softmax, last dim", "torch.log_softmax(x, dim=-1)"),
+    ("log_softmax, middle dim", "torch.log_softmax(x, dim=1)"),
+    ("a prologue: sum of x * x, last dim", "torch.sum(x * x, dim=-1)"),
+    ("a prologue: mean of relu(x), middle dim", "torch.mean(torch.relu(x), dim=1)"),
+    ("an epilogue: x / amax(|x|) * 127, last dim", "x / torch.amax(torch.abs(x), dim=-1, keepdim=True) * 127.0"),
+    ("an epilogue: x / ||x||_2, last dim", "x / torch.norm(x, p=2, dim=-1, keepdim=True)"),
+    ("an epilogue: x / ||x||_2, middle dim", "x / torch.norm(x, p=2, dim=1, keepdim=True)"),
+    ("an epilogue: (x - mean) / std, last dim", "(x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)"),
+    ("two outputs: x / rms and rms, last dim", "x / torch.sqrt((x * x).mean(-1, keepdim=True)), "
+     "torch.sqrt((x * x).mean(-1, keepdim=True))"),
+    ("two outputs: x + y and its norm, last dim", "x + y, torch.norm(x + y, dim=-1)"),
+)  # fmt: skip
+
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+SHAPE = (64, 32, 256)
+
+
+@dataclass
+class Cell:
+    """One form put to the matcher: the template that takes it, or why none does."""
+
+    form: str
+    where: str
+    dtype: str
+    pattern: str | None
+    reason: str
+
+
+def _problem(expr: str, dtype: str, two: bool = False) -> str:
+    shape = ", ".join(map(str, SHAPE))
+    args = "x, y" if two else "x"
+    inputs = ", ".join(f"torch.randn({shape}, dtype=torch.{dtype})" for _ in range(2 if two else 1))
+    return (
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+        f"    def forward(self, {args}):\n        return {expr}\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+
+
+def _cases(dtypes: tuple[str, ...]) -> Iterator[tuple[str, str, str, str]]:
+    """(form, where, dtype, source) for every form of the table."""
+    for label, expr in REDUCTIONS:
+        for where, dims, single in DIMS:
+            if "{d1}" in expr and not single or (label, where) in NOT_TORCH:
+                continue  # (an op that takes one dim; a call torch itself refuses)
+            for dtype in dtypes:
+                yield label, where, dtype, _problem(expr.format(d=dims, d1=single, k=False), dtype)
+    for label, expr in FORMS:
+        for dtype in dtypes:
+            yield label, "", dtype, _problem(expr, dtype, two="y" in expr)
+
+
+def survey(dtypes: tuple[str, ...] = DTYPES, progress: Callable[[int], None] = lambda i: None) -> list[Cell]:
+    """Every form of the table, as the matcher sees it now."""
+    from llmcompile.agent import patterns
+    from llmcompile.specs import OpError
+    from llmcompile.specs.kernelbench import load_problem
+
+    cells = []
+    with tempfile.TemporaryDirectory(prefix="llmcompile-coverage-") as d:
+        for i, (form, where, dtype, src) in enumerate(_cases(dtypes)):
+            path = Path(d) / f"p{i}.py"
+            path.write_text(src)
+            try:
+                m = patterns.match(load_problem(path))
+            except OpError as e:
+                cells.append(Cell(form, where, dtype, None, f"not loaded: {e}".replace(str(path), "the problem")))
+            else:
+                taken = isinstance(m, patterns.Match)
+                cells.append(Cell(form, where, dtype, m.pattern if taken else None, "" if taken else m.reason))
+            progress(i + 1)
+    return cells
+
+
+def count(dtypes: tuple[str, ...] = DTYPES) -> int:
+    return sum(1 for _ in _cases(dtypes))
+
+
+def table(cells: list[Cell]) -> str:
+    """Markdown: reductions by dim (the template, or "-" and a numbered reason), then the other
+    forms; a form is "taken" where every dtype asked is, and a dtype that differs is named."""
+    reasons: dict[str, int] = {}
+
+    def cell(group: list[Cell]) -> str:
+        if not group:
+            return ""
+        taken = {c.pattern for c in group if c.pattern}
+        missing = [c for c in group if not c.pattern]
+        if not missing:
+            return ", ".join(sorted(taken))
+        why = missing[0].reason
+        k = reasons.setdefault(why, len(reasons) + 1)
+        some = f"{', '.join(sorted(taken))} except {', '.join(c.dtype for c in missing)}; " if taken else ""
+        return f"{some}- ({k})"
+
+    wheres = [w for w, _, _ in DIMS]
+    lines = ["| reduction | " + " | ".join(wheres) + " |", "|---|" + "---|" * len(wheres)]
+    for label, _ in REDUCTIONS:
+        row = [cell([c for c in cells if c.form == label and c.where == w]) for w in wheres]
+        lines.append(f"| {label} | " + " | ".join(r or "n/a" for r in row) + " |")
+    lines += ["", "| form | taken by |", "|---|---|"]
+    for label, _ in FORMS:
+        lines.append(f"| {label} | {cell([c for c in cells if c.form == label])} |")
+    taken = sum(1 for c in cells if c.pattern)
+    lines += [
+        "",
+        f"{taken} of {len(cells)} problems taken (dtypes: {', '.join(sorted({c.dtype for c in cells}))}).",
+        "",
+    ]
+    lines += [f"({k}) {why}" for why, k in reasons.items()]
+    return "\n".join(lines) + "\n"
+
+
+def document(cells: list[Cell]) -> str:
+    """docs/coverage.md: the table with what it is and how it was made."""
+    shape = " x ".join(map(str, SHAPE))
+    return (
+        "# What the offline default takes\n\n"
+        "Each form below was written as a small KernelBench-format problem (inputs of shape "
+        f"{shape}) and put to the pattern matcher, which either names the template that writes its "
+        "kernel or says why none does. Written by `llmcompile coverage --out docs/coverage.md` "
+        "(tests/test_agent_coverage.py fails when this file is not what the matcher says now). "
+        "A form not taken can still be written by an LLM (`--llm openai`).\n\n" + table(cells)
+    )

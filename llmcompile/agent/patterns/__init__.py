@@ -13,7 +13,8 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
   a triplet margin loss: the norm template's), folded by it;
 - norm: statistics of groups then a rewrite (BatchNorm with batch statistics, InstanceNorm,
   GroupNorm, LayerNorm over trailing dims, x rewritten with a statistic of its last dim), or a
-  value a group (a matrix-vector product: rows folded against the vector);
+  value a group (a matrix-vector product: rows folded against the vector; a sum, mean, max, min
+  or norm of each row, and what the output makes of it);
 - pool: max and average pooling modules over 1-3 spatial dims;
 - attention_tf32: scaled_dot_product_attention of fp32 inputs with wide heads and short rows (the
   bf16/fp16 reference kernels are built-in ops of their own);

@@ -125,7 +125,9 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
 
 
 def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
-    """x rewritten with a statistic of its last dim (x / mean(|x|), x / ||x||): groups of a row."""
+    """A statistic of x's last dim, groups of a row: x rewritten with it (x / mean(|x|),
+    x / ||x||), or the statistic itself, a value a row (a sum, a mean, a max, a norm of each row,
+    and what the output makes of it alone)."""
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     if len(tens) != 1 or len(given) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
@@ -137,22 +139,29 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         return None
     side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "norm")
-    if side.get(res) != {"x", "r"}:
-        raise Unsupported("a reduction along the last dim without a rewrite of x")
     kind, wrap, post = red.kind, "{x}", "{s}"
     if kind == "norm":
         wrap, post, _ = norm_as_sum(red)
         kind = "sum"
     combine, identity, _, epi = REDUCE[kind]
     seg = shape[-1]
+    stat = post.format(s=epi.format(inv_r=lit(1.0 / seg)))
+    if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
+        what = f"x rewritten with its rows' {red.kind} ({seg} elements a row)"
+        finalize, apply = stat, Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res)
+    elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
+        what = f"the {red.kind} of each row ({seg} elements a row)"
+        finalize, apply = Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(res), None
+    else:
+        raise Unsupported("a reduction along the last dim whose output is neither x rewritten nor its statistic")
     return {
-        "what": f"x rewritten with its rows' {red.kind} ({seg} elements a row)",
+        "what": what,
         "moments": False,
         "prologue": wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])),
-        "finalize": post.format(s=epi.format(inv_r=lit(1.0 / seg))),
+        "finalize": finalize,
         "combine": combine,
         "identity": ", ".join(lit(v) for v in identity) + ",",
-        "apply": Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res),
+        "apply": apply,
         "mode": "groups",
         "groups_per_item": math.prod(shape[1:-1]),
         "seg_len": seg,

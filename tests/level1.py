@@ -53,3 +53,26 @@ def compiles(num: int, tmp_path: Path, pattern: str) -> None:
     ws = contract.workspace_of(mod)
     assert (ws > 0) == (m.pattern in ("total", "norm"))
     assert contract.compile_entry(contract.entry_of(mod), spec, spec.dtypes[0], n, workspace=ws) is not None
+
+
+def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int):
+    """At each of the judge's verify shapes, the kernel `source` run once (on the GPU) on fresh
+    random inputs into poisoned outputs: yields (M, N, fn, inputs, outputs)."""
+    import torch
+
+    from llmcompile.harness.verify import poison
+    from llmcompile.specs import verify_shapes
+
+    path = tmp_path / "k.py"
+    path.write_text(source)
+    mod = contract.load_module(path)
+    entry, ws = contract.entry_of(mod), contract.workspace_of(mod)
+    gen = torch.Generator().manual_seed(seed)
+    for mm, n in verify_shapes(spec):
+        fn = contract.with_workspace(contract.compile_entry(entry, spec, dtype, n, workspace=ws), len(spec.tensors), ws)
+        ins = spec.make_inputs(mm, n, dtype, gen, "random", "cuda")
+        outs = spec.alloc_outputs(mm, n, dtype, "cuda")
+        poison(outs)
+        fn(*ins, *outs, *spec.scalars.values())
+        torch.cuda.synchronize()
+        yield mm, n, fn, ins, outs

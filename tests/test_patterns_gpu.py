@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from llmcompile.agent import patterns
-from llmcompile.specs import contract, get_op, verify_shapes
-from tests.level1 import LEVEL1, needs_level1
+from llmcompile.specs import get_op
+from tests.level1 import LEVEL1, needs_level1, verify_runs
 from tests.test_patterns import EXPECTED
 
 pytestmark = [pytest.mark.gpu, needs_level1]
@@ -26,20 +26,8 @@ def test_matched_kernel_is_right(num: int, tmp_path: Path) -> None:
     (path,) = LEVEL1.glob(f"{num}_*.py")
     spec = get_op(str(path))
     m = patterns.match(spec)
-    src = tmp_path / "k.py"
-    src.write_text(m.source)
-    dtype = spec.dtypes[0]
-    mod = contract.load_module(src)
-    entry, ws = contract.entry_of(mod), contract.workspace_of(mod)
-    gen = torch.Generator().manual_seed(num)
-    for mm, n in verify_shapes(spec):
-        fn = contract.with_workspace(contract.compile_entry(entry, spec, dtype, n, workspace=ws), len(spec.tensors), ws)
-        ins = spec.make_inputs(mm, n, dtype, gen, "random", "cuda")
-        outs = spec.alloc_outputs(mm, n, dtype, "cuda")
-        poison(outs)
-        fn(*ins, *outs, *spec.scalars.values())
-        torch.cuda.synchronize()
-        bad = compare(spec, dtype, ins, outs)
+    for mm, _, fn, ins, outs in verify_runs(spec, m.source, spec.dtypes[0], tmp_path, num):
+        bad = compare(spec, spec.dtypes[0], ins, outs)
         assert bad is None, f"{path.name} M={mm}: {bad}"
         if m.pattern in ("total", "norm"):  # partials folded in a fixed order: the same bits every run
             first = [o.clone() for o in outs]

@@ -11,7 +11,7 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import get_op
-from tests.level1 import compiles, needs_level1, problem_file, source
+from tests.level1 import compiles, needs_level1, problem_file, source, verify_runs
 
 
 @needs_level1
@@ -89,23 +89,8 @@ def test_a_statistic_of_each_row_is_a_value_a_group(what: str, forward: str, dty
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_statistic_of_each_row_is_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """The same kernels on the GPU against the float64 reference, at the judge's verify shapes."""
-    import torch
-
-    from llmcompile.harness.verify import compare, poison
-    from llmcompile.specs import contract, verify_shapes
+    from llmcompile.harness.verify import compare
 
     spec = get_op(str(problem_file(tmp_path, "rowstat", forward, f"(64, 8, 4096, dtype=torch.{dtype})")))
-    m = patterns.match(spec)
-    path = tmp_path / "k.py"
-    path.write_text(m.source)
-    mod = contract.load_module(path)
-    entry, ws = contract.entry_of(mod), contract.workspace_of(mod)
-    gen = torch.Generator().manual_seed(7)
-    for mm, n in verify_shapes(spec):
-        fn = contract.with_workspace(contract.compile_entry(entry, spec, dtype, n, workspace=ws), len(spec.tensors), ws)
-        ins = spec.make_inputs(mm, n, dtype, gen, "random", "cuda")
-        outs = spec.alloc_outputs(mm, n, dtype, "cuda")
-        poison(outs)
-        fn(*ins, *outs, *spec.scalars.values())
-        torch.cuda.synchronize()
+    for mm, n, _, ins, outs in verify_runs(spec, patterns.match(spec).source, dtype, tmp_path, 7):
         assert compare(spec, dtype, ins, outs) is None, (what, mm, n)

@@ -3,7 +3,7 @@
     python -m evals.scripts.replot BENCH.json [OUT.png]     a `llmcompile bench` grid
     python -m evals.scripts.replot EVAL_DIR|RESULTS.json    an eval's results: sol.png, speedup.png beside it
 
-A results folder keeps its JSON packed in `raw.tar.xz`: `tar xJf raw.tar.xz` in it first.
+A results folder keeps its JSON as plain files; plots are drawn again from them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, find_reduction, norm_as_sum
+from llmcompile.agent.patterns.strided import find_reduction, reduction_parts
 from llmcompile.specs import OpSpec
 
 _NORM_MODULES = (
@@ -139,13 +139,8 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         return None
     side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "norm")
-    kind, wrap, post = red.kind, "{x}", "{s}"
-    if kind == "norm":
-        wrap, post, _ = norm_as_sum(red)
-        kind = "sum"
-    combine, identity, _, epi = REDUCE[kind]
     seg = shape[-1]
-    stat = post.format(s=epi.format(inv_r=lit(1.0 / seg)))
+    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {red.kind} ({seg} elements a row)"
         finalize, apply = stat, Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res)
@@ -157,10 +152,10 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     return {
         "what": what,
         "moments": False,
-        "prologue": wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])),
+        "prologue": prologue,
         "finalize": finalize,
         "combine": combine,
-        "identity": ", ".join(lit(v) for v in identity) + ",",
+        "identity": identity,
         "apply": apply,
         "mode": "groups",
         "groups_per_item": math.prod(shape[1:-1]),

@@ -52,6 +52,20 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
     raise Unsupported(f"norm p={p!r}")
 
 
+def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int) -> tuple[str, str, str, str]:
+    """A reduction over `length` elements of x as a template takes it: the combine, its identity
+    (as source), the prologue an element goes through, and the statistic made of `acc`. (A norm
+    is a sum of |x| or x*x, and its root.)"""
+    kind, wrap, post = red.kind, "{x}", "{s}"
+    if kind == "norm":
+        wrap, post, _ = norm_as_sum(red)
+        kind = "sum"
+    combine, identity, pro_fmt, epi = REDUCE[kind]
+    pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
+    stat = post.format(s=epi.format(inv_r=lit(1.0 / length)))
+    return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
+
+
 def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int]:
     """The graph's one reduction: its op, the node carrying its result (a getitem of
     max/min's pair), and the reduced dim of its input."""
@@ -98,13 +112,7 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     env, _, _ = param_names(spec, given, ph)
     side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "strided")
-    kind, wrap, post = red.kind, "{x}", "{s}"
-    if kind == "norm":
-        wrap, post, _ = norm_as_sum(red)
-        kind = "sum"
-    combine, identity, pro_fmt, epi = REDUCE[kind]
-    pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
-    epi = post.format(s=epi.format(inv_r=lit(1.0 / r_len)))
+    combine, identity, prologue, epi = reduction_parts(gm, red, xnode, r_len)
     if side.get(res) == {"r"}:  # a reduction: the output is a function of its result
         epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
     elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
@@ -116,8 +124,8 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
         "dim": dim,
         "r": r_len,
         "combine": combine,
-        "identity": ", ".join(lit(v) for v in identity) + ",",
-        "prologue": pro_fmt.format(x=pro),
+        "identity": identity,
+        "prologue": prologue,
         "epilogue": epilogue,
         "rewrite": rewrite,
         "reduction": red.kind,

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from llmcompile.agent.session import ATTENTION_BASELINES, RUN_BASELINES, UsageError, parse_shapes
+from llmcompile.agent.session import ATTENTION_BASELINES, RunRequest, UsageError, parse_shapes
 from llmcompile.bench.baselines import parse_baselines
 from llmcompile.harness.sandbox import SandboxUnavailable
 from llmcompile.harness.worker import JudgeFailure
@@ -311,25 +311,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("run", help="the agent: write a kernel for OP (same as `llmcompile OP ...`)")
     s.add_argument("op", nargs="?", help="a built-in op or a KernelBench-format .py file")
-    s.add_argument("--target", default="h100")
+    run = RunRequest()  # (its defaults are the flags')
+    s.add_argument("--target", default=run.target)
     s.add_argument("--dtype", help="default: bfloat16 where the op takes it")
     _llm_args(s, "auto (default), openai, offline or replay")
     s.add_argument("--replay", help="RUN_DIR whose transcript answers (with --llm replay)")
-    s.add_argument("--samples", type=int, default=4, help="candidates per round")
-    s.add_argument("--rounds", type=int, default=6)
-    s.add_argument("--max-tokens", type=int, default=0, help="token budget for the whole run (0: none)")
-    s.add_argument("--max-tokens-per-answer", type=int, default=8192)
-    s.add_argument("--time", type=float, default=0.0, help="wall-time budget in seconds (0: none)")
-    s.add_argument("--target-sol", type=float, default=90.0, help="stop at this %% of SOL on every shape")
+    s.add_argument("--samples", type=int, default=run.samples, help="candidates per round")
+    s.add_argument("--rounds", type=int, default=run.rounds)
+    s.add_argument("--max-tokens", type=int, default=run.max_tokens, help="token budget for the whole run (0: none)")
+    s.add_argument("--max-tokens-per-answer", type=int, default=run.max_tokens_per_answer)
+    s.add_argument("--time", type=float, default=run.time, help="wall-time budget in seconds (0: none)")
+    s.add_argument("--target-sol", type=float, default=run.target_sol, help="stop at this %% of SOL on every shape")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--shapes", help="benchmark shapes, comma-separated MxN (default: the op's own)")
     s.add_argument(
         "--baselines",
-        default=RUN_BASELINES,
+        default=run.baselines,
         help=f"timed beside the best at the end ({ATTENTION_BASELINES} for attention)",
     )
     s.add_argument("--out", help="run directory (default: RUNS_DIR/<op>-<target>-<time>)")
-    s.add_argument("--runs-dir", default="runs")
+    s.add_argument("--runs-dir", default=run.runs_dir)
     s.add_argument("--resume", help="continue an interrupted run from its directory")
     s.add_argument(
         "--unsafe-no-sandbox",

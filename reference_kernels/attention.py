@@ -33,6 +33,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from reference_kernels import reduce as R
 from reference_kernels.attention_softmax import fold_scores, normalize_rows, rescale_rows
+from reference_kernels.tuning import attention as T
 
 OP = "attention"
 WARPGROUP = 128
@@ -80,7 +81,7 @@ class AttentionKnobs:
     beside D / 2 of output and block_n / 4 of P). stages: K and V tiles in flight (shared
     memory: Q 2 x 64 x D, then stages x block_n x D for each of K and V). head_group: how many
     heads' query tiles interleave in launch order, 0 for as many as L2 holds the keys and values
-    of (a power of two), None for the mask's default (CAUSAL_HEAD_GROUP by N, or 1). Under a causal mask the tiles of a group
+    of (a power of two), None for the mask's default (T.CAUSAL_HEAD_GROUP by N, or 1). Under a causal mask the tiles of a group
     come longest first, so the short ones fill the tail; 1 keeps each head's tiles together
     (what a CTA's neighbours read is its own K and V), and a group larger than L2 holds makes
     every CTA stream its own (non-causal, 0 ran 3-11% slower than 1 at N = 2K-8K)."""
@@ -88,12 +89,6 @@ class AttentionKnobs:
     block_n: int = 128
     stages: int = 2
     head_group: int | None = None
-
-
-# Causal: heads whose tiles interleave, longest first across them, by N. Measurements:
-# docs/tuning.md, attention.CAUSAL_HEAD_GROUP.
-CAUSAL_HEAD_GROUP = ((2048, 8), (None, 4))
-L2_BYTES = 50 << 20  # the H100's L2 (and the H200's): K and V of a head group should fit
 
 
 def tile_of(pos, heads, m_blocks: int, group: int, causal: bool):
@@ -193,10 +188,10 @@ class Attention:
     def head_group(self, dtype_bytes: int) -> int:
         group = self.knobs.head_group
         if group is None:
-            group = R.pick(CAUSAL_HEAD_GROUP, self.n) if self.causal else 1
+            group = R.pick(T.CAUSAL_HEAD_GROUP, self.n) if self.causal else 1
         if group:
             return group
-        fit = L2_BYTES // (2 * self.n * self.d * dtype_bytes)
+        fit = T.L2_BYTES // (2 * self.n * self.d * dtype_bytes)
         return 1 << max(fit.bit_length() - 1, 0)
 
     def grid(self, m_blocks, heads, group: int) -> list:

@@ -14,41 +14,9 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import cross_entropy as T
 
 OP = "cross_entropy"
-
-# Where a row's target logit comes from, by N: "load" (the leader reads it while the row is in
-# flight: short rows), "smem" (from the staged row), "registers" (the thread holding that column:
-# long rows, where the leader's chain would hold up the reduction). Measurements: docs/tuning.md,
-# cross_entropy.TARGET_LOGIT.
-TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
-# Where dlogits' softmax probabilities come from (cross_entropy_fused), by N: "kept", the
-# reduction's own exp(x - max) / sum, held across it; "again", exp(x - lse) after it.
-# Measurements: docs/tuning.md, cross_entropy.PROBABILITIES.
-PROBABILITIES: tuple[tuple[int | None, str], ...] = ((None, "kept"),)
-# With dlogits, every thread of a row reads its target index (each may hold the target column);
-# where the loss's target logit comes from is TARGET_LOGIT's choice again, by these tables (16-bit
-# and 32-bit x; modes as there). "registers" takes the holder through a branch of its values, a few
-# dozen instructions a row that one lane of 32 runs. Measurements: docs/tuning.md,
-# cross_entropy.FUSED_TARGET_LOGIT.
-FUSED_TARGET_LOGIT: tuple[tuple[int | None, str], ...] = ((256, "load"), (3072, "smem"), (None, "registers"))
-FUSED_TARGET_LOGIT_32BIT: tuple[tuple[int | None, str], ...] = ((3072, "smem"), (None, "registers"))
-# How dlogits take 1 off the target column, by N: "holder", the thread holding it alone, in a
-# branch; "every", each value a select, no branch (three operations a value, where the holder's
-# branch is one lane's). Registers, holder / every: bf16 4096x65536 2.978 / 2.927, 16384x8192
-# 2.961 / 2.952; within 0.5% at 2048 and past 65536.
-ONEHOT: tuple[tuple[int | None, str], ...] = ((3072, "every"), (None, "holder"))
-
-# Where the row's exponentials take the one-FFMA form (reduce.exp_offset), by N and output:
-# "fma" where it measured faster, "sub" elsewhere. Measurements: docs/tuning.md, cross_entropy.EXP_OFFSET.
-EXP_OFFSET: tuple[tuple[int | None, str], ...] = ((512, "fma"), (None, "sub"))
-EXP_OFFSET_LSE: tuple[tuple[int | None, str], ...] = ((256, "sub"), (512, "fma"), (None, "sub"))
-EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
-
-# How the row leader reads its target index where the logit comes from the staged row, by N (16-bit
-# and 32-bit x). Measurements: docs/tuning.md, cross_entropy.INDEX_LOAD.
-INDEX_LOAD: tuple[tuple[int | None, str], ...] = ((256, "plain"), (512, "staged"), (None, "plain"))
-INDEX_LOAD_32BIT: tuple[tuple[int | None, str], ...] = ((None, "plain"),)
 
 
 class CrossEntropy:
@@ -70,20 +38,20 @@ class CrossEntropy:
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
         # 16K, with 256-thread CTAs, measured far worse: 1.73-2.16 TB/s.)
         self.tiling = t = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1])
-        fused = FUSED_TARGET_LOGIT if mX.element_type.width <= 16 else FUSED_TARGET_LOGIT_32BIT
-        self.logit_from = R.pick_mode("TARGET_LOGIT", fused if self.write_dx else TARGET_LOGIT, t.n,
+        fused = T.FUSED_TARGET_LOGIT if mX.element_type.width <= 16 else T.FUSED_TARGET_LOGIT_32BIT
+        self.logit_from = R.pick_mode("TARGET_LOGIT", fused if self.write_dx else T.TARGET_LOGIT, t.n,
                                       ("load", "smem", "registers"))  # fmt: skip
         if self.logit_from == "smem" and not (
             t.stage_smem and t.row_loop == 1 and t.cluster_n == 1 and t.threads_per_row <= R.WARP
         ):
             self.logit_from = "load"
         self.from_registers = self.logit_from == "registers"
-        self.probabilities = R.pick_mode("PROBABILITIES", PROBABILITIES, t.n, ("again", "kept"))
-        self.onehot = R.pick_mode("ONEHOT", ONEHOT, t.n, ("holder", "every"))
-        index_load = INDEX_LOAD if mX.element_type.width <= 16 else INDEX_LOAD_32BIT
+        self.probabilities = R.pick_mode("PROBABILITIES", T.PROBABILITIES, t.n, ("again", "kept"))
+        self.onehot = R.pick_mode("ONEHOT", T.ONEHOT, t.n, ("holder", "every"))
+        index_load = T.INDEX_LOAD if mX.element_type.width <= 16 else T.INDEX_LOAD_32BIT
         self.staged_index = not self.write_dx and self.logit_from == "smem" and R.pick_mode(
             "INDEX_LOAD", index_load, t.n, ("plain", "staged")) == "staged"  # fmt: skip
-        offsets = EXP_OFFSET_FUSED if self.write_dx else EXP_OFFSET_LSE if self.save_lse else EXP_OFFSET
+        offsets = T.EXP_OFFSET_FUSED if self.write_dx else T.EXP_OFFSET_LSE if self.save_lse else T.EXP_OFFSET
         self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
         kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
@@ -183,7 +151,7 @@ def load_target(
     mX, mTarget, n: cutlass.Constexpr[int], target, x_target, with_logit: cutlass.Constexpr[bool], ctx: R.RowContext
 ):
     """Every thread's copy of its row's target index, read while the row is in flight; with
-    `with_logit`, the row leader's read of the target logit after it (TARGET_LOGIT "load")."""
+    `with_logit`, the row leader's read of the target logit after it (T.TARGET_LOGIT "load")."""
     if ctx.row_ok:
         target[0] = mTarget[ctx.row]
         if cutlass.const_expr(with_logit):
@@ -207,7 +175,7 @@ def load_target_index(mTarget, target, ctx: R.RowContext):
 @cute.jit
 def stage_target_index(mTarget: cute.Tensor, sTarget: cute.Tensor, ctx: R.RowContext):
     """cp.async of the row's target index into its slot of `sTarget`, by the row leader, before
-    the row's own copies (so in their commit group: INDEX_LOAD "staged")."""
+    the row's own copies (so in their commit group: T.INDEX_LOAD "staged")."""
     if ctx.row_leader & ctx.row_ok:
         atom = R.copy_atom(mTarget.element_type, 1, is_async=True)
         cute.copy(atom, cute.local_tile(mTarget, (1,), (ctx.row,)), cute.local_tile(sTarget, (1,), (ctx.tile_row,)))

@@ -16,14 +16,10 @@ from cutlass import Float32, Int64
 
 from reference_kernels import reduce as R
 from reference_kernels.cross_entropy import softmax_from_lse, write_dlogits
+from reference_kernels.tuning import cross_entropy_bwd as T
+from reference_kernels.tuning import rows
 
 OP = "cross_entropy_bwd"
-# Threads per fp32 row, by N: the template's table (reduce.THREADS_PER_ROW), but a row of up to 2048
-# over 256 threads (8 values a thread) rather than 32 (64 values). Measurements: docs/tuning.md,
-# cross_entropy_bwd.THREADS_PER_ROW_32BIT.
-THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
-    R.THREADS_PER_ROW[:2] + ((1024, 32), (2048, 256)) + R.THREADS_PER_ROW[2:]
-)
 
 
 class CrossEntropyBackward:
@@ -41,7 +37,7 @@ class CrossEntropyBackward:
         ignore_index: Int64,
         stream,
     ):
-        threads = R.THREADS_PER_ROW if mX.element_type.width <= 16 else THREADS_PER_ROW_32BIT
+        threads = rows.THREADS_PER_ROW if mX.element_type.width <= 16 else T.THREADS_PER_ROW_32BIT
         self.tiling = R.resolve_tiling(self.knobs, mX.element_type.width, mX.shape[1], mdX.element_type.width,
                                        threads_per_row_table=threads)  # fmt: skip
         copy = R.row_tiled_copy(mX.element_type, self.tiling)

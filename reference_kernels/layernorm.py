@@ -14,38 +14,9 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import layernorm as T
 
 OP = "layernorm"
-# How weight and bias reach registers (RowKnobs.columns), by N. Measured on H100 (TB/s, early/late/smem):
-# bf16 2048x131072 2.29/2.44/2.80, 1024x262144 1.64/2.25/2.42; fp32 4096x65536 2.97/2.89/2.67,
-# 1024x262144 2.18/2.27/1.93 (fp32 vectors in shared memory cost the second CTA per SM).
-COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
-# Short fp32 rows take them through shared memory too, and at 1024 spread over 64 threads
-# (THREADS_PER_ROW_32BIT). Measurements: docs/tuning.md, layernorm.COLUMNS_32BIT.
-COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((512, "smem"), (65536, "early"), (None, "late"))
-# Threads per row, by N: the template's table with 64 threads at 1024 (and 16-bit 257-512), and
-# 512 for fp32 rows past 64K (half the values a thread). Measurements: docs/tuning.md,
-# layernorm.THREADS_PER_ROW_16BIT.
-THREADS_PER_ROW_16BIT: tuple[tuple[int | None, int], ...] = (
-    R.THREADS_PER_ROW[:2] + ((256, 32), (512, 64)) + R.THREADS_PER_ROW[2:]
-)
-THREADS_PER_ROW_32BIT: tuple[tuple[int | None, int], ...] = (
-    R.THREADS_PER_ROW[:2] + ((512, 32), (1024, 64)) + R.THREADS_PER_ROW[2:-1] + ((65536, 256), (None, 512))
-)
-# The longest rows: one CTA loops over row tiles, so weight and bias cross L2 once a CTA rather
-# than once a row. Measurements: docs/tuning.md, layernorm.LONG_ROW_16BIT.
-LONG_ROW_16BIT = {"row_loop": 2, "threads_per_row": 512, "prefetch_registers": True, "columns": "smem"}
-# (cluster_n: N / 32768 rounded up to a power of two: at most 64 values a thread)
-LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
-    (65536, {}),
-    (131072, {**LONG_ROW_16BIT, "cluster_n": 4}),
-    (262144, {**LONG_ROW_16BIT, "cluster_n": 8}),
-    (None, {**LONG_ROW_16BIT, "cluster_n": 16}),
-)
-LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = (
-    (131072, {}),
-    (None, {"row_loop": 8, "columns": "early", "stage_smem": True}),
-)
 
 
 class LayerNorm:
@@ -62,15 +33,15 @@ class LayerNorm:
         widest = max(mO.element_type.width, mW.element_type.width, mB.element_type.width)
         n = mX.shape[1]
         narrow = mX.element_type.width <= 16
-        knobs = R.fill_knobs(self.knobs, LONG_ROWS_16BIT if narrow else LONG_ROWS_32BIT, n)
+        knobs = R.fill_knobs(self.knobs, T.LONG_ROWS_16BIT if narrow else T.LONG_ROWS_32BIT, n)
         self.tiling, self.columns = R.resolve_with_columns(
             knobs,
             mX.element_type.width,
             n,
             widest,
             2,
-            COLUMNS_16BIT if narrow else COLUMNS_32BIT,
-            THREADS_PER_ROW_16BIT if narrow else THREADS_PER_ROW_32BIT,
+            T.COLUMNS_16BIT if narrow else T.COLUMNS_32BIT,
+            T.THREADS_PER_ROW_16BIT if narrow else T.THREADS_PER_ROW_32BIT,
         )
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(

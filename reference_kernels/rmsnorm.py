@@ -12,21 +12,9 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import rmsnorm as T
 
 OP = "rmsnorm"
-# How the weight reaches registers (RowKnobs.columns), by N. Measured on H100 (TB/s, early/late/smem):
-# fp32 1024x262144 2.65/2.95/2.46 (early's 142 registers leave one CTA per SM); bf16 1024x262144
-# 2.82/2.50/2.64, and early is fastest at every bf16 N.
-COLUMNS_16BIT: tuple[tuple[int | None, str], ...] = ((None, "early"),)
-COLUMNS_32BIT: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "late"))
-# Staged through shared memory on clustered rows too (H100, fp32, 1024x262144: 2.64 TB/s staged vs
-# 2.56 direct; bf16 4096x65536 3.01 vs 2.96 with the row loop below). Measurements: docs/tuning.md,
-# rmsnorm.LONG_ROWS_16BIT.
-LONG_ROWS_16BIT: tuple[tuple[int | None, dict], ...] = (
-    (131072, {"stage_smem": True}),
-    (None, {"row_loop": 2, "prefetch_registers": True, "stage_smem": False}),
-)
-LONG_ROWS_32BIT: tuple[tuple[int | None, dict], ...] = ((None, {"stage_smem": True}),)
 
 
 class RMSNorm:
@@ -43,8 +31,8 @@ class RMSNorm:
         widest = max(mO.element_type.width, mW.element_type.width)
         n = mX.shape[1]
         narrow = mX.element_type.width <= 16
-        knobs = R.fill_knobs(self.knobs, LONG_ROWS_16BIT if narrow else LONG_ROWS_32BIT, n)
-        table = COLUMNS_16BIT if narrow else COLUMNS_32BIT
+        knobs = R.fill_knobs(self.knobs, T.LONG_ROWS_16BIT if narrow else T.LONG_ROWS_32BIT, n)
+        table = T.COLUMNS_16BIT if narrow else T.COLUMNS_32BIT
         self.tiling, self.columns = R.resolve_with_columns(knobs, mX.element_type.width, n, widest, 1, table)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mW, mO, mRstd, eps, copy), self.tiling, mX.shape[0], stream, waits=True)

@@ -22,99 +22,12 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import rmsnorm_bwd as T
 
 OP = "rmsnorm_bwd"
 # Partial rows for dw (and db) in fp32: 32 MiB. At N = 262144 that is 16 rows for RMSNorm
 # (8 with LayerNorm's db), past the CTAs a cluster of 16 can keep resident anyway.
 WORKSPACE = 1 << 23
-NUM_SMS = 132  # H100 SXM and H200
-# Row-tile CTAs (each of `cluster_n` CTAs) the grid keeps per SM, by N: enough rows in flight to
-# cover memory latency, few enough that the partial rows stay small beside the rows. Measurements:
-# docs/tuning.md, rmsnorm_bwd.CTAS_PER_SM.
-CTAS_PER_SM: tuple[tuple[int | None, int], ...] = ((512, 8), (2048, 4), (16384, 2), (None, 4))
-CTAS_PER_SM_32BIT: tuple[tuple[int | None, int], ...] = ((1024, 4), (16384, 2), (None, 4))
-# Threads per row: one vector of 8 (16-bit) a thread up to N = 4096, as the forward's table would
-# give a row with twice the registers behind each value (see ROW_ARRAYS). Measurements:
-# docs/tuning.md, rmsnorm_bwd.THREADS_PER_ROW.
-THREADS_PER_ROW: tuple[tuple[int | None, int], ...] = (
-    (256, 32), (512, 64), (1024, 128), (2048, 256), (8192, 256), (None, 512)
-)  # fmt: skip
-# Row-shaped arrays a thread is budgeted for (reduce.resolve_tiling's `arrays`), by N: staged rows
-# are read twice, so a thread holds the fp32 column sums and w across the reduction; past 16K w
-# comes from shared memory (WEIGHT_IN). Measurements: docs/tuning.md, rmsnorm_bwd.ROW_ARRAYS.
-ROW_ARRAYS: tuple[tuple[int | None, int], ...] = ((16384, 8), (32768, 4), (131072, 8), (None, 4))
-WEIGHT_IN: tuple[tuple[int | None, str], ...] = ((16384, "early"), (None, "smem"))
-# 16-bit rows staged in shared memory (1) or held in registers (0), by N. Measurements:
-# docs/tuning.md, rmsnorm_bwd.STAGE_16BIT.
-STAGE_16BIT: tuple[tuple[int | None, int], ...] = ((4096, 1), (8192, 0), (None, 1))
-# Row tiles a staged CTA keeps in shared memory at once, by N, for 16-bit and for 32-bit rows: at
-# 2 the next tile's copy is in flight through the whole reduction, for twice the staging.
-# Measurements: docs/tuning.md, rmsnorm_bwd.STAGING_DEPTH.
-STAGING_DEPTH: tuple[tuple[int | None, int], ...] = ((16384, 2), (32768, 1), (None, 2))
-STAGING_DEPTH_32BIT: tuple[tuple[int | None, int], ...] = ((16384, 1), (131072, 2), (None, 1))
-# The final column sums: a CTA of up to MAX_FINISH_WARPS warps takes 32 columns, warp w summing
-# partial rows w, w + warps, ...: the partial rows' loads spread over as many threads as there
-# are rows to read (1056 rows at N <= 1024: 33 loads a thread, 8 in flight at once).
-MAX_FINISH_WARPS = 32
-# Shared memory a CTA may plan for (sm_90's 227 KiB less room for the reduction scratch and
-# barriers). A staged fp32 row past ~150K columns at cluster 8 needs more (x, dy and w: 240
-# KiB at N = 151936, which CUDA refuses to launch): the row goes to a larger cluster first,
-# then w is read from L2 each tile, then the rows are held in registers.
-SMEM_BUDGET = 220 * 1024
-# The cluster is widened until two CTAs fit an SM, where it can be: H100 4096x65536 fp32 (x, dy
-# and w 192 KiB a CTA at cluster 4, 96 KiB at 8), 4 CTAs a SM in the grid, TB/s at cluster 4 /
-# 8: rmsnorm 2.46/2.68, layernorm 1.84/2.31 (QuACK 2.79, 2.66).
-SMEM_TWO_A_SM = SMEM_BUDGET // 2
-# Whether a clustered, staged row's loop sends tile i + 1's row sums before it waits on tile i's
-# (NormBackward.overlapped_rows), by N (0: one tile's reduction at a time). Measurements:
-# docs/tuning.md, rmsnorm_bwd.OVERLAP.
-OVERLAP: tuple[tuple[int | None, int], ...] = ((32768, 0), (None, 1))
-OVERLAP_STAGES = 4  # reduction stages the overlapped loop needs (see R.row_reduce_send)
-# With the folded sends (CLUSTER_SEND "cta"), the overlap is taken where its three staged tiles,
-# w and scratch fit what a CTA may have (sm_90: 227 KiB), less room for the barriers and the
-# allocator's alignment. The warps' sends keep the rule the overlap was measured under
-# (SMEM_BUDGET and the tiling's own stages' room): the exact one would also take it at N it has
-# not run at (16-bit N of 50K-57K at cluster 4, 32-bit of 72K-81K at cluster 8, ...).
-SMEM_PER_CTA = 232448 - 1024
-# How a clustered row's sums reach its peers, by N: "warps", each warp sends its own to every
-# peer; "cta", the CTA folds them first and one warp sends (fewer stores, one more barrier).
-# Measurements: docs/tuning.md, rmsnorm_bwd.CLUSTER_SEND.
-CLUSTER_SEND: tuple[tuple[int | None, str], ...] = ((None, "warps"),)
-CLUSTER_SEND_32BIT: tuple[tuple[int | None, str], ...] = ((131072, "warps"), (None, "cta"))
-# Where dx reads a staged row's x and dy from, by N: "smem", read again from shared memory
-# after the row reduction; "registers", held across it from the first read, as QuACK's Hopper
-# backward does up to 16K (one CTA of 128 threads a row at 4096, 32 values a thread). Held, a
-# tile's buffer is free once read, and the tile that refills it goes out before the reduction
-# rather than after dx. Not in the overlapped loop. Not yet measured: "smem" everywhere. (Read
-# again from global memory instead, where the tile has just been, the 256K rows spilled 300-536 B.)
-SECOND_READ: tuple[tuple[int | None, str], ...] = ((None, "smem"),)
-# How a bf16 row's x, dy and w become fp32 in registers, by N (reduce.widen): "cvt", a conversion a
-# value; "bits", two bit operations a pair of values, a third fewer instructions. Measurements:
-# docs/tuning.md, rmsnorm_bwd.WIDEN_BF16.
-WIDEN_BF16: tuple[tuple[int | None, str], ...] = ((None, "cvt"),)
-# Which forms of a row's arithmetic the kernel takes, by N (each op its own table): "dx", dx in
-# two FMAs a value on the row's constants (dx_of_rows); "xhat", xhat in one FMA (LayerNorm);
-# "sums", no branch around a one-row tile's column sums (accumulate). Fewer operations are not
-# faster everywhere: ptxas schedules the loop differently at each N. Measurements: docs/tuning.md,
-# rmsnorm_bwd.ARITHMETIC_16BIT.
-ARITHMETIC_16BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((131072, ()), (None, ("dx", "sums")))
-ARITHMETIC_32BIT: tuple[tuple[int | None, tuple[str, ...]], ...] = ((None, ()),)
-# How many parts a staged tile's copies are issued in and its two passes read it in, by N (one
-# commit group a part and tensor; a thread's vectors split in equal runs, reduce.chunk_of).
-# Measurements: docs/tuning.md, rmsnorm_bwd.TILE_CHUNKS.
-TILE_CHUNKS: tuple[tuple[int | None, int], ...] = ((None, 1),)
-# How a staged tile's second pass refills its buffers where one tile is staged (STAGING_DEPTH 1), by
-# N, for 16-bit and for 32-bit rows. Measurements: docs/tuning.md, rmsnorm_bwd.REFILL_PARTS.
-REFILL_PARTS: tuple[tuple[int | None, int], ...] = ((16384, 0), (32768, 2), (None, 0))
-REFILL_PARTS_32BIT: tuple[tuple[int | None, int], ...] = ((131072, 0), (None, 8))
-# Knob sets for 16-bit rows, by N (RowKnobs fields, taken whole: reduce.fill_knobs). Measurements:
-# docs/tuning.md, rmsnorm_bwd.KNOBS_16BIT.
-KNOBS_16BIT: tuple[tuple[int | None, dict], ...] = (
-    (2048, {}), (4096, {"threads_per_row": 128, "num_threads": 128, "cluster_n": 1}), (None, {})
-)  # fmt: skip
-# Clusters the grid keeps at most, by cluster_n (0: no cap past the CTAS_PER_SM one). Measurements:
-# docs/tuning.md, rmsnorm_bwd.CLUSTERS_AT_ONCE.
-CLUSTERS_AT_ONCE: tuple[tuple[int | None, int], ...] = ((4, 0), (8, 14), (None, 7))
 
 
 class NormBackward:
@@ -157,32 +70,32 @@ class NormBackward:
             knobs = dataclasses.replace(knobs, stage_smem=widths[0] > 16 or R.pick(self.stage_16bit(), n) == 1)
         self.tiling, self.weight_in, self.depth = self.plan(knobs, n, widths, widest)
         t = self.tiling
-        sends = CLUSTER_SEND if widths[0] <= 16 else CLUSTER_SEND_32BIT
+        sends = T.CLUSTER_SEND if widths[0] <= 16 else T.CLUSTER_SEND_32BIT
         self.cta_first = R.pick_mode("CLUSTER_SEND", sends, n, ("warps", "cta")) == "cta"
-        self.widen_bits = R.pick_mode("WIDEN_BF16", WIDEN_BF16, n, ("cvt", "bits")) == "bits"
+        self.widen_bits = R.pick_mode("WIDEN_BF16", T.WIDEN_BF16, n, ("cvt", "bits")) == "bits"
         self.arithmetic = R.pick(self.arithmetic_table(widths[0]), n)
         if not set(self.arithmetic) <= {"dx", "xhat", "sums"}:
             raise ValueError(f"ARITHMETIC: {self.arithmetic!r} names a form other than dx, xhat, sums")
         arity = 2 if self.bias else 1
         need = self.shared_bytes(t, self.weight_in, widths, 3)
-        need += R.scratch_bytes(t, arity, OVERLAP_STAGES, self.cta_first)
-        room = SMEM_PER_CTA if self.cta_first else SMEM_BUDGET + R.scratch_bytes(t, arity)
-        self.overlap = bool(R.pick(OVERLAP, n) and t.cluster_n > 1 and t.stage_smem and need <= room)
+        need += R.scratch_bytes(t, arity, T.OVERLAP_STAGES, self.cta_first)
+        room = T.SMEM_PER_CTA if self.cta_first else T.SMEM_BUDGET + R.scratch_bytes(t, arity)
+        self.overlap = bool(R.pick(T.OVERLAP, n) and t.cluster_n > 1 and t.stage_smem and need <= room)
         if self.overlap:
             self.depth = max(self.depth, 3)
         held = t.stage_smem and not self.overlap
-        self.second_read = R.pick_mode("SECOND_READ", SECOND_READ, n, ("smem", "registers")) if held else "smem"
-        self.chunks = R.fitting_chunks(t, R.pick(TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
+        self.second_read = R.pick_mode("SECOND_READ", T.SECOND_READ, n, ("smem", "registers")) if held else "smem"
+        self.chunks = R.fitting_chunks(t, R.pick(T.TILE_CHUNKS, n)) if held and self.second_read == "smem" else 1
         # (one tile staged, read again from shared memory, whole; in one part, the refill before
-        # dx lost everywhere it ran: REFILL_PARTS)
-        refill = R.pick(REFILL_PARTS if widths[0] <= 16 else REFILL_PARTS_32BIT, n)
+        # dx lost everywhere it ran: T.REFILL_PARTS)
+        refill = R.pick(T.REFILL_PARTS if widths[0] <= 16 else T.REFILL_PARTS_32BIT, n)
         refills = refill > 0 and held and self.depth == 1 and self.second_read == "smem" and self.chunks == 1
         self.refill_parts = R.fitting_chunks(t, refill) if refills else 1
         self.padded_n = t.cols_per_cta * t.cluster_n  # a partial row covers padding too: no predicates
         partials = 2 if self.bias else 1
         per_sm = R.pick(self.ctas_per_sm_table(widths[0]), n)
-        self.cap = max(1, min(NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
-        at_once = R.pick(CLUSTERS_AT_ONCE, t.cluster_n)
+        self.cap = max(1, min(T.NUM_SMS * per_sm // t.cluster_n, WORKSPACE // (partials * self.padded_n)))
+        at_once = R.pick(T.CLUSTERS_AT_ONCE, t.cluster_n)
         if at_once:
             self.cap = min(self.cap, at_once)
         copy = R.row_tiled_copy(mX.element_type, t)
@@ -196,7 +109,7 @@ class NormBackward:
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if t.cluster_n > 1 else None,
         )
-        self.finish_warps = min(MAX_FINISH_WARPS, 1 << (self.cap - 1).bit_length())
+        self.finish_warps = min(T.MAX_FINISH_WARPS, 1 << (self.cap - 1).bit_length())
         sums = [(mdW, 0)] + ([(mdB, self.cap * self.padded_n)] if self.bias else [])
         for mOut, offset in sums:
             part = cute.make_tensor(mWork.iterator + offset, cute.make_layout(self.cap * self.padded_n))
@@ -212,12 +125,12 @@ class NormBackward:
     @staticmethod
     def stage_16bit() -> tuple[tuple[int | None, int], ...]:
         """The op's table of which 16-bit rows are staged (read when traced: a sweep may swap it)."""
-        return STAGE_16BIT
+        return T.STAGE_16BIT
 
     @staticmethod
     def knobs_16bit() -> tuple[tuple[int | None, dict], ...]:
         """The op's knob sets for 16-bit rows, by N (read when traced)."""
-        return KNOBS_16BIT
+        return T.KNOBS_16BIT
 
     @staticmethod
     def knobs_32bit() -> tuple[tuple[int | None, dict], ...]:
@@ -227,22 +140,22 @@ class NormBackward:
     @staticmethod
     def arithmetic_table(bits: int) -> tuple[tuple[int | None, tuple[str, ...]], ...]:
         """The op's table of arithmetic forms for rows of `bits`-wide x (read when traced)."""
-        return ARITHMETIC_16BIT if bits <= 16 else ARITHMETIC_32BIT
+        return T.ARITHMETIC_16BIT if bits <= 16 else T.ARITHMETIC_32BIT
 
     @staticmethod
     def ctas_per_sm_table(bits: int) -> tuple[tuple[int | None, int], ...]:
         """The op's table of row-tile CTAs a SM for rows of `bits`-wide x (read when traced)."""
-        return CTAS_PER_SM if bits <= 16 else CTAS_PER_SM_32BIT
+        return T.CTAS_PER_SM if bits <= 16 else T.CTAS_PER_SM_32BIT
 
     def plan(
         self, knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int
     ) -> tuple[R.RowTiling, str, int]:
-        """The tiling, where w is read from and the staging depth, within SMEM_BUDGET (`widths`:
+        """The tiling, where w is read from and the staging depth, within T.SMEM_BUDGET (`widths`:
         x, dy, w bits)."""
-        weight_in = self.knobs.columns or R.pick(WEIGHT_IN, n)
+        weight_in = self.knobs.columns or R.pick(T.WEIGHT_IN, n)
         wider = self.knobs.cluster_n is None
         while True:
-            t = R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW)
+            t = R.resolve_tiling(knobs, widths[0], n, widest, R.pick(T.ROW_ARRAYS, n), T.THREADS_PER_ROW)
             # (copied through registers into shared memory instead, dx came out NaN past the
             # first row on the H100)
             weight_in = R.stageable_columns(weight_in, t, widths[2])
@@ -250,10 +163,10 @@ class NormBackward:
             wide = dataclasses.replace(knobs, cluster_n=min(2 * t.cluster_n, R.MAX_CLUSTER))
             # (resolve_tiling shrinks a cluster that would leave a CTA without columns)
             widens = wider and self._cluster(wide, n, widths, widest) > t.cluster_n
-            if need <= SMEM_TWO_A_SM or (need <= SMEM_BUDGET and not widens):
+            if need <= T.SMEM_TWO_A_SM or (need <= T.SMEM_BUDGET and not widens):
                 # the depth never changes the tiling, and is dropped where it does not fit
-                depth = R.pick(STAGING_DEPTH if widths[0] <= 16 else STAGING_DEPTH_32BIT, n) if t.stage_smem else 1
-                if self.shared_bytes(t, weight_in, widths, depth) > SMEM_BUDGET:
+                depth = R.pick(T.STAGING_DEPTH if widths[0] <= 16 else T.STAGING_DEPTH_32BIT, n) if t.stage_smem else 1
+                if self.shared_bytes(t, weight_in, widths, depth) > T.SMEM_BUDGET:
                     depth = 1
                 return t, weight_in, depth  # type: ignore[return-value]
             if widens:
@@ -269,10 +182,10 @@ class NormBackward:
 
     @staticmethod
     def _cluster(knobs: R.RowKnobs, n: int, widths: tuple[int, int, int], widest: int) -> int:
-        return R.resolve_tiling(knobs, widths[0], n, widest, R.pick(ROW_ARRAYS, n), THREADS_PER_ROW).cluster_n
+        return R.resolve_tiling(knobs, widths[0], n, widest, R.pick(T.ROW_ARRAYS, n), T.THREADS_PER_ROW).cluster_n
 
     def shared_bytes(self, t: R.RowTiling, weight_in: str, widths: tuple[int, int, int], depth: int = 1) -> int:
-        """What `kernel` allocates in shared memory, less the scratch (see SMEM_BUDGET)."""
+        """What `kernel` allocates in shared memory, less the scratch (see T.SMEM_BUDGET)."""
         tile = t.rows_per_cta * t.cols_per_cta
         sums = 2 if self.bias else 1
         total = tile * 4 * sums if t.rows_per_cta > 1 else 0
@@ -300,7 +213,7 @@ class NormBackward:
         bidx, _, _ = cute.arch.block_idx()
         grid_m, _, _ = cute.arch.grid_dim()
         smem = cutlass.memory.SmemAllocator()
-        stages = OVERLAP_STAGES if const_expr(self.overlap) else t.stages
+        stages = T.OVERLAP_STAGES if const_expr(self.overlap) else t.stages
         scratch = R.allocate_scratch(smem, t, 2 if const_expr(self.bias) else 1, stages, self.cta_first)
         R.init_cluster_barriers((scratch,), t, tidx, stages)
         # one fp32 tile a column sum for folding a CTA's rows (with one row a CTA, none)
@@ -346,7 +259,7 @@ class NormBackward:
             # (2.477), 4096x65536 2.214 / 1.927 (1.898), fp32 4096x65536 2.726 / 2.559 (2.651);
             # rmsnorm bf16 4096x65536 2.616 / 2.500 (2.159); fp32 depth 1, layernorm 16384 2.880 /
             # 2.897.
-            # (a buffer freed once read: each tile's copy goes out a reduction earlier, see SECOND_READ)
+            # (a buffer freed once read: each tile's copy goes out a reduction earlier, see T.SECOND_READ)
             early = const_expr(self.second_read == "registers")
             ahead = const_expr(depth > 1 or not t.stage_smem or early)
             stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of the tile to come
@@ -401,7 +314,7 @@ class NormBackward:
                         self.second_pass(ctx, first, bidx + (i + 1) * grid_m, rows, staging, (sXi, sdYi),
                                          (rstd, mean, c1, c2), mW, tXrW, mdX)  # fmt: skip
                     elif const_expr(t.stage_smem):
-                        # (held in registers across the reduction: SECOND_READ)
+                        # (held in registers across the reduction: T.SECOND_READ)
                         R.store_row(ctx, self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW), mdX)
                     else:
                         R.store_row(ctx, self.dx(xhat, g, c1, c2, rstd), mdX)
@@ -436,7 +349,7 @@ class NormBackward:
     ):  # fmt: skip
         """A staged tile's dx from x and dy read again (`stats`: rstd, mean, c1, c2). With one
         tile staged, the next tile's copies go into the buffers once dx is made, or part by part
-        as each is read (REFILL_PARTS); each thread overwrites only what it has read itself."""
+        as each is read (T.REFILL_PARTS); each thread overwrites only what it has read itself."""
         t = self.tiling
         rstd, mean, c1, c2 = stats
         parts = self.refill_parts
@@ -456,7 +369,7 @@ class NormBackward:
 
     @cute.jit
     def staged_values(self, ctx: R.RowContext, sX: cute.Tensor, c: int | None = None, parts: int = 0):
-        """The thread's slice of a staged row (chunk `c` of `parts`, or of TILE_CHUNKS'), in fp32 (0
+        """The thread's slice of a staged row (chunk `c` of `parts`, or of T.TILE_CHUNKS'), in fp32 (0
         in the padding columns)."""
         return R.widen(R.read_staged_row(ctx, sX, 0.0, parts or self.chunks, c), self.widen_bits)
 
@@ -485,7 +398,7 @@ class NormBackward:
         acc_w: cute.Tensor,
         acc_b: cute.Tensor,
     ):
-        """A staged tile's two passes, a chunk at a time (TILE_CHUNKS): the first pass takes each
+        """A staged tile's two passes, a chunk at a time (T.TILE_CHUNKS): the first pass takes each
         chunk as soon as its own copies have landed, and with one tile staged the second pass
         sends the next tile's chunk into each buffer chunk it has read. The loop's arithmetic
         forms as a whole tile takes them."""
@@ -726,7 +639,7 @@ def _copy_tile(
     chunks: int = 1,
 ) -> None:
     """cp.async row tile `tile` of each of `rows` into buffer `k` of its staging (one commit group
-    a tensor and chunk, chunk by chunk: see TILE_CHUNKS)."""
+    a tensor and chunk, chunk by chunk: see T.TILE_CHUNKS)."""
     ctx = R.RowContext.make(t, copy, rows[0], tidx, tile)
     for c in range(chunks):
         for m, s in zip(rows, staging):

@@ -12,6 +12,7 @@ import cutlass.cute as cute
 from cutlass import Float32, const_expr
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import softmax as T
 
 OP = "softmax"
 
@@ -24,7 +25,7 @@ class Softmax:
     def __call__(self, mX: cute.Tensor, mO: cute.Tensor, stream):
         width, n = mX.element_type.width, mX.shape[1]
         self.tiling = R.resolve_tiling(self.knobs, width, n, mO.element_type.width)
-        if const_expr(self.tiling.stage_smem and R.pick(STAGE_SMEM, staged_bytes(self.tiling, width)) == 0):
+        if const_expr(self.tiling.stage_smem and R.pick(T.STAGE_SMEM, staged_bytes(self.tiling, width)) == 0):
             self.tiling = R.resolve_tiling(replace(self.knobs, stage_smem=False), width, n, mO.element_type.width)
         copy = R.row_tiled_copy(mX.element_type, self.tiling)
         R.launch_rows(self.kernel(mX, mO, copy), self.tiling, mX.shape[0], stream, waits=True)
@@ -49,7 +50,4 @@ def staged_bytes(t: R.RowTiling, width: int) -> int:
     return t.rows_per_cta * t.cols_per_cta * width // 8
 
 
-# Rows staged through shared memory (1) or loaded directly (0), by N: staging pays even on
-# clustered rows, but not where the staged tile is large. Measurements: docs/tuning.md, softmax.STAGE_SMEM.
-STAGE_SMEM: tuple[tuple[int | None, int], ...] = ((65536, 1), (None, 0))
 launch = Softmax(R.RowKnobs(stage_smem=True))

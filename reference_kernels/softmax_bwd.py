@@ -14,13 +14,9 @@ import cutlass.cute as cute
 from cutlass import Float32, const_expr
 
 from reference_kernels import reduce as R
+from reference_kernels.tuning import softmax_bwd as T
 
 OP = "softmax_bwd"
-
-# When log_softmax_bwd takes exp(y), by N: "before" the row reduction on long rows, so the
-# exponentials run while it waits on the other warps and CTAs. Measurements: docs/tuning.md,
-# softmax_bwd.LOG_EXP.
-LOG_EXP: tuple[tuple[int | None, str], ...] = ((16384, "after"), (None, "before"))
 
 
 class SoftmaxBackward:
@@ -33,7 +29,7 @@ class SoftmaxBackward:
         widest = max(mY.element_type.width, mdX.element_type.width)
         # two rows live in registers at once (dy and y): the tables' slice per thread halves
         self.tiling = R.resolve_tiling(self.knobs, mdY.element_type.width, mdY.shape[1], widest, arrays=2)
-        self.exp_first = self.log and R.pick_mode("LOG_EXP", LOG_EXP, self.tiling.n, ("after", "before")) == "before"
+        self.exp_first = self.log and R.pick_mode("LOG_EXP", T.LOG_EXP, self.tiling.n, ("after", "before")) == "before"
         copy = R.row_tiled_copy(mdY.element_type, self.tiling)
         R.launch_rows(self.kernel(mdY, mY, mdX, copy), self.tiling, mdY.shape[0], stream, waits=True)
 

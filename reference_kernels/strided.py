@@ -27,22 +27,13 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels.reduce import pick, vector_elems
 from reference_kernels.reduce import vector_at as _at
-
-# Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
-# step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
-THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 4))
-# Scalar loads (an odd inner dim: rows are not vector-aligned) want wide CTAs: a warp's load
-# is only 128 bytes, and 1024 threads over 8 rows of R moved a 128 x 4096 x 4095 fp32 sum from
-# 83% to 97% of the copy bandwidth on the H100 (evals/sweep_problem.py).
-SCALAR_THREADS = 1024
-THREADS_R_SCALAR: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 4), (None, 8))
-REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more costs residency)
+from reference_kernels.tuning import strided as T
 
 
 @dataclass(frozen=True)
 class StridedKnobs:
-    num_threads: int | None = None  # None: 256, or SCALAR_THREADS for scalar loads without rewrite
-    threads_r: int | None = None  # None: THREADS_R's value (THREADS_R_SCALAR's for scalar loads)
+    num_threads: int | None = None  # None: 256, or T.SCALAR_THREADS for scalar loads without rewrite
+    threads_r: int | None = None  # None: T.THREADS_R's value (T.THREADS_R_SCALAR's for scalar loads)
     vec_bits: int = 128
     unroll: int = 4  # loads along R in flight per thread (8 ran 5-10% slower on the H100)
 
@@ -78,15 +69,15 @@ def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rew
     vec = vector_elems(knobs.vec_bits, width_bits, inner)
     # a rewriting thread holds its column share: 1024 of them would not fit the register file
     scalar = vec == 1 and not rewrite
-    threads = knobs.num_threads or (SCALAR_THREADS if scalar else 256)
-    tr = knobs.threads_r or pick(THREADS_R_SCALAR if scalar else THREADS_R, r)
+    threads = knobs.num_threads or (T.SCALAR_THREADS if scalar else 256)
+    tr = knobs.threads_r or pick(T.THREADS_R_SCALAR if scalar else T.THREADS_R, r)
     if tr & (tr - 1) or threads % (32 * tr) or not 32 <= threads <= 1024:
         raise ValueError(f"threads_r={tr} must be a power of two and num_threads={threads} a multiple of 32*{tr}")
     if rewrite:
         # the column share stays in registers until it is rewritten
-        while vec > 1 and math.ceil(r / tr) * vec > REGISTER_VALUES:
+        while vec > 1 and math.ceil(r / tr) * vec > T.REGISTER_VALUES:
             vec //= 2
-        if math.ceil(r / tr) * vec > REGISTER_VALUES:
+        if math.ceil(r / tr) * vec > T.REGISTER_VALUES:
             raise ValueError(f"R={r} over {tr} threads is {math.ceil(r / tr)} values a thread: raise threads_r")
     # narrow columns: fewer threads along inner, more along R, so a CTA is not mostly idle
     while knobs.threads_r is None and tr < 32 and threads // (2 * tr) * vec >= inner * 2 and tr * 2 <= r:

@@ -71,3 +71,24 @@ def test_a_compile_error_is_not_kept(judge: Judge) -> None:
         v = judge.evaluate(bad.source(), get_op("softmax"), "bfloat16", OPTS)
         assert v.status == "compile_error" and "scale" in v.message, v.message
         assert v.compile is not None and v.compile.cached == []
+
+
+def test_a_change_to_the_reference_kernels_is_another_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate built on the row template (`reduce as R`) compiles to something else when the
+    template or a tuned table changes, though its own source is the same: the key covers them."""
+    import shutil
+
+    from llmcompile.harness import compile_cache
+
+    copy = tmp_path / "reference_kernels"
+    shutil.copytree(REF, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = compile_cache.tree_hash(copy)
+    assert before == compile_cache._kernels_code()  # (what it hashes is the sources alone)
+    table = copy / "tuning" / "rows.py"
+    table.write_text(table.read_text().replace("((None, True),)", "((None, False),)"))
+    after = compile_cache.tree_hash(copy)
+    assert after != before
+    sig = {"tensors": [], "scalars": {}}
+    k = key("source", sig, "bfloat16", 1024, "sm_90a")
+    monkeypatch.setattr(compile_cache, "_kernels_code", lambda: after)
+    assert key("source", sig, "bfloat16", 1024, "sm_90a") != k

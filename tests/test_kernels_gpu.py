@@ -118,7 +118,7 @@ def test_norm_backward_overlapped_rows(op: str, n: int, monkeypatch: pytest.Monk
     """The loop that sends tile i + 1's row sums before it waits on tile i's, whatever the
     tables choose: enough rows that each cluster reuses its four reduction stages several times
     (their barriers' second phase), M not a multiple of the grid, both widths."""
-    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.tuning import rmsnorm_bwd
 
     monkeypatch.setattr(rmsnorm_bwd, "OVERLAP", ((None, 1),))
     failures = []
@@ -173,7 +173,7 @@ def test_norm_backward_sweep_tables(
     CLUSTER_SEND, WIDEN_BF16, TILE_CHUNKS, REFILL_PARTS and STAGING_DEPTH; both widths' tables
     where a table has a _32BIT one) against float64: M not a multiple of the grid, enough rows
     that a CTA loops over several tiles and each reduction stage is reused, both widths."""
-    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.tuning import rmsnorm_bwd
 
     for name in (table, f"{table}_32BIT"):
         if hasattr(rmsnorm_bwd, name):

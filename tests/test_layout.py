@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "llmcompile"
+KERNELS = PKG.parent / "reference_kernels"
 
 # lowest first: a module may import from its own layer or any layer before it
 LAYERS: list[tuple[str, ...]] = [
@@ -24,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
 
 
 def _module(path: Path) -> str:
-    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    parts = path.relative_to(PKG.parent).with_suffix("").parts  # (both packages sit side by side)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -43,10 +44,12 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(path: Path) -> set[str]:
-    """The llmcompile modules `path` imports, wherever in the file (type-only imports excepted)."""
+def _imports(path: Path, root: Path = PKG) -> set[str]:
+    """The modules of package `root` that `path` imports, wherever in the file (type-only imports
+    excepted)."""
     found: set[str] = set()
-    known = {_module(p) for p in PKG.rglob("*.py")}
+    known = {_module(p) for p in root.rglob("*.py")}
+    top = root.name
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _type_checking(node):
@@ -54,8 +57,8 @@ def _imports(path: Path) -> set[str]:
                 visit(child)
             return
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("llmcompile"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llmcompile"):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == top)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == top:
             for a in node.names:  # `from llmcompile.x import y`: y may itself be a module
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if sub in known else node.module)
@@ -75,8 +78,27 @@ def test_imports_only_from_layers_below(module: str) -> None:
     assert not upward, f"{module} (layer {LAYERS[_layer(module)]}) imports from above: {upward}"
 
 
-def test_no_import_cycles() -> None:
-    graph = {m: {d for d in deps if d in GRAPH and d != m} for m, deps in GRAPH.items()}
+# The reference kernels, lowest first: the tuned tables, the row template's host side, its device
+# side, the template under one name (`reduce as R`), then the op and pattern modules.
+KERNEL_LAYERS = ("tuning", "row_plan", "row_io", "reduce")
+KERNEL_GRAPH = {_module(p): _imports(p, KERNELS) for p in sorted(KERNELS.rglob("*.py"))}
+
+
+def _kernel_layer(module: str) -> int:
+    name = module.split(".")[1] if "." in module else "tuning"  # (the package's own __init__: nothing)
+    return KERNEL_LAYERS.index(name) if name in KERNEL_LAYERS else len(KERNEL_LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(KERNEL_GRAPH))
+def test_reference_kernels_import_only_from_below(module: str) -> None:
+    """An op reads the template and its tables; the template never reads an op."""
+    upward = sorted(m for m in KERNEL_GRAPH[module] if _kernel_layer(m) > _kernel_layer(module))
+    assert not upward, f"{module} imports from above it: {upward}"
+
+
+@pytest.mark.parametrize("graph", [GRAPH, KERNEL_GRAPH], ids=["llmcompile", "reference_kernels"])
+def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
     for pkg in [m for m in graph if (PKG.parent / m.replace(".", "/") / "__init__.py").exists()]:
         graph[pkg] = {d for d in graph[pkg] if not d.startswith(pkg + ".")}  # a facade re-exporting its own
     state: dict[str, int] = {}

@@ -23,11 +23,12 @@ def test_graph_details_reach_the_kernel() -> None:
 
 def test_tiling() -> None:
     from reference_kernels import strided as R
+    from reference_kernels.tuning import strided as T
 
     assert R.__doc__
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 262144, rewrite=True).vec == 1  # 64 values held
     scalar = R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4095, rewrite=False)  # an odd inner dim
-    assert (scalar.vec, scalar.num_threads, scalar.threads_r) == (1, R.SCALAR_THREADS, 8)
+    assert (scalar.vec, scalar.num_threads, scalar.threads_r) == (1, T.SCALAR_THREADS, 8)
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 4095, rewrite=True).num_threads == 256
     assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4096, rewrite=False).threads_r == 4
 

@@ -45,9 +45,42 @@ def test_custom_problem_prompt_carries_its_pattern_template() -> None:
     text = task_prompt(PromptContext(spec, "float32", get_target("h100"), 90.0))
     assert "The strided template this problem's graph matches" in text
     assert "class StridedReduce" in text and "S.StridedReduce(" in text
-    assert "The reduction template you may import" not in text
+    assert "The row template you may import" not in text
     builtin = task_prompt(PromptContext(get_op("softmax"), "bfloat16", get_target("h100"), 90.0))
-    assert "The reduction template you may import" in builtin
+    assert "The row template you may import" in builtin
+
+
+def test_the_row_template_is_shown_as_its_interface() -> None:
+    """Every public name of the row template's three modules is in the prompt with its
+    signature and docstring (an answer calls them as R.name); long bodies are not (the
+    cluster reduction's inline PTX, the tiling's search); short combines are whole; what is
+    shown still parses."""
+    import ast
+
+    from llmcompile.agent.prompting import ROW_TEMPLATE, PromptContext, task_prompt, template_source
+    from llmcompile.agent.render import reference_source
+    from llmcompile.specs import get_op
+    from llmcompile.specs.targets import get_target
+    from reference_kernels import reduce as R
+
+    shown = template_source("reduce")
+    for module in ROW_TEMPLATE:
+        part = shown.split(f"# ---- reference_kernels/{module}.py\n")[1].split("# ---- reference_kernels/")[0]
+        ast.parse(part)
+        for node in ast.parse(reference_source(module)).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                assert f"def {node.name}(" in part or f"class {node.name}" in part, (module, node.name)
+                doc = ast.get_docstring(node)
+                if doc:
+                    assert doc.splitlines()[0] in part, (module, node.name)
+                assert hasattr(R, node.name), (module, node.name)  # one import gives them all
+        assert len(part) < 0.8 * len(reference_source(module)), module
+    assert "st.async.shared::cluster" not in shown  # (_remote_store: private, left out)
+    assert "while per_thread(tpr, cluster) * arrays > REGISTER_VALUES" not in shown  # resolve_tiling's body
+    assert "return tuple(x + y for x, y in zip(a, b))" in shown  # add, whole
+    softmax = task_prompt(PromptContext(get_op("softmax"), "bfloat16", get_target("h100"), 90.0))
+    assert shown in softmax and "class Softmax" in softmax
+    assert len(softmax) < 40_000  # (59,031 characters when reduce.py was pasted whole)
 
 
 def test_an_offline_variant_of_a_kernel_with_a_workspace_takes_it_and_compiles(tmp_path) -> None:

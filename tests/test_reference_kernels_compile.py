@@ -12,6 +12,7 @@ import pytest
 
 from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.specs import BUILTIN, contract
+from reference_kernels.tuning import rows
 
 NS = (256, 1024, 4096, 5000, 5001, 16384, 65536, 128256, 151936, 262144)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -184,7 +185,8 @@ def test_norm_backward_plans_within_shared_memory(bias: bool) -> None:
     import dataclasses
 
     from reference_kernels import reduce as R
-    from reference_kernels.rmsnorm_bwd import SMEM_BUDGET, NormBackward
+    from reference_kernels.rmsnorm_bwd import NormBackward
+    from reference_kernels.tuning.rmsnorm_bwd import SMEM_BUDGET
 
     kernel = NormBackward(R.RowKnobs(), bias=bias)
     knobs = dataclasses.replace(R.RowKnobs(), row_loop=2, stage_smem=True)
@@ -238,7 +240,7 @@ def test_fused_cross_entropy_plan_by_n(dtype: str, n: int, plan: tuple[str, str]
 
 
 def test_fused_cross_entropy_mode_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_kernels import cross_entropy
+    from reference_kernels.tuning import cross_entropy
 
     spec = BUILTIN["cross_entropy_fused"]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -267,9 +269,10 @@ def test_cross_entropy_exponentials_take_one_fma_where_their_table_says(op: str,
 
 def test_cross_entropy_exponential_form_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from reference_kernels import cross_entropy
+    from reference_kernels.tuning import cross_entropy as tables
 
     spec = BUILTIN["cross_entropy"]
-    monkeypatch.setattr(cross_entropy, "EXP_OFFSET", ((None, "fused"),))
+    monkeypatch.setattr(tables, "EXP_OFFSET", ((None, "fused"),))
     with pytest.raises(ValueError, match="EXP_OFFSET"):
         contract.compile_entry(cross_entropy.CrossEntropy(), spec, "bfloat16", 512)
 
@@ -332,7 +335,7 @@ def test_norm_backward_keeps_its_own_ctas_a_sm_on_short_rows(op: str, dtype: str
     1024 take 4 (CTAS_PER_SM_32BIT; H100 32768x1024 fp32 rmsnorm_bwd 2.758 TB/s at 4, 2.562 at
     8); 16-bit rows at 1024 take 4 for RMSNorm (2.514 against 2.423 at 8) and 8 for LayerNorm
     (2.217 against 1.991 at 4)."""
-    from reference_kernels import rmsnorm_bwd
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -380,8 +383,8 @@ def test_norm_backward_long_rows_overlap_reductions_in_whole_waves(op: str) -> N
     """Long clustered rows: a grid of as many clusters as the H100 runs at once (7 of 16, 14 of
     8: one more of 16 ran at 55% of copy, evals/results/h100-2026-11-24i), and where three
     staged tiles fit, each tile's cluster reduction overlapped with the next tile's sums."""
-    from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -411,8 +414,8 @@ def test_norm_backward_holds_staged_rows_where_its_table_says(
     across the reduction, each buffer refilled once read, build at two staged tiles (bf16 4096,
     also in QuACK's shape: 128 threads, 32 values a thread) and at one (fp32 16384), without
     spills; not in the overlapped loop; nowhere by default; a mode it does not know is an error."""
-    from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -466,9 +469,10 @@ def test_norm_backward_arithmetic_and_shape_by_op(op: str, dtype: str, n: int, f
 def test_norm_backward_arithmetic_form_unknown_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd as tables
 
     spec = BUILTIN["rmsnorm_bwd"]
-    monkeypatch.setattr(rmsnorm_bwd, "ARITHMETIC_16BIT", ((None, ("dx", "fast")),))
+    monkeypatch.setattr(tables, "ARITHMETIC_16BIT", ((None, ("dx", "fast")),))
     with pytest.raises(ValueError, match="ARITHMETIC"):
         contract.compile_entry(rmsnorm_bwd.NormBackward(RowKnobs()), spec, "bfloat16", 8192,
                                workspace=rmsnorm_bwd.WORKSPACE)  # fmt: skip
@@ -477,8 +481,8 @@ def test_norm_backward_arithmetic_form_unknown_is_an_error(monkeypatch: pytest.M
 def test_widen_bits_replaces_the_bf16_conversions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """rmsnorm_bwd.WIDEN_BF16 "bits" (a table for sweeps): bf16 pairs become fp32 by a shift and a
     mask, no cvt.f32.bf16 left in the row kernel; "cvt" (the default) keeps them."""
-    from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN["layernorm_bwd"]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -504,8 +508,8 @@ def test_norm_backward_tile_chunks_wait_on_each_chunk(monkeypatch: pytest.Monkey
     tile chunk by chunk; the default keeps one group a tensor and one wait."""
     import re
 
-    from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN["layernorm_bwd"]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -551,10 +555,10 @@ def test_fitting_chunks() -> None:
     """A thread's vectors split into equal whole chunks; a row with padding columns takes none."""
     from reference_kernels import reduce as R
 
-    t = R.resolve_tiling(R.RowKnobs(cluster_n=16), 32, 262144, 32, 4, R.THREADS_PER_ROW)
+    t = R.resolve_tiling(R.RowKnobs(cluster_n=16), 32, 262144, 32, 4, rows.THREADS_PER_ROW)
     assert t.values_per_thread // t.vec == 8
     assert [R.fitting_chunks(t, c) for c in (1, 2, 4, 8, 16)] == [1, 2, 4, 8, 8]
-    odd = R.resolve_tiling(R.RowKnobs(), 32, 5001, 32, 4, R.THREADS_PER_ROW)
+    odd = R.resolve_tiling(R.RowKnobs(), 32, 5001, 32, 4, rows.THREADS_PER_ROW)
     assert not odd.even_n and R.fitting_chunks(odd, 4) == 1
     with pytest.raises(ValueError, match="power of two"):
         R.fitting_chunks(t, 3)
@@ -567,11 +571,11 @@ def test_cta_first_scratch_takes_one_slot_a_peer() -> None:
     changes."""
     from reference_kernels import reduce as R
 
-    t = R.resolve_tiling(R.RowKnobs(cluster_n=16, row_loop=2), 16, 262144, 16, 4, R.THREADS_PER_ROW)
+    t = R.resolve_tiling(R.RowKnobs(cluster_n=16, row_loop=2), 16, 262144, 16, 4, rows.THREADS_PER_ROW)
     assert (t.cluster_n, t.warps_per_row) == (16, 16)
     assert R.scratch_bytes(t, 2, 4) == 8192
     assert R.scratch_bytes(t, 2, 4, cta_first=True) == 1024
-    one = R.resolve_tiling(R.RowKnobs(cluster_n=1, row_loop=2), 16, 4096, 16, 4, R.THREADS_PER_ROW)
+    one = R.resolve_tiling(R.RowKnobs(cluster_n=1, row_loop=2), 16, 4096, 16, 4, rows.THREADS_PER_ROW)
     assert not R.folds_in_cta(one, True) and R.scratch_bytes(one, 1, 2, True) == R.scratch_bytes(one, 1, 2)
 
 
@@ -585,8 +589,8 @@ def test_norm_backward_folds_in_the_cta_where_its_table_says(
     three staged tiles and w in, within what a CTA may have, so the overlap is taken there.
     Next to no spills; a mode it does not know is an error."""
     from reference_kernels import reduce as R
-    from reference_kernels import rmsnorm_bwd
     from reference_kernels.reduce import RowKnobs
+    from reference_kernels.tuning import rmsnorm_bwd
 
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -708,9 +712,8 @@ def test_row_kernels_launch_dependent_and_wait_before_touching_global_memory(
     dependent, which may start while the stream's previous kernel still runs: each must then
     wait for that grid (griddepcontrol.wait) before its first global access. Off, no launch is
     dependent and no kernel waits."""
-    from reference_kernels import reduce as R
 
-    monkeypatch.setattr(R, "DEPENDENT_LAUNCH", ((None, dependent),))
+    monkeypatch.setattr(rows, "DEPENDENT_LAUNCH", ((None, dependent),))
     launches = _launches(monkeypatch)
     spec = BUILTIN[op]
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
@@ -759,7 +762,7 @@ def test_a_kernel_launched_without_saying_it_waits_launches_plainly(
         def row(self, mO, ctx, tXrX):  # noqa: ANN001, ANN202
             R.store_row(ctx, tXrX.load(), mO)
 
-    assert R.pick(R.DEPENDENT_LAUNCH, 4096)  # (else this would pass for nothing)
+    assert R.pick(rows.DEPENDENT_LAUNCH, 4096)  # (else this would pass for nothing)
     launches = _launches(monkeypatch)
     options = f"--keep-ptx --dump-dir={tmp_path}"
     assert contract.compile_entry(CandidateCopy(), BUILTIN["copy"], "bfloat16", 4096, options=options)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from evals.scripts import sweep_knobs
-from reference_kernels import rmsnorm_bwd
+from reference_kernels.tuning import rmsnorm_bwd
 
 
 def test_table_override_is_scoped_to_the_variant() -> None:
     before = rmsnorm_bwd.CTAS_PER_SM
-    with sweep_knobs._tables({"rmsnorm_bwd.CTAS_PER_SM": [[None, 2]]}):
+    with sweep_knobs._tables({"tuning.rmsnorm_bwd.CTAS_PER_SM": [[None, 2]]}):
         assert rmsnorm_bwd.CTAS_PER_SM == ((None, 2),)
     assert rmsnorm_bwd.CTAS_PER_SM is before
-    with pytest.raises(RuntimeError), sweep_knobs._tables({"rmsnorm_bwd.CTAS_PER_SM": [[1024, 8], [None, 1]]}):
+    with pytest.raises(RuntimeError), sweep_knobs._tables({"tuning.rmsnorm_bwd.CTAS_PER_SM": [[1024, 8], [None, 1]]}):
         assert rmsnorm_bwd.CTAS_PER_SM == ((1024, 8), (None, 1))
         raise RuntimeError("does not compile")
     assert rmsnorm_bwd.CTAS_PER_SM is before
@@ -22,7 +22,7 @@ def test_table_override_is_scoped_to_the_variant() -> None:
 
 def test_a_number_replaces_a_module_constant() -> None:
     before = rmsnorm_bwd.SMEM_BUDGET
-    with sweep_knobs._tables({"rmsnorm_bwd.SMEM_BUDGET": 229376}):
+    with sweep_knobs._tables({"tuning.rmsnorm_bwd.SMEM_BUDGET": 229376}):
         assert rmsnorm_bwd.SMEM_BUDGET == 229376
     assert rmsnorm_bwd.SMEM_BUDGET == before
 

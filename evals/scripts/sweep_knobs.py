@@ -13,8 +13,8 @@ verified against the float64 reference (fresh inputs of at most ~4M elements a t
 of them and the baselines are timed back to back after one settle, so none is timed in the clock
 drop a float64 check leaves behind. A key
 "table:MODULE.NAME" replaces a limit table of reference_kernels.MODULE for that variant only
-(a knob the tables hold and RowKnobs does not): '{"table:rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}';
-a number replaces a module constant the same way: '{"table:rmsnorm_bwd.SMEM_BUDGET": 229376}'.
+(a knob the tables hold and RowKnobs does not): '{"table:tuning.rmsnorm_bwd.CTAS_PER_SM": [[null, 2]]}';
+a number replaces a module constant the same way: '{"table:tuning.rmsnorm_bwd.SMEM_BUDGET": 229376}'.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llmcompile.agent.render import reference_source, render
+from llmcompile.agent.render import interface_source, reference_source, render
 from llmcompile.specs import BUILTIN, OpSpec, contract
 from llmcompile.specs.targets import Target
 
@@ -79,6 +79,18 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
     return "reduce", references_for(spec)
 
 
+# The row template's modules, under one import (`reference_kernels.reduce as R`), shown to the
+# model as interfaces: the reference kernels beside them show the bodies' use.
+ROW_TEMPLATE = ("row_plan", "row_io", "reduce")
+
+
+def template_source(template: str) -> str:
+    """What the prompt shows of `template`: the row template's interfaces, else the source."""
+    if template != "reduce":
+        return reference_source(template)
+    return "\n\n".join(f"# ---- reference_kernels/{m}.py\n" + interface_source(m).rstrip() for m in ROW_TEMPLATE)
+
+
 def task_prompt(ctx: PromptContext) -> str:
     template, references = template_for(ctx.spec)
     return render(
@@ -90,7 +102,7 @@ def task_prompt(ctx: PromptContext) -> str:
         target_pct=ctx.target_pct,
         sol_tbs=ctx.sol_tbs,
         template_name=template,
-        template_source=reference_source(template),
+        template_source=template_source(template),
         references=references,
     )
 

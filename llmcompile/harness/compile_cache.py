@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -46,8 +47,24 @@ def _judge_code() -> str:
     return sha256(b"".join((pkg / f).read_bytes() for f in files))
 
 
+@functools.cache
+def _kernels_code() -> str:
+    """The hash of the reference kernels a candidate may import (the row template, its tuned
+    tables, the op modules): a kernel built on them compiles to something else when they change,
+    though its own source does not."""
+    return tree_hash(Path(importlib.util.find_spec("reference_kernels").origin).parent)  # type: ignore[union-attr, arg-type]
+
+
+def tree_hash(root: Path) -> str:
+    """The hash of the Python sources under `root`, with their paths."""
+    files = sorted(root.rglob("*.py"))
+    return sha256(b"".join(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() for f in files))
+
+
 def key(source: str, signature: dict[str, Any], dtype: str, n: int, arch: str) -> str:
-    blob = json.dumps([FORMAT, _judge_code(), cute_dsl_version(), arch, sha256(source.encode()), signature, dtype, n])
+    blob = json.dumps(
+        [FORMAT, _judge_code(), _kernels_code(), cute_dsl_version(), arch, sha256(source.encode()), signature, dtype, n]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 

@@ -1,10 +1,10 @@
-"""The template's host side: limit tables and knob resolution."""
+"""The row template's host side (reference_kernels.row_plan): limit tables and knob resolution."""
 
 from __future__ import annotations
 
 import pytest
 
-from reference_kernels.reduce import MAX_N, RowKnobs, fill_knobs, pick, resolve_tiling
+from reference_kernels.row_plan import MAX_N, RowKnobs, fill_knobs, pick, resolve_tiling
 
 
 def test_pick_takes_first_limit_at_or_above() -> None:

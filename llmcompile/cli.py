@@ -63,14 +63,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from llmcompile.bench import grid
+    from llmcompile.bench.train import TRAIN_OPS
     from llmcompile.kernels import BY_NAME, READ_PROBES, copy_probe
 
     target = get_target(args.target)
-    require_gpu(target)
-    ops = [o for o in BUILTIN if o != "copy"] if args.ops == ["all"] else args.ops
+    known = TRAIN_OPS if args.train else BUILTIN
+    ops = [o for o in known if o != "copy"] if args.ops == ["all"] else args.ops
     for op in ops:
-        if op not in BUILTIN:
-            raise OpError(f"unknown op {op!r}; known ops: {', '.join(sorted(BUILTIN))}")
+        if op not in known:
+            what = "training step" if args.train else "op"
+            raise OpError(f"unknown {what} {op!r}; known: {', '.join(sorted(known))}")
+    require_gpu(target)
     dtypes = [dtype_name(d) for d in args.dtype]
     shapes: list[tuple[int, int]] | None = None  # each op's own grid (attention's is fixed)
     if args.small:
@@ -80,6 +83,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = parse_baselines(args.baselines)
+    if args.train:
+        from llmcompile.bench import train
+
+        result = train.run(
+            ops, dtypes, shapes, ["llmcompile", *baselines], graph=not args.no_graph, rounds=args.rounds,
+            copy_kernel=copy_probe,
+        )  # fmt: skip
+        paths = grid.write(result, Path(args.out), args.stem)
+        print(grid.markdown(result))
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+        return 0
     result = grid.run(
         ops,
         dtypes,
@@ -379,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="time the implementations in turn this many times and keep each one's median round",
+    )
+    s.add_argument(
+        "--train",
+        action="store_true",
+        help="time training steps (forward and backward through autograd) of "
+        "softmax, log_softmax, rmsnorm, layernorm, cross_entropy",
     )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")

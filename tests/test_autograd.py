@@ -113,7 +113,7 @@ def test_cross_entropy_gradients_match_torch(dtype: torch.dtype) -> None:
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(a.grad, b.grad, atol=atol, rtol=rtol)
         assert not a.grad[::5].any()  # ignored rows: no gradient
-        # a mean's upstream gradient is one value broadcast (stride 0): taken on the checked path
+        # a mean's upstream gradient is one value broadcast (stride 0): made a vector first
         a.grad = None
         kernels.cross_entropy(a, target).mean().backward()
         b.grad = None
@@ -262,3 +262,41 @@ def test_a_training_step_follows_torchs_loss_curve() -> None:
     want = curve(lambda logits, y: F.cross_entropy(logits, y, reduction="none"))
     assert ours[-1] < ours[0] * 0.7, ours[::10]  # it learns
     assert max(abs(a - b) for a, b in zip(ours, want)) < 1e-3 * max(want), (ours[::10], want[::10])
+
+
+@pytest.mark.gpu
+def test_a_training_steps_backward_takes_no_checked_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a training step calls (3-D activations, eps by keyword, a loss ended by .sum() or
+    .mean(), whose upstream gradient arrives expanded): once each shape has run, no kernel call
+    takes the checked path (the slow one: validation, copies, the compiled wrapper)."""
+    from llmcompile import kernels
+
+    checked: list[str] = []
+    original = KernelFunction._checked_call
+
+    def spy(self: KernelFunction, inputs: tuple, scalars: dict) -> object:
+        checked.append(self.spec.name)
+        return original(self, inputs, scalars)
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(2, 64, 1024, device="cuda", generator=gen, dtype=torch.bfloat16)
+    w = torch.rand(1024, device="cuda", generator=gen, dtype=torch.bfloat16)
+    logits = torch.randn(128, 512, device="cuda", generator=gen, dtype=torch.bfloat16)
+    target = torch.randint(0, 512, (128,), device="cuda", generator=gen)
+
+    def step() -> None:
+        a = x.clone().requires_grad_()
+        wa = w.clone().requires_grad_()
+        kernels.rmsnorm(a, wa, eps=1e-5).sum().backward()
+        kernels.softmax(a).sum().backward()
+        b = logits.clone().requires_grad_()
+        kernels.cross_entropy(b, target).sum().backward()
+        kernels.cross_entropy(b, target).mean().backward()
+        with torch.no_grad():
+            kernels.rmsnorm(x, w, eps=1e-5), kernels.softmax(x), kernels.layernorm(x, w, w, eps=1e-5)
+
+    step()  # (the first call of each shape is checked and plans it)
+    monkeypatch.setattr(KernelFunction, "_checked_call", spy)
+    step()
+    torch.cuda.synchronize()
+    assert checked == [], checked

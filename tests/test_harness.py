@@ -26,6 +26,22 @@ def test_reference_kernels_pass_static_check(op: str) -> None:
     assert res.ok, res.problems
 
 
+@pytest.mark.parametrize("path", sorted(REF.rglob("*.py")), ids=lambda p: str(p.relative_to(REF)))
+def test_what_a_reference_kernel_imports_a_candidate_may_import(path: Path) -> None:
+    """A kernel built like ours imports the modules ours import (the row template's parts, the
+    tuned tables): the static check must let a candidate import each, or it rejects an honest
+    kernel (the offline default's own variants are such candidates)."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.startswith("reference_kernels.") and (REF / f"{name.split('.', 1)[1].replace('.', '/')}.py").exists():
+                assert static._module_allowed(name), f"{path.name} imports {name}, which a candidate may not"
+
+
 def test_base_bad_kernel_is_clean() -> None:
     assert static.check_source(BASE).ok
 

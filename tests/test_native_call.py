@@ -285,3 +285,75 @@ def test_an_installed_class_hands_what_c_does_not_take_to_its_own_python_call() 
     assert Other()(*many) == ("python", many, {})
     with pytest.raises(TypeError, match="define __call__ in Python"):
         native_call.install(type("NoCall", (native_call.entry_base(),), {}))
+
+
+def test_rows_with_leading_dims_reach_the_kernel_as_one_m_and_come_back_in_their_shape() -> None:
+    """An activation (batch, sequence, hidden) and its per-token values (batch, sequence): the
+    kernel sees (M, N) and (M,) views of the same memory; x-like outputs come back (B, S, N), a
+    value a row (B, S), a per-column one (N,)."""
+    seen: list[tuple] = []
+
+    def kernel(x: object, t: object, y: object, rows: object, cols: object) -> None:
+        seen.append((tuple(x.shape), tuple(t.shape), tuple(y.shape), tuple(rows.shape), tuple(cols.shape)))
+        xs = _torch(x)
+        _torch(y).copy_(xs * 2)
+        _torch(rows).copy_(xs.sum(-1) + _torch(t))
+        _torch(cols).copy_(xs.sum(0))
+
+    outs = [OutputSpec(0, "all", "float32"), OutputSpec(0, "first", "float32"), OutputSpec(0, "last", "float32")]
+    call = native_call.make_caller(tvm_ffi.convert(kernel), 2, outs, flat=("rows", "values"))
+    x, t = torch.randn(2, 3, 8), torch.randn(2, 3)
+    y, rows, cols = call(x, t)
+    assert seen == [((6, 8), (6,), (6, 8), (6,), (8,))]
+    assert y.shape == (2, 3, 8) and rows.shape == (2, 3) and cols.shape == (8,)
+    assert torch.equal(y, x * 2) and torch.allclose(rows, x.sum(-1) + t) and torch.allclose(cols, x.sum((0, 1)))
+    y4, _, _ = call(torch.randn(2, 1, 3, 8), torch.randn(2, 1, 3))  # any number of leading dims
+    assert y4.shape == (2, 1, 3, 8) and seen[-1][0] == (6, 8)
+    # a slice along the batch dim is still one run of rows, and every other token rows a fixed
+    # stride apart (the kernel's own checks say whether it takes that stride); a slice of the
+    # tokens is not: its rows are not evenly spaced
+    y, rows, _ = call(torch.randn(4, 3, 8)[1:3], torch.randn(2, 3))
+    assert y.shape == (2, 3, 8) and seen[-1][0] == (6, 8)
+    call(torch.randn(2, 6, 8)[:, ::2], torch.randn(2, 3))
+    assert seen[-1][0] == (6, 8)
+    with pytest.raises(ValueError, match="not one run of memory"):
+        call(torch.randn(2, 4, 8)[:, :3], torch.randn(2, 3))
+    with pytest.raises(ValueError, match="not one run of memory"):
+        call(torch.randn(3, 2, 8).transpose(0, 1), torch.randn(2, 3))
+    assert len(seen) == 4  # (refused before the kernel, as its own checks would)
+    plain = native_call.make_caller(tvm_ffi.convert(kernel), 2, outs)  # no flat kinds: as they are
+    seen.clear()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - (the stand-in's shapes do not fit 3-D views)
+        plain(x, t)
+
+
+def test_3d_rows_and_scalars_by_keyword_take_the_fast_call() -> None:
+    """What every model passes: eps by keyword (its default or another value) and 3-D
+    activations. Both take the plan's call (the C Caller), never the checked path."""
+    k = _Kernel(n_in=2)
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: tvm_ffi.convert(k))
+    fn._plan("float32", 16)
+    x, w = torch.randn(2, 3, 16), torch.randn(16)
+    out, ran = _python_calls(fn, x, w)
+    assert ran == [] and out.shape == (2, 3, 16) and torch.allclose(out, x * 2 + 1e-6)
+    ran_given: list[list[str]] = []
+    for eps in (1e-6, 1e-5, 1e-5):
+        sys.setprofile(None)
+        ran: list[str] = []
+
+        def profile(frame, event, arg, ran=ran) -> None:  # noqa: ANN001
+            if event == "call" and "llmcompile" in frame.f_code.co_filename:
+                ran.append(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            out = fn(x, w, eps=eps)
+        finally:
+            sys.setprofile(None)
+        ran_given.append(ran)
+        assert out.shape == (2, 3, 16) and torch.allclose(out, x * 2 + eps)
+        assert k.calls[-1][-1] == pytest.approx(eps)
+    assert all("_checked_call" not in r and "_rows_call" not in r for r in ran_given), ran_given
+    assert "_native_function" in ran_given[1] and "_native_function" not in ran_given[2]  # made once, kept
+    with pytest.raises(OpError, match="takes no argument"):
+        fn(x, w, epsilon=1e-5)

@@ -41,7 +41,10 @@ ALLOWED_MODULES = (
     "operator",
     "typing",
     "dataclasses",
-    "reference_kernels.reduce",
+    "reference_kernels.reduce",  # the row template, and its parts:
+    "reference_kernels.row_plan",
+    "reference_kernels.row_io",
+    "reference_kernels.tuning",  # the tuned tables (data) the templates read
     "reference_kernels.attention_softmax",  # the online softmax on attention's accumulators
     *PATTERN_TEMPLATES,
 )

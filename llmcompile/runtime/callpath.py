@@ -18,6 +18,7 @@ This module imports torch only: a loaded artifact runs without CuTe DSL.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from llmcompile.specs.contract import WithWorkspace
 _LIB = torch.library.Library("llmcompile", "FRAGMENT")
 _is_grad_enabled, _is_compiling = torch.is_grad_enabled, torch.compiler.is_compiling
 _ALIGN = 16
+MAX_GIVEN = 64  # fast calls kept for scalars given by keyword, across (dtype, N, values)
+MAX_LEAD_DIMS = 4  # leading dims a Python-side lookup finds the C call for (in C: any)
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,9 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
         return None
     dims = {"M": "first", "N": "last"}
     outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
+    flat = ("rows", *({"MN": "rows", "M": "values"}.get(kind, "none") for kind, _ in plan.rest))
     try:
-        return native_call.make_caller(fn, plan.arity, outs, plan.values, bound)
+        return native_call.make_caller(fn, plan.arity, outs, plan.values, bound, flat)
     except (OSError, TypeError, ValueError):  # a dtype or scalar TVM-FFI cannot carry: Python allocates
         return None
 
@@ -220,6 +224,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
         self._fast: dict[tuple[torch.dtype, int, int], Callable[..., Any]] = {}
+        # fast calls with scalars given by keyword, by (dtype, N, dims, the scalars' values)
+        self._fast_given: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._lock = threading.Lock()
         self.op_name = op_name
         # which outputs have rows (M first): the others keep their shape whatever x's leading dims
@@ -265,10 +271,11 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             return self._traced_call(inputs, scalars)
         x = inputs[0]
         try:
-            fast = self._fast.get((x.dtype, x.shape[-1], x.dim()))
+            key = (x.dtype, x.shape[-1], x.dim())
         except IndexError:  # a 0-d x
-            fast = None
-        if fast is None or scalars:
+            return self._checked_call(inputs, scalars)
+        fast = self._fast.get(key) if not scalars else self._given(key, scalars)
+        if fast is None:
             return self._rows_call(inputs, scalars)
         try:
             return fast(*inputs)
@@ -278,13 +285,39 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             # call before its launch: that call is taken again on the checked path
             return self._checked_call(inputs, scalars)
 
+    def _given(self, key: tuple[torch.dtype, int, int], scalars: dict) -> Callable[..., Any] | None:
+        """The fast call with these scalars (given by keyword, as every model passes eps): the
+        plan's own where they are its defaults, else one made once for their values and kept;
+        None where no plan exists or a name is not the op's (the checked path's word)."""
+        plan = self._plans.get(key[:2])
+        if plan is None or not scalars.keys() <= self.spec.scalars.keys():
+            return None
+        try:
+            values = tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items())
+        except (TypeError, ValueError):
+            return None
+        if values == plan.values:
+            return self._fast.get(key)
+        fast = self._fast_given.get((*key, values))
+        if fast is None:
+            if len(self._fast_given) >= MAX_GIVEN:  # (a model passes a few values, not one a call)
+                self._fast_given.clear()
+            given = dataclasses.replace(plan, values=values)
+            fast = _native_function(given) if key[2] >= 2 else None
+            fast = fast or (_fast_function(given) if key[2] == 2 else None)
+            if fast is None:
+                return None
+            self._fast_given[(*key, values)] = fast
+        return fast
+
     def _rows_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         """Rows with leading dims (viewed as (M, N)), or several GPUs: the plan's call with the
         checks made in Python; anything else takes the checked path."""
         x = inputs[0]
         plan = self._plans.get((x.dtype, x.shape[-1])) if x.dim() else None
-        if plan is None or scalars:
+        if plan is None or not scalars.keys() <= self.spec.scalars.keys():
             return self._checked_call(inputs, scalars)
+        values = tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items()) if scalars else plan.values
         n = plan.n
         m = x.numel() // n
         if not (0 < m and m * n < MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
@@ -309,7 +342,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             ins.append(v)
         outs = plan.alloc(tuple(ins))
         outs = [outs] if plan.one else list(outs)
-        plan.fn(*ins, *outs, *plan.values)
+        plan.fn(*ins, *outs, *values)
         return _shaped(outs, x.shape[:-1], self._row_outputs)
 
     def _plan(self, dtype: str, n: int) -> None:
@@ -342,6 +375,9 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if torch.cuda.device_count() <= 1:
             fast = self._fast[(DTYPES[dtype], n, 2)] = _native_function(plan) or _fast_function(plan)
             if native_call.is_caller(fast):  # a call on such rows starts and ends in C
+                # (and on rows with leading dims: the C call sees them as one M, as a view)
+                for dims in range(3, MAX_LEAD_DIMS + 2):
+                    self._fast[(DTYPES[dtype], n, dims)] = fast
                 native_call.register(self, dtype, n, 2, fast)
 
     # ------------------------------------------------------------------ the checked call
@@ -447,8 +483,12 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                 self._run(ins, outs, vals)
             return outs[0] if len(outs) == 1 else outs
         if m > 0:
-            self._run(ins, outs, vals)
-            if (DTYPES[dtype], n) not in self._plans and (DTYPES[dtype], n) not in self._unplanned:
+            plan = self._plans.get((DTYPES[dtype], n))
+            if plan is not None:  # the bare function: the compiled wrapper's conversions cost tens of us
+                plan.fn(*ins, *outs, *vals)
+            else:
+                self._run(ins, outs, vals)
+            if plan is None and (DTYPES[dtype], n) not in self._unplanned:
                 self._plan(dtype, n)
         else:  # no rows: a sum over them (a norm backward's dw) is 0
             for o, rows in zip(outs, self._row_outputs):

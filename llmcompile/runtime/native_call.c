@@ -9,9 +9,11 @@
  * tensor once, torch's current stream set for the kernel, the kernel's TVM-FFI function called
  * with DLTensor pointers.
  *
- * `Caller` is that call for one kernel: `make_caller(fn, n_in, specs, values, bound)`; output i
+ * `Caller` is that call for one kernel: `make_caller(fn, n_in, specs, values, bound, flat)`; output i
  * has the shape of input `src` (dims 0), only its first dim (1) or only its last (2) and the dtype
  * (code, bits); the `bound` tensors (a kernel's workspace) follow the outputs, then the scalars.
+ * `flat` says which inputs are rows or a value a row: their leading dims (batch, sequence) reach
+ * the kernel as one M, and outputs made like them come back in the caller's shape.
  * What it cannot take is refused before any allocation with a TypeError or ValueError, as the
  * kernel's own checks refuse, so the caller's Python path can take the call again.
  *
@@ -36,6 +38,9 @@
 enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8 };
 enum { MAX_ARGS = 2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES };
 enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2 };
+/* How an input's leading dims reach the kernel: as they are; rows (..., N) seen as (M, N); values
+ * of each row (...) seen as (M,). A view, never a copy: dims that do not flatten are refused. */
+enum { FLAT_NONE = 0, FLAT_ROWS = 1, FLAT_VALUES = 2 };
 /* the kernels index with int32: their launchers check it too, this keeps such calls off */
 static const int64_t MAX_ELEMS = (int64_t)1 << 31;
 
@@ -85,6 +90,7 @@ typedef struct {
   TVMFFIObjectHandle handle;
   int32_t n_in, n_out, n_bound, n_vals;
   int32_t src[MAX_TENSORS], dims[MAX_TENSORS];
+  int32_t flat[MAX_TENSORS]; /* each input: FLAT_NONE, FLAT_ROWS or FLAT_VALUES */
   DLDataType dtype[MAX_TENSORS];
   PyObject* bound[MAX_BOUND];
   TVMFFIAny vals[MAX_VALUES];
@@ -105,8 +111,48 @@ static int view_of(PyObject* obj, DLTensor* out) {
   return api->dltensor_from_py_object_no_sync(obj, out);
 }
 
+/* `t` seen with its leading dims as one (FLAT_ROWS: (M, N); FLAT_VALUES: (M,)), its new shape and
+ * strides in `shape` and `stride`; -1 where those dims are not one run of memory. Dims of size 1
+ * take any stride, as torch's own contiguity says. */
+static int flatten(DLTensor* t, int32_t how, int64_t* shape, int64_t* stride) {
+  int32_t keep = how == FLAT_ROWS ? 1 : 0; /* trailing dims kept as they are */
+  int32_t lead = t->ndim - keep, j;
+  int64_t m = 1, run = -1; /* run: the stride of the innermost leading dim of size > 1 */
+  if (how == FLAT_NONE || lead <= 1) return 0;
+  for (j = lead - 1; j >= 0; --j) {
+    int64_t st = t->strides ? t->strides[j] : 0;
+    if (t->shape[j] == 1) continue;
+    if (t->strides == NULL) {
+      run = 0;
+    } else if (run < 0) {
+      run = st;
+      m = t->shape[j];
+      continue;
+    } else if (st != run * m) {
+      return -1;
+    }
+    m *= t->shape[j];
+  }
+  m = 1;
+  for (j = 0; j < lead; ++j) m *= t->shape[j];
+  shape[0] = m;
+  if (keep) shape[1] = t->shape[t->ndim - 1];
+  if (t->strides != NULL) {
+    int64_t inner = keep ? t->strides[t->ndim - 1] : 1;
+    stride[0] = run >= 0 ? run : (keep ? shape[1] * inner : 1);
+    if (keep) stride[1] = inner;
+    t->strides = stride;
+  }
+  t->shape = shape;
+  t->ndim = 1 + keep;
+  return 0;
+}
+
 static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t nargs) {
   DLTensor dl[2 * MAX_TENSORS + MAX_BOUND];
+  int64_t shapes[2 * MAX_TENSORS][2], strides[2 * MAX_TENSORS][2];
+  int64_t* lead_shape; /* x's dims before its leading ones were flattened */
+  int32_t lead_ndim;
   TVMFFIAny packed[MAX_ARGS];
   PyObject* outs[MAX_TENSORS];
   TVMFFIAny ret;
@@ -116,6 +162,11 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
   if (nargs != c->n_in) return refuse(PyExc_TypeError, "wrong number of inputs for this kernel");
   for (i = 0; i < c->n_in; ++i)
     if (view_of(args[i], &dl[i]) != 0) return NULL;
+  lead_shape = dl[0].shape;
+  lead_ndim = dl[0].ndim - 1;
+  for (i = 0; i < c->n_in; ++i)
+    if (flatten(&dl[i], c->flat[i], shapes[i], strides[i]) != 0)
+      return refuse(PyExc_ValueError, "leading dims that are not one run of memory");
   {
     int64_t numel = 1;
     for (j = 0; j < dl[0].ndim; ++j) numel *= dl[0].shape[j];
@@ -130,9 +181,19 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
     void* obj = NULL;
     memset(&proto, 0, sizeof(proto));
     proto.device = s->device;
-    proto.ndim = c->dims[i] == DIMS_ALL ? s->ndim : 1;
     proto.dtype = c->dtype[i];
-    proto.shape = c->dims[i] == DIMS_LAST ? s->shape + (s->ndim - 1) : s->shape;
+    if (c->dims[i] == DIMS_ALL) {
+      /* an output like a flattened input is made in the caller's shape, and flattened in turn */
+      int flat = c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1;
+      proto.ndim = flat ? lead_ndim + 1 : s->ndim;
+      proto.shape = flat ? lead_shape : s->shape;
+    } else if (c->dims[i] == DIMS_FIRST && c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1) {
+      proto.ndim = lead_ndim; /* a value a row, in the shape of x's leading dims */
+      proto.shape = lead_shape;
+    } else {
+      proto.ndim = 1;
+      proto.shape = c->dims[i] == DIMS_LAST ? s->shape + (s->ndim - 1) : s->shape;
+    }
     if (api->managed_tensor_allocator(&proto, &made, NULL, set_alloc_error) != 0 ||
         api->managed_tensor_to_py_object_no_sync(made, &obj) != 0) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, "the output could not be allocated");
@@ -141,6 +202,12 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
     outs[i] = (PyObject*)obj;
     if (api->dltensor_from_py_object_no_sync(obj, &dl[c->n_in + i]) != 0) {
       ++i;
+      goto fail;
+    }
+    if (c->dims[i] != DIMS_LAST && flatten(&dl[c->n_in + i], c->dims[i] == DIMS_ALL ? FLAT_ROWS : FLAT_VALUES,
+                                           shapes[c->n_in + i], strides[c->n_in + i]) != 0) {
+      ++i;
+      PyErr_SetString(PyExc_ValueError, "an output that does not flatten");
       goto fail;
     }
   }
@@ -269,14 +336,15 @@ static int as_int32(PyObject* o, int32_t* out) {
 }
 
 static PyObject* make_caller(PyObject* module, PyObject* args) {
-  PyObject *fn, *specs, *values, *bound, *chandle;
+  PyObject *fn, *specs, *values, *bound, *chandle, *flat = NULL;
   int n_in;
   Caller* c;
   Py_ssize_t i, n;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OiO!O!O!", &fn, &n_in, &PyTuple_Type, &specs, &PyTuple_Type, &values, &PyTuple_Type,
-                        &bound))
+  if (!PyArg_ParseTuple(args, "OiO!O!O!|O!", &fn, &n_in, &PyTuple_Type, &specs, &PyTuple_Type, &values, &PyTuple_Type,
+                        &bound, &PyTuple_Type, &flat))
     return NULL;
+  if (flat != NULL && PyTuple_GET_SIZE(flat) != n_in) return refuse(PyExc_ValueError, "make_caller: a flat kind an input");
   if (find_api() != 0) return NULL;
   chandle = PyObject_CallMethod(fn, "__chandle__", NULL);
   if (chandle == NULL) return NULL;
@@ -301,6 +369,15 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
   c->n_out = (int32_t)n;
   c->n_bound = 0;
   c->n_vals = 0;
+  for (i = 0; i < n_in; ++i) {
+    c->flat[i] = FLAT_NONE;
+    if (flat != NULL && (as_int32(PyTuple_GET_ITEM(flat, i), &c->flat[i]) || c->flat[i] < FLAT_NONE ||
+                         c->flat[i] > FLAT_VALUES)) {
+      PyErr_Clear();
+      Py_DECREF(c);
+      return refuse(PyExc_ValueError, "make_caller: bad flat kind");
+    }
+  }
   for (i = 0; i < n; ++i) {
     PyObject* s = PyTuple_GET_ITEM(specs, i);
     int32_t code, bits;
@@ -415,7 +492,8 @@ static Caller* planned(Entry* e, PyObject* args) {
     return NULL;
   }
   if (x.ndim < 1) return NULL;
-  key = key_of(x.dtype.code, x.dtype.bits, x.ndim, x.shape[x.ndim - 1]);
+  /* rows with leading dims take the Caller of 2-D rows, which flattens them */
+  key = key_of(x.dtype.code, x.dtype.bits, x.ndim > 2 ? 2 : x.ndim, x.shape[x.ndim - 1]);
   for (i = 0; i < e->n_calls; ++i)
     if (e->keys[i] == key) return (Caller*)e->calls[i];
   return NULL;

@@ -30,6 +30,8 @@ _failure: list[str] = []
 
 
 DIMS = ("all", "first", "last")
+# how an input's leading dims reach the kernel: as they are; rows (..., N) as (M, N); a value a row (...) as (M,)
+FLAT = ("none", "rows", "values")
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,17 @@ def register(entry: Any, dtype: str, n: int, ndim: int, caller: Any) -> bool:
 
 
 def make_caller(
-    fn: Any, n_in: int, outs: list[OutputSpec], values: tuple[float | int, ...] = (), bound: tuple[Any, ...] = ()
+    fn: Any,
+    n_in: int,
+    outs: list[OutputSpec],
+    values: tuple[float | int, ...] = (),
+    bound: tuple[Any, ...] = (),
+    flat: tuple[str, ...] | None = None,
 ) -> Any:
     """`fn(*inputs, *outputs, *bound, *values)` as `caller(*inputs) -> output | list of outputs`;
-    `bound` tensors (a workspace) are held by the caller for its lifetime."""
+    `bound` tensors (a workspace) are held by the caller for its lifetime. `flat` (one of FLAT an
+    input): inputs whose leading dims the kernel sees as one M, as a view; outputs made like x
+    then come back in x's shape (a value a row: in its leading dims' shape)."""
     import tvm_ffi
 
     module = _module()
@@ -173,4 +182,5 @@ def make_caller(
     for o in outs:
         dt = tvm_ffi.dtype(o.dtype)
         specs.append((o.src, DIMS.index(o.dims), dt.type_code, dt.bits))
-    return module.make_caller(fn, n_in, tuple(specs), tuple(values), tuple(bound))
+    kinds = tuple(FLAT.index(k) for k in flat) if flat is not None else (0,) * n_in
+    return module.make_caller(fn, n_in, tuple(specs), tuple(values), tuple(bound), kinds)

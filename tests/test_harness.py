@@ -38,7 +38,10 @@ def test_what_a_reference_kernel_imports_a_candidate_may_import(path: Path) -> N
         if isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            if name.startswith("reference_kernels.") and (REF / f"{name.split('.', 1)[1].replace('.', '/')}.py").exists():
+            if (
+                name.startswith("reference_kernels.")
+                and (REF / f"{name.split('.', 1)[1].replace('.', '/')}.py").exists()
+            ):
                 assert static._module_allowed(name), f"{path.name} imports {name}, which a candidate may not"
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from llmcompile.agent import patterns
 from llmcompile.harness.static import check_source
 from llmcompile.specs import get_op
@@ -43,3 +45,36 @@ def test_builtins_and_unmatched_say_so(tmp_path: Path) -> None:
     f = problem_file(tmp_path, "sortish", "torch.sort(x, dim=1)[0]", "(8, 64)")
     m = patterns.match(get_op(str(f)))
     assert isinstance(m, patterns.NoMatch) and "sort" in m.reason
+
+
+def test_a_level1_run_out_of_gpu_memory_runs_again_alone() -> None:
+    """The GPU tests share the GPU among workers: a run that found its memory taken by the
+    others' runs again once, holding the lock they share, and its own failure still fails."""
+    import fcntl
+
+    import torch
+
+    from tests.level1 import MEMORY_LOCK, sharing_gpu_memory
+
+    tries: list[bool] = []
+
+    def body() -> None:
+        with open(MEMORY_LOCK) as f:  # may another worker's run start now? (not while we hold it alone)
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                alone = False
+            except BlockingIOError:
+                alone = True
+        tries.append(alone)
+        if len(tries) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    sharing_gpu_memory(body)
+    assert tries == [False, True]
+
+    def wrong() -> None:
+        raise AssertionError("a wrong kernel")
+
+    with pytest.raises(AssertionError, match="a wrong kernel"):
+        sharing_gpu_memory(wrong)

@@ -314,13 +314,17 @@ def test_rows_with_leading_dims_reach_the_kernel_as_one_m_and_come_back_in_their
     # tokens is not: its rows are not evenly spaced
     y, rows, _ = call(torch.randn(4, 3, 8)[1:3], torch.randn(2, 3))
     assert y.shape == (2, 3, 8) and seen[-1][0] == (6, 8)
-    call(torch.randn(2, 6, 8)[:, ::2], torch.randn(2, 3))
-    assert seen[-1][0] == (6, 8)
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # one flattens, to rows 16 apart
+        call(torch.randn(2, 6, 8)[:, ::2], torch.randn(2, 3))
     with pytest.raises(ValueError, match="not one run of memory"):
         call(torch.randn(2, 4, 8)[:, :3], torch.randn(2, 3))
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # a slice of wider rows
+        call(torch.randn(6, 16)[:, :8], torch.randn(6))
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # a value a row, broadcast
+        call(torch.randn(6, 8), torch.randn(1).expand(6))
     with pytest.raises(ValueError, match="not one run of memory"):
         call(torch.randn(3, 2, 8).transpose(0, 1), torch.randn(2, 3))
-    assert len(seen) == 4  # (refused before the kernel, as its own checks would)
+    assert len(seen) == 3  # (refused before the kernel, as its own checks would)
     plain = native_call.make_caller(tvm_ffi.convert(kernel), 2, outs)  # no flat kinds: as they are
     seen.clear()
     with pytest.raises(Exception):  # noqa: B017, PT011 - (the stand-in's shapes do not fit 3-D views)
@@ -357,3 +361,17 @@ def test_3d_rows_and_scalars_by_keyword_take_the_fast_call() -> None:
     assert "_native_function" in ran_given[1] and "_native_function" not in ran_given[2]  # made once, kept
     with pytest.raises(OpError, match="takes no argument"):
         fn(x, w, epsilon=1e-5)
+
+
+def test_a_slice_is_copied_dense_and_takes_the_fast_call() -> None:
+    """A slice of wider rows (or a broadcast input) is refused in C at no cost, then copied
+    dense, as torch's row ops do, and called fast: not the checked path's validation."""
+    calls: list[int] = []
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling(calls))
+    fn._plan("float32", 16)
+    wide = torch.randn(4, 32)
+    out, ran = _python_calls(fn, wide[:, :16])
+    assert torch.equal(out, wide[:, :16] * 2) and calls == [4]
+    assert "_dense_call" in ran and "prepare" not in ran
+    out, ran = _python_calls(fn, wide[:, :16].contiguous())  # dense: C alone, as before
+    assert ran == [] and calls == [4, 4]

@@ -345,6 +345,28 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         plan.fn(*ins, *outs, *values)
         return _shaped(outs, x.shape[:-1], self._row_outputs)
 
+    def _dense_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor] | None:
+        """A planned call on inputs laid out otherwise (a slice of wider rows, a broadcast
+        vector, an offset that breaks alignment): each such input copied dense, as torch's own
+        row ops do, then the fast call; None where that does not take it (the checks follow)."""
+        x = inputs[0]
+        if not isinstance(x, torch.Tensor) or x.dim() < 1:
+            return None
+        if all(isinstance(t, torch.Tensor) and t.is_contiguous() and not t.data_ptr() % _ALIGN for t in inputs):
+            return None  # (dense already: the call was refused for another reason)
+        key = (x.dtype, x.shape[-1], x.dim())
+        fast = self._given(key, scalars) if scalars else self._fast.get(key)
+        if fast is None or not all(isinstance(t, torch.Tensor) for t in inputs):
+            return None
+        dense = tuple(
+            t if t.is_contiguous() and not t.data_ptr() % _ALIGN else t.clone(memory_format=torch.contiguous_format)
+            for t in inputs
+        )
+        try:
+            return fast(*dense)
+        except (ValueError, TypeError, _NotFast):
+            return None
+
     def _plan(self, dtype: str, n: int) -> None:
         """Decide once what fast calls at (dtype, N) need; ops whose tensors are not all rows,
         row vectors, per-row values or small inputs of a fixed shape (fixed-shape problems)
@@ -474,6 +496,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        if (done := self._dense_call(inputs, scalars)) is not None:
+            return done
         lead = inputs[0].shape[:-1]
         ins, m, n, dtype = self.prepare(*inputs)
         outs = self.spec.alloc_outputs(m, n, dtype, ins[0].device)

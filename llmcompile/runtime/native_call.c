@@ -148,6 +148,15 @@ static int flatten(DLTensor* t, int32_t how, int64_t* shape, int64_t* stride) {
   return 0;
 }
 
+/* Whether rows (FLAT_ROWS: (M, N)) or a value a row (FLAT_VALUES) lie densely, as the kernels are
+ * compiled to read them: a slice of wider rows, or a vector broadcast with stride 0, is refused
+ * here, at no cost, rather than by the kernel's own checks (whose error takes tens of us to make). */
+static int compact(const DLTensor* t, int32_t how) {
+  if (how == FLAT_NONE || t->strides == NULL) return 1;
+  if (t->ndim < 1 || (t->strides[t->ndim - 1] != 1 && t->shape[t->ndim - 1] != 1)) return 0;
+  return how == FLAT_VALUES || t->ndim < 2 || t->shape[0] == 1 || t->strides[0] == t->shape[1];
+}
+
 static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t nargs) {
   DLTensor dl[2 * MAX_TENSORS + MAX_BOUND];
   int64_t shapes[2 * MAX_TENSORS][2], strides[2 * MAX_TENSORS][2];
@@ -164,9 +173,12 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
     if (view_of(args[i], &dl[i]) != 0) return NULL;
   lead_shape = dl[0].shape;
   lead_ndim = dl[0].ndim - 1;
-  for (i = 0; i < c->n_in; ++i)
+  for (i = 0; i < c->n_in; ++i) {
     if (flatten(&dl[i], c->flat[i], shapes[i], strides[i]) != 0)
       return refuse(PyExc_ValueError, "leading dims that are not one run of memory");
+    if (!compact(&dl[i], c->flat[i]))
+      return refuse(PyExc_ValueError, "rows that are not contiguous");
+  }
   {
     int64_t numel = 1;
     for (j = 0; j < dl[0].ndim; ++j) numel *= dl[0].shape[j];

@@ -109,12 +109,28 @@ def time_calls(
 
     run()
     samples = [t / (rounds * len(calls)) for t in _time_events(run, reps)]
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) * 1e3 / (rounds * len(calls))
+    wall = wall_ms(run) / (rounds * len(calls))
     return Timing(statistics.median(samples), min(samples), len(samples), used_graph, wall)
+
+
+# Wall-clock runs whose fastest stands for the host's view of the work: one run alone was once
+# 2.6x the events' time for an honest kernel (H100, four judges on one host: cross_entropy_fwd
+# fp32 65536 x 4096, events 0.347 ms, wall 0.899 ms a call), a preempted host's stall, not work
+# escaping the stream, which would slow every run alike.
+WALL_RUNS = 3
+
+
+def wall_ms(run: Callable[[], None], runs: int = WALL_RUNS) -> float:
+    """Milliseconds of `run()` by the host's clock around a device-wide synchronize, the fastest
+    of `runs` runs."""
+    best = math.inf
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) * 1e3)
+    return best
 
 
 # The longest the GPU is left idle after float64 work before anything is timed. H100, layernorm_bwd

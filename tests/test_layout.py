@@ -127,3 +127,33 @@ def test_the_checker_sees_function_level_and_from_imports(tmp_path: Path) -> Non
         "def g():\n    from llmcompile.agent import loop\n    import llmcompile.bench.grid\n"
     )
     assert _imports(f) == {"llmcompile.agent.loop", "llmcompile.bench.grid"}
+
+
+ROOT = PKG.parent
+TRAVEL_LIMIT = 2_000_000  # bytes: the tree goes to the GPU with the 58 MiB device pack, under 64 MiB
+
+
+def _tracked() -> list[Path]:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [ROOT / p for p in out.decode().split("\0") if p]
+
+
+def test_the_tree_that_travels_to_the_gpu_is_under_2_mb() -> None:
+    files = [p for p in _tracked() if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    biggest = sorted(files, key=lambda p: p.stat().st_size)[-5:]
+    assert size < TRAVEL_LIMIT, f"{size:,} bytes tracked; the largest: " + ", ".join(
+        f"{p.relative_to(ROOT)} ({p.stat().st_size:,})" for p in biggest
+    )
+
+
+def test_every_results_folder_says_what_it_is_and_is_in_the_index() -> None:
+    index = (ROOT / "docs" / "results.md").read_text()
+    for folder in sorted(p for p in (ROOT / "evals" / "results").iterdir() if p.is_dir()):
+        assert (folder / "README.md").is_file(), f"{folder.name} has no README"
+        assert f"`{folder.name}/`" in index, f"{folder.name} is not in docs/results.md"

@@ -25,7 +25,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
-from reference_kernels.reduce import pick, vector_elems
+from reference_kernels.reduce import count_mean_m2, max_sumexp, pick, vector_elems  # noqa: F401 - S.* combines
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.tuning import strided as T
 
@@ -212,6 +212,10 @@ def with_index(x: Float32, r: Int32) -> tuple:
 
 def add(a: tuple, b: tuple) -> tuple:
     return tuple(x + y for x, y in zip(a, b))
+
+
+def mul(a: tuple, b: tuple) -> tuple:
+    return tuple(x * y for x, y in zip(a, b))
 
 
 def fmax(a: tuple, b: tuple) -> tuple:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmcompile.agent import coverage
+import pytest
+
+from llmcompile.agent import coverage, patterns
+from llmcompile.specs import get_op
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "coverage.md"
 
@@ -18,7 +21,8 @@ def test_every_form_ends_as_a_template_or_a_reason() -> None:
     assert taken[("sum", "middle")] == "strided"
     assert taken[("sum of the whole tensor, x.sum()", "")] == "total"
     assert taken[("an epilogue: x / amax(|x|) * 127, last dim", "")] == "norm"
-    assert taken[("logsumexp", "last")] is None
+    assert taken[("logsumexp", "last")] == "norm" and taken[("var (unbiased)", "several (1, 2)")] == "norm"
+    assert taken[("count_nonzero", "last")] is None
 
 
 def test_the_table_marks_what_is_not_taken_and_why() -> None:
@@ -37,3 +41,55 @@ def test_docs_coverage_is_what_the_matcher_says_now() -> None:
     assert DOC.read_text() == coverage.document(coverage.survey()), (
         "docs/coverage.md is stale: run `llmcompile coverage --out docs/coverage.md`"
     )
+
+
+def _taken(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    return [
+        (form, where, dtype, src)
+        for (form, where, dtype, src), cell in zip(coverage.cases(dtypes), coverage.survey(dtypes))
+        if cell.pattern and cell.pattern != "rows"
+    ]
+
+
+def _run_or_compile(src: str, dtype: str, tmp_path: Path, gpu: bool) -> None:
+    from llmcompile.harness.verify import compare
+    from llmcompile.specs import contract
+    from tests.level1 import verify_runs
+
+    f = tmp_path / "p.py"
+    f.write_text(src)
+    spec = get_op(str(f))
+    m = patterns.match(spec)
+    if gpu:
+        for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, 5):
+            bad = compare(spec, dtype, ins, outs)
+            assert bad is None, f"M={mm} N={n}: {bad.describe()}"
+        return
+    k = tmp_path / "k.py"
+    k.write_text(m.source)
+    mod = contract.load_module(k)
+    (_, n) = spec.fixed_shapes[0]
+    assert contract.compile_entry(contract.entry_of(mod), spec, dtype, n, workspace=contract.workspace_of(mod))
+
+
+TAKEN_FP32 = _taken(("float32",))
+
+
+@pytest.mark.parametrize(
+    ("form", "where", "dtype", "src"), TAKEN_FP32, ids=[f"{f} {w}".strip() for f, w, _, _ in TAKEN_FP32]
+)
+def test_every_form_taken_compiles_for_sm90a(form: str, where: str, dtype: str, src: str, tmp_path: Path) -> None:
+    _run_or_compile(src, dtype, tmp_path, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    ("form", "where", "src"),
+    [(f, w, s) for f, w, _, s in TAKEN_FP32],
+    ids=[f"{f} {w}".strip() for f, w, _, _ in TAKEN_FP32],
+)
+def test_every_form_taken_is_right(form: str, where: str, src: str, dtype: str, tmp_path: Path) -> None:
+    """Each form the matcher takes, its kernel on the GPU against the float64 reference at the
+    judge's verify shapes (fresh random inputs, poisoned outputs)."""
+    _run_or_compile(src.replace("dtype=torch.float32", f"dtype=torch.{dtype}"), dtype, tmp_path, gpu=True)

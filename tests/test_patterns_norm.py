@@ -43,8 +43,8 @@ def test_tiling() -> None:
 def test_norms_the_template_does_not_take_say_why(tmp_path: Path) -> None:
     frozen = problem_file(tmp_path, "frozen", "self.bn(x)", "(4, 3, 8, 8)", "self.bn = nn.BatchNorm2d(3).eval()")
     assert "eval mode" in patterns.match(get_op(str(frozen))).reason
-    lse = problem_file(tmp_path, "lse", "torch.logsumexp(x, dim=-1)", "(4, 3, 8)")
-    assert "no template takes `logsumexp`" in patterns.match(get_op(str(lse))).reason
+    nz = problem_file(tmp_path, "nz", "torch.count_nonzero(x, dim=-1).float()", "(4, 3, 8)")
+    assert "no template takes `count_nonzero`" in patterns.match(get_op(str(nz))).reason
 
 
 @needs_level1
@@ -60,6 +60,12 @@ ROW_STATISTICS = [
     ("min values", "torch.min(x, dim=-1)[0]"),
     ("norm p=2", "torch.norm(x, p=2, dim=-1)"),
     ("sum of squares, then its root", "torch.sqrt(torch.sum(x * x, dim=-1))"),
+    ("prod", "torch.prod(x, dim=-1)"),
+    ("logsumexp", "torch.logsumexp(x, dim=-1)"),
+    ("var", "torch.var(x, dim=-1)"),
+    ("var biased", "torch.var(x, dim=-1, unbiased=False, keepdim=True)"),
+    ("std", "torch.std(x, dim=-1)"),
+    ("norm p=inf", "torch.linalg.vector_norm(x, ord=float('inf'), dim=-1)"),
 ]
 
 

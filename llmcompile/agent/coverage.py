@@ -95,7 +95,7 @@ def _problem(expr: str, dtype: str, two: bool = False) -> str:
     )
 
 
-def _cases(dtypes: tuple[str, ...]) -> Iterator[tuple[str, str, str, str]]:
+def cases(dtypes: tuple[str, ...]) -> Iterator[tuple[str, str, str, str]]:
     """(form, where, dtype, source) for every form of the table."""
     for label, expr in REDUCTIONS:
         for where, dims, single in DIMS:
@@ -116,7 +116,7 @@ def survey(dtypes: tuple[str, ...] = DTYPES, progress: Callable[[int], None] = l
 
     cells = []
     with tempfile.TemporaryDirectory(prefix="llmcompile-coverage-") as d:
-        for i, (form, where, dtype, src) in enumerate(_cases(dtypes)):
+        for i, (form, where, dtype, src) in enumerate(cases(dtypes)):
             path = Path(d) / f"p{i}.py"
             path.write_text(src)
             try:
@@ -131,7 +131,7 @@ def survey(dtypes: tuple[str, ...] = DTYPES, progress: Callable[[int], None] = l
 
 
 def count(dtypes: tuple[str, ...] = DTYPES) -> int:
-    return sum(1 for _ in _cases(dtypes))
+    return sum(1 for _ in cases(dtypes))
 
 
 def table(cells: list[Cell]) -> str:

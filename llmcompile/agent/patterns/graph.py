@@ -75,6 +75,11 @@ _FUNCS: dict[Any, str] = {
     torch.argmax: "argmax",
     torch.argmin: "argmin",
     torch.norm: "norm",
+    torch.linalg.vector_norm: "vector_norm",
+    torch.prod: "prod",
+    torch.logsumexp: "logsumexp",
+    torch.var: "var",
+    torch.std: "std",
     torch.clamp: "clamp",
     torch.clamp_min: "clamp",
     F.mse_loss: "mse_loss",
@@ -129,7 +134,9 @@ UNARY = frozenset(
 
 BINARY = frozenset({"mul", "add", "sub", "truediv", "pow"})
 
-REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm"})
+REDUCTIONS = frozenset(
+    {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm", "prod", "logsumexp", "var", "std"}
+)
 
 # losses with a reduction of their own ('mean' unless told): an elementwise term, then a total
 LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
@@ -154,7 +161,13 @@ def op_of(gm: fx.GraphModule, node: fx.Node) -> Op:
         kind = _FUNCS.get(node.target)
         if kind is None:
             raise Unsupported(f"`{getattr(node.target, '__name__', node.target)}`")
-        return Op(node, kind, list(node.args), dict(node.kwargs))
+        args, kw = list(node.args), dict(node.kwargs)
+        if kind == "vector_norm":  # torch.linalg.vector_norm(x, ord=2, dim=None, ...): a norm whose p is ord
+            kind = "norm"
+            kw["p"] = kw.pop("ord", args[1] if len(args) > 1 else 2)
+            kw.setdefault("dim", args[2] if len(args) > 2 else None)
+            args = args[:1]
+        return Op(node, kind, args, kw)
     if node.op == "call_method":
         name = str(node.target)
         kind = {"div": "truediv", "clamp_min": "clamp"}.get(name, name)

@@ -21,7 +21,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import find_reduction, reduction_parts
+from llmcompile.agent.patterns.strided import correction, find_reduction, reduction_parts
 from llmcompile.specs import OpSpec
 
 _NORM_MODULES = (
@@ -125,22 +125,32 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
 
 
 def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
-    """A statistic of x's last dim, groups of a row: x rewritten with it (x / mean(|x|),
-    x / ||x||), or the statistic itself, a value a row (a sum, a mean, a max, a norm of each row,
-    and what the output makes of it alone)."""
+    """A statistic of x's last dim (or its trailing dims together), groups of a row: x rewritten
+    with it (x / mean(|x|), x / ||x||), or the statistic itself, a value a row (a sum, a mean, a
+    max, a norm, a variance, a log-sum-exp of each row, and what the output makes of it alone)."""
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     if len(tens) != 1 or len(given) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
         return None
     xnode = tens[0][0]
-    red, carrier, dim = find_reduction(gm, calls, shapes)
+    red, carrier, dim, span = find_reduction(gm, calls, shapes)
     shape = tuple(shapes[xnode])
-    if dim != len(shape) - 1 or red.kind in ("argmax", "argmin") or len(shape) < 2:
+    if dim + span != len(shape) or dim == 0 or red.kind in ("argmax", "argmin") or len(shape) < 2:
         return None
     side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "norm")
-    seg = shape[-1]
+    seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+    if red.kind in ("var", "std"):
+        # (the template holds two values a partial: sums of x - shift and its square, shift the
+        # group's first element, rather than the strided template's three of a Chan merge)
+        combine, identity = "S.add", "0.0, 0.0,"
+        x = Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])
+        prologue = f"({x}) - shift, (({x}) - shift) * (({x}) - shift)"
+        rc = seg - correction(red)
+        inv_rc = lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"
+        var = f"cute.arch.fmax((acc[1] - acc[0] * acc[0] * {lit(1.0 / seg)}) * {inv_rc}, Float32(0.0))"
+        stat = var if red.kind == "var" else f"cute.math.sqrt({var})"
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {red.kind} ({seg} elements a row)"
         finalize, apply = stat, Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res)
@@ -158,7 +168,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         "identity": identity,
         "apply": apply,
         "mode": "groups",
-        "groups_per_item": math.prod(shape[1:-1]),
+        "groups_per_item": math.prod(shape[1:dim]),
         "seg_len": seg,
         "param_mul": 0,
         "param_div": 1,

@@ -32,19 +32,40 @@ REDUCE = {
     "min": ("S.fmin", (math.inf,), "{x}", "acc[0]"),
     "argmax": ("S.argmax", (-math.inf, 0.0), "{x}, Float32(r)", "acc[1]"),
     "argmin": ("S.argmin", (math.inf, 0.0), "{x}, Float32(r)", "acc[1]"),
+    "prod": ("S.mul", (1.0,), "{x}", "acc[0]"),
+    # (m, s): s * exp(m), a term (x, 1); all -inf gives -inf, as torch's does
+    "logsumexp": ("S.max_sumexp", (-math.inf, 0.0), "{x}, Float32(1.0)", "acc[0] + cute.math.log(acc[1])"),
+    # (count, mean, squared deviations) merged without cancellation; {inv_rc}: 1 / (R - correction)
+    "var": ("S.count_mean_m2", (0.0, 0.0, 0.0), "Float32(1.0), {x}, Float32(0.0)", "acc[2] * {inv_rc}"),
+    "std": ("S.count_mean_m2", (0.0, 0.0, 0.0), "Float32(1.0), {x}, Float32(0.0)", "cute.math.sqrt(acc[2] * {inv_rc})"),
 }
+
+
+def correction(op: Op) -> int:
+    """What var and std divide by is R less this: torch.var(x, dim, unbiased=True), or correction=."""
+    if "correction" in op.kw:
+        return int(op.kw["correction"])
+    unbiased = op.kw.get("unbiased", op.args[2] if len(op.args) > 2 and isinstance(op.args[2], bool) else True)
+    return 1 if unbiased else 0
 
 
 def reduce_dim(op: Op) -> Any:
     """The dim a reduction call names (norm's comes after p); None: the whole tensor."""
     at = 2 if op.kind == "norm" else 1
-    return op.kw.get("dim", op.args[at] if len(op.args) > at else None)
+    dim = op.kw.get("dim", op.args[at] if len(op.args) > at else None)
+    if op.kind in ("var", "std") and isinstance(dim, bool):  # torch.var(x, unbiased): no dim
+        return None
+    return dim
+
+
+def norm_p(op: Op) -> Any:
+    return op.kw.get("p", op.args[1] if len(op.args) > 1 else "fro")
 
 
 def norm_as_sum(op: Op) -> tuple[str, str, Any]:
     """A norm as a sum: how the prologue wraps an element `{x}`, how the epilogue wraps the
     sum `{s}`, and the norm's p."""
-    p = op.kw.get("p", op.args[1] if len(op.args) > 1 else "fro")
+    p = norm_p(op)
     if p in (2, 2.0, "fro"):
         return "({x} * {x})", "cute.math.sqrt({s})", p
     if p in (1, 1.0):
@@ -57,29 +78,38 @@ def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int) ->
     (as source), the prologue an element goes through, and the statistic made of `acc`. (A norm
     is a sum of |x| or x*x, and its root.)"""
     kind, wrap, post = red.kind, "{x}", "{s}"
-    if kind == "norm":
+    if kind == "norm" and norm_p(red) in (math.inf, "inf"):  # the largest |x|
+        kind, wrap = "amax", "cute.math.abs({x})"
+    elif kind == "norm":
         wrap, post, _ = norm_as_sum(red)
         kind = "sum"
     combine, identity, pro_fmt, epi = REDUCE[kind]
     pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
-    stat = post.format(s=epi.format(inv_r=lit(1.0 / length)))
+    rc = length - correction(red) if kind in ("var", "std") else 1
+    inv_rc = lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"  # (torch: nan where R <= correction)
+    stat = post.format(s=epi.format(inv_r=lit(1.0 / length), inv_rc=inv_rc))
     return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
 
 
-def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int]:
+def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int, int]:
     """The graph's one reduction: its op, the node carrying its result (a getitem of
-    max/min's pair), and the reduced dim of its input."""
+    max/min's pair), the first reduced dim of its input, and how many dims from there it
+    reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L)."""
     reds = [op for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS]
     if len(reds) != 1:
         raise Unsupported(f"{len(reds)} reductions (the templates fuse one)")
     r = reds[0]
     dim = reduce_dim(r)
-    if isinstance(dim, (list, tuple)) and len(dim) == 1:
-        dim = dim[0]
-    if not isinstance(dim, int):
-        raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
     x = r.args[0]
     rank = len(shapes[x])
+    span = 1
+    if isinstance(dim, (list, tuple)):
+        dims = sorted({d % rank for d in dim})
+        if dims != list(range(dims[0], dims[0] + len(dims))):
+            raise Unsupported(f"`{r.kind}` over {tuple(dim)}: the templates reduce adjacent dims")
+        dim, span = dims[0], len(dims)
+    if not isinstance(dim, int):
+        raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
     carrier = r.node
     if r.kind in ("max", "min"):
         users = list(r.node.users)
@@ -93,7 +123,7 @@ def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tu
             r.kw,
         )
         carrier = users[0]
-    return r, carrier, dim % rank
+    return r, carrier, dim % rank, span
 
 
 def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
@@ -102,12 +132,14 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     if len(tens) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
         return None
     xnode = tens[0][0]
-    red, carrier, dim = find_reduction(gm, calls, shapes)
+    red, carrier, dim, span = find_reduction(gm, calls, shapes)
     rank = len(shapes[xnode])
     if dim == 0:
         raise Unsupported("a reduction over the batch dim")
-    if dim == rank - 1:
+    if dim + span == rank:
         return None  # the norm template's (a rewrite with a row statistic), else nobody's
+    if span > 1:
+        raise Unsupported(f"`{red.kind}` over dims {dim}-{dim + span - 1} of {rank}: one middle dim, or trailing dims")
     r_len = shapes[xnode][dim]
     env, _, _ = param_names(spec, given, ph)
     side = depends_on(gm, {xnode}, carrier)

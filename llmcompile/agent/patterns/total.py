@@ -3,6 +3,8 @@ reduced losses whose rows come first (cross-entropy, a triplet margin loss)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
@@ -21,7 +23,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, norm_as_sum, reduce_dim
+from llmcompile.agent.patterns.strided import REDUCE, norm_as_sum, norm_p, reduce_dim
 from llmcompile.specs import OpSpec
 
 
@@ -52,6 +54,13 @@ def _loss_term(op: Op, em: Emitter) -> tuple[str, str]:
     return term, {"mean": "acc[0] / count", "sum": "acc[0]", "batchmean": "acc[0] / rows"}[red]
 
 
+def _whole(red: Op, shapes: dict) -> bool:
+    """Whether a reduction takes the whole tensor: no dim named, or every dim."""
+    dim = reduce_dim(red)
+    rank = len(shapes[red.args[0]])
+    return dim is None or (isinstance(dim, (list, tuple)) and sorted({d % rank for d in dim}) == list(range(rank)))
+
+
 def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = split_nodes(gm)
     ops = [op_of(gm, n) for n in calls]
@@ -59,7 +68,7 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     if len(reds) != 1:
         return None
     red = reds[0]
-    if red.kind in REDUCTIONS and (reduce_dim(red) is not None or red.kind in ("argmax", "argmin")):
+    if red.kind in REDUCTIONS and (not _whole(red, shapes) or red.kind in ("argmax", "argmin")):
         return None  # along a dim: another template's
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     full = tuple(shapes[red.args[0]])
@@ -80,11 +89,15 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         combine, identity, what = "S.add", (0.0,), red.kind
     else:
         kind, wrap, post, what = red.kind, "{x}", "{s}", red.kind
-        if kind == "norm":
+        if kind == "norm" and norm_p(red) in (math.inf, "inf"):  # the largest |x|
+            kind, wrap, what = "amax", "cute.math.abs({x})", "norm (p=inf)"
+        elif kind == "norm":
             wrap, post, p = norm_as_sum(red)
             kind, what = "sum", f"norm (p={p})"
         # the strided reductions' combines; a mean divides by the elements of this call's tensor
-        combine, identity, _, epi = REDUCE[kind]
+        combine, identity, pro_fmt, epi = REDUCE[kind]
+        if pro_fmt != "{x}":  # (a term of several values: the total template folds one)
+            raise Unsupported(f"`{kind}` of a whole tensor")
         epi = post.format(s="acc[0] / count" if kind == "mean" else epi)
         pro = wrap.format(x=em.expr(red.args[0]))
     side = depends_on(gm, {n for n, _ in tens}, red.node)

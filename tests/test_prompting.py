@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from llmcompile.agent.loop import Best
 from llmcompile.agent.prompting import feedback_prompt
 from llmcompile.harness.verdict import CheckFailure, CompileResult, ProfileResult, Verdict, VerifyResult
@@ -122,3 +126,29 @@ def test_attention_prompts_speak_of_the_tensor_cores_and_flops() -> None:
     assert "(dense GEMM 757.000 TFLOP/s)" in text and "| M x N | ms | TFLOP/s | % of GEMM |" in text
     assert "46.2% of the dense GEMM" in text and "75.0% of the dense GEMM throughput" in text
     assert "copy" not in text
+
+
+ANSWERS = Path(__file__).resolve().parents[2] / "shared" / "llm-answers"
+
+
+@pytest.mark.skipif(not ANSWERS.is_dir(), reason=f"the LLM answers are not beside the checkout ({ANSWERS})")
+@pytest.mark.parametrize("answer", ["l1norm-answer-1.md", "l1norm-answer-2.md"])
+def test_answers_an_llm_wrote_against_the_row_template_still_compile(answer: str, tmp_path: Path) -> None:
+    """Two answers a model wrote to our prompt (shared/llm-answers) call the template as R.name:
+    after the template's split into row_plan, row_io and reduce they pass the static check and
+    compile for sm_90a as they did."""
+    from llmcompile.agent.prompting import extract_code
+    from llmcompile.harness import static
+    from llmcompile.specs import contract, get_op
+
+    code = extract_code((ANSWERS / answer).read_text())
+    assert code and static.check_source(code).ok
+    level1 = ANSWERS.parent / "kernelbench" / "level1" / "38_L1Norm_.py"
+    if not level1.is_file():
+        pytest.skip("KernelBench level 1 is not beside the checkout")
+    spec = get_op(str(level1))
+    path = tmp_path / "answer.py"
+    path.write_text(code)
+    mod = contract.load_module(path)
+    (_, n) = spec.fixed_shapes[0]
+    assert contract.compile_entry(contract.entry_of(mod), spec, "float32", n, workspace=contract.workspace_of(mod))

@@ -113,3 +113,16 @@ def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int
         fn(*ins, *outs, *spec.scalars.values())
         torch.cuda.synchronize()
         yield mm, n, fn, ins, outs
+
+
+def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int) -> None:
+    """The kernel the matcher writes for the problem file `src`, on the GPU against the float64
+    reference at each of the judge's verify shapes (fresh random inputs, poisoned outputs)."""
+    from llmcompile.harness.verify import compare
+
+    spec = get_op(str(src))
+    m = patterns.match(spec)
+    assert isinstance(m, patterns.Match), m
+    for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, seed):
+        bad = compare(spec, dtype, ins, outs)
+        assert bad is None, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: {bad.describe()}"

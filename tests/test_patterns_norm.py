@@ -11,7 +11,7 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import get_op
-from tests.level1 import compiles, needs_level1, problem_file, source, verify_runs
+from tests.level1 import compiles, needs_level1, problem_file, right_on_gpu, source
 
 
 @needs_level1
@@ -95,8 +95,4 @@ def test_a_statistic_of_each_row_is_a_value_a_group(what: str, forward: str, dty
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_statistic_of_each_row_is_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """The same kernels on the GPU against the float64 reference, at the judge's verify shapes."""
-    from llmcompile.harness.verify import compare
-
-    spec = get_op(str(problem_file(tmp_path, "rowstat", forward, f"(64, 8, 4096, dtype=torch.{dtype})")))
-    for mm, n, _, ins, outs in verify_runs(spec, patterns.match(spec).source, dtype, tmp_path, 7):
-        assert compare(spec, dtype, ins, outs) is None, (what, mm, n)
+    right_on_gpu(problem_file(tmp_path, "rowstat", forward, f"(64, 8, 4096, dtype=torch.{dtype})"), dtype, tmp_path, 7)

@@ -10,7 +10,7 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import get_op
-from tests.level1 import compiles, needs_level1, problem_file, source, verify_runs
+from tests.level1 import compiles, needs_level1, problem_file, right_on_gpu, source
 
 
 @needs_level1
@@ -79,8 +79,4 @@ def test_the_other_reductions_of_a_middle_dim_compile_for_sm90a(what: str, forwa
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_other_reductions_of_a_middle_dim_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """The same kernels on the GPU against the float64 reference, at the judge's verify shapes."""
-    from llmcompile.harness.verify import compare
-
-    spec = get_op(str(problem_file(tmp_path, "mid", forward, f"(16, 64, 4096, dtype=torch.{dtype})")))
-    for mm, n, _, ins, outs in verify_runs(spec, patterns.match(spec).source, dtype, tmp_path, 11):
-        assert compare(spec, dtype, ins, outs) is None, (what, mm, n)
+    right_on_gpu(problem_file(tmp_path, "mid", forward, f"(16, 64, 4096, dtype=torch.{dtype})"), dtype, tmp_path, 11)

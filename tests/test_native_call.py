@@ -375,3 +375,16 @@ def test_a_slice_is_copied_dense_and_takes_the_fast_call() -> None:
     assert "_dense_call" in ran and "prepare" not in ran
     out, ran = _python_calls(fn, wide[:, :16].contiguous())  # dense: C alone, as before
     assert ran == [] and calls == [4, 4]
+
+
+def test_with_several_gpus_a_keyword_call_keeps_to_the_python_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several GPUs no fast call is planned (the C checks see a device's type, not which
+    device): a call with scalars by keyword must not make one of its own either."""
+    k = _Kernel(n_in=2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: tvm_ffi.convert(k))
+    fn._plan("float32", 16)
+    assert (torch.float32, 16, 2) not in fn._fast
+    with pytest.raises(OpError, match="CUDA device"):  # the checked path's word on a CPU tensor
+        fn(torch.randn(4, 16), torch.randn(16), eps=1e-5)
+    assert not k.calls and not fn._fast_given

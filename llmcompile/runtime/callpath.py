@@ -292,6 +292,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         plan = self._plans.get(key[:2])
         if plan is None or not scalars.keys() <= self.spec.scalars.keys():
             return None
+        if (*key[:2], 2) not in self._fast:  # (no fast call planned: several GPUs, whose devices Python checks)
+            return None
         try:
             values = tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items())
         except (TypeError, ValueError):

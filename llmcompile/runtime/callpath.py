@@ -115,6 +115,11 @@ def _allocator(
     return lambda ins: tuple(mk(ins) for mk in makers)
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Laid out as a compiled kernel reads a tensor: contiguous, 16-byte aligned."""
+    return t.is_contiguous() and not t.data_ptr() % _ALIGN
+
+
 class _NotFast(Exception):
     """A call the fast function does not take (no rows, too many elements, a wrong count)."""
 
@@ -285,6 +290,11 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             # call before its launch: that call is taken again on the checked path
             return self._checked_call(inputs, scalars)
 
+    def _values(self, scalars: dict) -> tuple[float | int, ...]:
+        """The op's scalars in order: those given by keyword, the defaults for the rest, each
+        in its default's type."""
+        return tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items())
+
     def _given(self, key: tuple[torch.dtype, int, int], scalars: dict) -> Callable[..., Any] | None:
         """The fast call with these scalars (given by keyword, as every model passes eps): the
         plan's own where they are its defaults, else one made once for their values and kept;
@@ -295,7 +305,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if (*key[:2], 2) not in self._fast:  # (no fast call planned: several GPUs, whose devices Python checks)
             return None
         try:
-            values = tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items())
+            values = self._values(scalars)
         except (TypeError, ValueError):
             return None
         if values == plan.values:
@@ -304,9 +314,10 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if fast is None:
             if len(self._fast_given) >= MAX_GIVEN:  # (a model passes a few values, not one a call)
                 self._fast_given.clear()
+            if key[2] < 2:  # (a 1-D x: the rows call views it as rows)
+                return None
             given = dataclasses.replace(plan, values=values)
-            fast = _native_function(given) if key[2] >= 2 else None
-            fast = fast or (_fast_function(given) if key[2] == 2 else None)
+            fast = _native_function(given) or (_fast_function(given) if key[2] == 2 else None)
             if fast is None:
                 return None
             self._fast_given[(*key, values)] = fast
@@ -319,17 +330,17 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         plan = self._plans.get((x.dtype, x.shape[-1])) if x.dim() else None
         if plan is None or not scalars.keys() <= self.spec.scalars.keys():
             return self._checked_call(inputs, scalars)
-        values = tuple(type(d)(scalars.get(k, d)) for k, d in self.spec.scalars.items()) if scalars else plan.values
+        values = self._values(scalars) if scalars else plan.values
         n = plan.n
         m = x.numel() // n
-        if not (0 < m and m * n < MAX_ELEMS and x.is_contiguous() and not x.data_ptr() % _ALIGN and x.is_cuda):
+        if not (0 < m and m * n < MAX_ELEMS and _dense(x) and x.is_cuda):
             return self._checked_call(inputs, scalars)
         if len(inputs) != plan.arity:
             return self._checked_call(inputs, scalars)
         dev = x.device
         ins = [x.view(m, n)]
         for v, (kind, dt) in zip(inputs[1:], plan.rest):
-            if v.dtype != dt or v.device != dev or not v.is_contiguous() or v.data_ptr() % _ALIGN:
+            if v.dtype != dt or v.device != dev or not _dense(v):
                 return self._checked_call(inputs, scalars)
             if kind == "MN":
                 if v.numel() != m * n or v.shape[-1] != n:
@@ -354,16 +365,13 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         x = inputs[0]
         if not isinstance(x, torch.Tensor) or x.dim() < 1:
             return None
-        if all(isinstance(t, torch.Tensor) and t.is_contiguous() and not t.data_ptr() % _ALIGN for t in inputs):
+        if not all(isinstance(t, torch.Tensor) for t in inputs) or all(map(_dense, inputs)):
             return None  # (dense already: the call was refused for another reason)
         key = (x.dtype, x.shape[-1], x.dim())
         fast = self._given(key, scalars) if scalars else self._fast.get(key)
-        if fast is None or not all(isinstance(t, torch.Tensor) for t in inputs):
+        if fast is None:
             return None
-        dense = tuple(
-            t if t.is_contiguous() and not t.data_ptr() % _ALIGN else t.clone(memory_format=torch.contiguous_format)
-            for t in inputs
-        )
+        dense = tuple(t if _dense(t) else t.clone(memory_format=torch.contiguous_format) for t in inputs)
         try:
             return fast(*dense)
         except (ValueError, TypeError, _NotFast):
@@ -433,7 +441,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                 v = v.reshape(t.shape(m, n))
             ins.append(v)
         outs = spec.alloc_outputs(m, n, dtype, x.device)
-        vals = [type(v)(scalars.get(k, v)) for k, v in spec.scalars.items()]
+        vals = self._values(scalars)
         getattr(torch.ops.llmcompile, self.op_name)(*ins, *outs, *vals)
         if not spec.flat_rows:
             return outs[0] if len(outs) == 1 else outs
@@ -469,7 +477,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                 )
             if v.device != x.device:
                 raise OpError(f"{spec.name}: {t.name} is on {v.device}, x on {x.device}")
-            if not v.is_contiguous() or v.data_ptr() % _ALIGN:
+            if not _dense(v):
                 v = v.contiguous() if not v.is_contiguous() else v.clone()
             out.append(v)
         return out, m, n, dtype
@@ -503,7 +511,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         lead = inputs[0].shape[:-1]
         ins, m, n, dtype = self.prepare(*inputs)
         outs = self.spec.alloc_outputs(m, n, dtype, ins[0].device)
-        vals = [type(v)(scalars.get(k, v)) for k, v in self.spec.scalars.items()]
+        vals = self._values(scalars)
         if not self.spec.flat_rows:
             if m > 0:
                 self._run(ins, outs, vals)

@@ -157,24 +157,13 @@ def bench_one(
         except Unavailable as e:
             impls[b] = str(e)
     rows = []
-    timings: dict[str, list[timing.Timing]] = {}
     errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
-    order = [name for name in impls if name not in errors]
-    for r in range(rounds):
-        k = r % len(order) if order else 0
-        for name in order[k:] + order[:k]:
-            if name in errors:  # (failed in an earlier round)
-                continue
-            try:
-                timings.setdefault(name, []).append(timing.time_calls(impls[name], graph=graph))
-            except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
-                errors[name] = f"{type(e).__name__}: {e}"[:200]
-                torch.cuda.synchronize()
+    timings = time_in_turns({k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors)
     for name in impls:
         if name in errors:
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, errors[name], spec.unit))
             continue
-        t = sorted(timings[name], key=lambda x: x.median_ms)[len(timings[name]) // 2]
+        t = median_round(timings[name])
         bw = timing.tbs(work, t.median_ms)  # (of FLOPs: TFLOP/s)
         notes = [] if t.graph or not graph else ["no graph"]
         if bw > 1.05 * (ceiling_tbs or sol_tbs):
@@ -196,6 +185,31 @@ def bench_one(
         del sets
         torch.cuda.empty_cache()
     return rows
+
+
+def time_in_turns(
+    calls: dict[str, list[Callable[[], object]]], rounds: int, graph: bool, errors: dict[str, str]
+) -> dict[str, list[timing.Timing]]:
+    """Each implementation's calls timed `rounds` times, the implementations taking turns in a
+    rotated order, so that a slow spell of the host or of the clocks falls on all of them alike;
+    one that fails is put in `errors` (reported, not fatal) and not timed again."""
+    timings: dict[str, list[timing.Timing]] = {}
+    order = list(calls)
+    for r in range(rounds):
+        k = r % len(order) if order else 0
+        for name in order[k:] + order[:k]:
+            if name in errors:  # (failed in an earlier round)
+                continue
+            try:
+                timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph))
+            except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
+                errors[name] = f"{type(e).__name__}: {e}"[:200]
+                torch.cuda.synchronize()
+    return timings
+
+
+def median_round(rounds: list[timing.Timing]) -> timing.Timing:
+    return sorted(rounds, key=lambda x: x.median_ms)[len(rounds) // 2]
 
 
 def run(

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from llmcompile.bench import timing
 from llmcompile.bench.baselines import Unavailable
-from llmcompile.bench.grid import BenchResult, BenchRow, versions
+from llmcompile.bench.grid import BenchResult, BenchRow, median_round, time_in_turns, versions
 from llmcompile.specs import OpSpec, get_op
 
 # the ops a training step calls, and the backward op whose bytes the step also moves
@@ -131,7 +131,8 @@ def bench_step(
     """Each implementation's step on the same rotated input sets, in turns (`rounds`), each
     keeping its median round; one that cannot run says why in its row."""
     gen = torch.Generator().manual_seed(0)
-    count = timing.rotation_count(work(spec.name, m, n, dtype))
+    bytes_ = work(spec.name, m, n, dtype)
+    count = timing.rotation_count(bytes_)
     sets = [spec.make_inputs(m, n, dtype, gen, "random", "cuda") for _ in range(count)]
     calls: dict[str, list[Callable[[], object]]] = {}
     errors: dict[str, str] = {}
@@ -141,24 +142,13 @@ def bench_step(
             calls[name] = [step(spec.name, fn, s, i) for i, s in enumerate(sets)]
         except Unavailable as e:
             errors[name] = str(e)
-    timings: dict[str, list[timing.Timing]] = {}
-    order = list(calls)
-    for r in range(rounds):
-        for name in order[r % max(len(order), 1) :] + order[: r % max(len(order), 1)]:
-            if name in errors:
-                continue
-            try:
-                timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph))
-            except Exception as e:  # noqa: BLE001 - a baseline that fails is reported, not fatal
-                errors[name] = f"{type(e).__name__}: {e}"[:200]
-                torch.cuda.synchronize()
+    timings = time_in_turns(calls, rounds, graph, errors)
     rows = []
-    bytes_ = work(spec.name, m, n, dtype)
     for name in impls:
         if name in errors or name not in timings:
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, errors.get(name, "not run")))
             continue
-        t = sorted(timings[name], key=lambda x: x.median_ms)[len(timings[name]) // 2]
+        t = median_round(timings[name])
         rate = timing.tbs(bytes_, t.median_ms)
         note = "no graph" if graph and not t.graph else ""
         each = [x.median_ms for x in timings[name]]

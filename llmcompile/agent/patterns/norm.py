@@ -21,7 +21,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import correction, find_reduction, reduction_parts
+from llmcompile.agent.patterns.strided import find_reduction, inv_dof, reduction_parts
 from llmcompile.specs import OpSpec
 
 _NORM_MODULES = (
@@ -147,9 +147,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         combine, identity = "S.add", "0.0, 0.0,"
         x = Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])
         prologue = f"({x}) - shift, (({x}) - shift) * (({x}) - shift)"
-        rc = seg - correction(red)
-        inv_rc = lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"
-        var = f"cute.arch.fmax((acc[1] - acc[0] * acc[0] * {lit(1.0 / seg)}) * {inv_rc}, Float32(0.0))"
+        var = f"cute.arch.fmax((acc[1] - acc[0] * acc[0] * {lit(1.0 / seg)}) * {inv_dof(red, seg)}, Float32(0.0))"
         stat = var if red.kind == "var" else f"cute.math.sqrt({var})"
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {red.kind} ({seg} elements a row)"

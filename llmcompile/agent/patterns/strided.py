@@ -49,6 +49,13 @@ def correction(op: Op) -> int:
     return 1 if unbiased else 0
 
 
+def inv_dof(op: Op, length: int) -> str:
+    """1 / (R - correction), what var and std multiply their squared deviations by, as source
+    (torch gives nan where R <= correction)."""
+    rc = length - correction(op)
+    return lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"
+
+
 def reduce_dim(op: Op) -> Any:
     """The dim a reduction call names (norm's comes after p); None: the whole tensor."""
     at = 2 if op.kind == "norm" else 1
@@ -73,20 +80,26 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
     raise Unsupported(f"norm p={p!r}")
 
 
+def as_reduce(red: Op) -> tuple[str, str, str]:
+    """A reduction as one of REDUCE's kinds: the kind, how the prologue wraps an element `{x}`,
+    how the statistic wraps the result `{s}` (a norm is a sum of |x| or x*x and its root, or for
+    p = inf the largest |x|)."""
+    if red.kind != "norm":
+        return red.kind, "{x}", "{s}"
+    if norm_p(red) in (math.inf, "inf"):
+        return "amax", "cute.math.abs({x})", "{s}"
+    wrap, post, _ = norm_as_sum(red)
+    return "sum", wrap, post
+
+
 def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int) -> tuple[str, str, str, str]:
     """A reduction over `length` elements of x as a template takes it: the combine, its identity
     (as source), the prologue an element goes through, and the statistic made of `acc`. (A norm
     is a sum of |x| or x*x, and its root.)"""
-    kind, wrap, post = red.kind, "{x}", "{s}"
-    if kind == "norm" and norm_p(red) in (math.inf, "inf"):  # the largest |x|
-        kind, wrap = "amax", "cute.math.abs({x})"
-    elif kind == "norm":
-        wrap, post, _ = norm_as_sum(red)
-        kind = "sum"
+    kind, wrap, post = as_reduce(red)
     combine, identity, pro_fmt, epi = REDUCE[kind]
     pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
-    rc = length - correction(red) if kind in ("var", "std") else 1
-    inv_rc = lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"  # (torch: nan where R <= correction)
+    inv_rc = inv_dof(red, length) if kind in ("var", "std") else ""
     stat = post.format(s=epi.format(inv_r=lit(1.0 / length), inv_rc=inv_rc))
     return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
 

@@ -3,8 +3,6 @@ reduced losses whose rows come first (cross-entropy, a triplet margin loss)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
@@ -23,7 +21,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, norm_as_sum, norm_p, reduce_dim
+from llmcompile.agent.patterns.strided import REDUCE, as_reduce, norm_p, reduce_dim
 from llmcompile.specs import OpSpec
 
 
@@ -88,12 +86,8 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         pro, epi = _loss_term(red, em)
         combine, identity, what = "S.add", (0.0,), red.kind
     else:
-        kind, wrap, post, what = red.kind, "{x}", "{s}", red.kind
-        if kind == "norm" and norm_p(red) in (math.inf, "inf"):  # the largest |x|
-            kind, wrap, what = "amax", "cute.math.abs({x})", "norm (p=inf)"
-        elif kind == "norm":
-            wrap, post, p = norm_as_sum(red)
-            kind, what = "sum", f"norm (p={p})"
+        kind, wrap, post = as_reduce(red)
+        what = f"norm (p={norm_p(red)})" if red.kind == "norm" else red.kind
         # the strided reductions' combines; a mean divides by the elements of this call's tensor
         combine, identity, pro_fmt, epi = REDUCE[kind]
         if pro_fmt != "{x}":  # (a term of several values: the total template folds one)

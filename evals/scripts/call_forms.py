@@ -69,18 +69,13 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
         lambda: F.rms_norm(x2, (n,), w, 1e-6),
         q and (lambda: q.rmsnorm(x2, wf, eps=1e-6)),
     )
-    add(
-        "rmsnorm(x, w, eps=1e-6) (the default)",
-        lambda: kernels.rmsnorm(x2, w, eps=1e-6),
-        lambda: F.rms_norm(x2, (n,), w, 1e-6),
-        q and (lambda: q.rmsnorm(x2, wf, eps=1e-6)),
-    )
-    add(
-        "rmsnorm(x, w, eps=1e-5)",
-        lambda: kernels.rmsnorm(x2, w, eps=1e-5),
-        lambda: F.rms_norm(x2, (n,), w, 1e-5),
-        q and (lambda: q.rmsnorm(x2, wf, eps=1e-5)),
-    )
+    for eps, said in ((1e-6, "1e-6) (the default)"), (1e-5, "1e-5)")):  # eps by keyword: its default, another
+        add(
+            f"rmsnorm(x, w, eps={said}",
+            lambda e=eps: kernels.rmsnorm(x2, w, eps=e),
+            lambda e=eps: F.rms_norm(x2, (n,), w, e),
+            q and (lambda e=eps: q.rmsnorm(x2, wf, eps=e)),
+        )
     add(
         "rmsnorm(x, w, eps=1e-5) 2 x 4 x N",
         lambda: kernels.rmsnorm(x3, w, eps=1e-5),

@@ -194,12 +194,13 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
     memset(&proto, 0, sizeof(proto));
     proto.device = s->device;
     proto.dtype = c->dtype[i];
+    /* an output made like x, whose leading dims were flattened, takes the caller's shape (and is
+     * flattened in turn below) */
+    int like_lead = c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1;
     if (c->dims[i] == DIMS_ALL) {
-      /* an output like a flattened input is made in the caller's shape, and flattened in turn */
-      int flat = c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1;
-      proto.ndim = flat ? lead_ndim + 1 : s->ndim;
-      proto.shape = flat ? lead_shape : s->shape;
-    } else if (c->dims[i] == DIMS_FIRST && c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1) {
+      proto.ndim = like_lead ? lead_ndim + 1 : s->ndim;
+      proto.shape = like_lead ? lead_shape : s->shape;
+    } else if (c->dims[i] == DIMS_FIRST && like_lead) {
       proto.ndim = lead_ndim; /* a value a row, in the shape of x's leading dims */
       proto.shape = lead_shape;
     } else {

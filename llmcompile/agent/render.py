@@ -47,19 +47,16 @@ def interface_source(module: str) -> str:
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        body = node.body
-        first = body[0]
+        first = node.body[0]
         keep = (
             isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
         )
-        rest = body[1:] if keep else body
+        rest = node.body[1:] if keep else node.body
         if not rest:
             continue
         start = rest[0].lineno - 1
-        # (a comment line right above the first cut statement goes with it)
-        while start > (first.end_lineno if keep else node.body[0].lineno - 1) and lines[start - 1].lstrip().startswith(
-            "#"
-        ):
+        floor = first.end_lineno if keep else start
+        while start > floor and lines[start - 1].lstrip().startswith("#"):  # (a comment above goes with it)
             start -= 1
         if node.end_lineno - start <= SHORT_BODY:  # (a combine's few lines show how to write one)
             continue

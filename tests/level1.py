@@ -77,19 +77,28 @@ def problem_file(tmp_path: Path, name: str, forward: str, shape: str, init: str 
     return f
 
 
-def compiles(num: int, tmp_path: Path, pattern: str) -> None:
-    """Level-1 problem `num` matches `pattern`, and its kernel compiles for sm_90a at the
-    problem's own N, asking for a workspace exactly where its partials cross CTAs."""
-    spec = problem(num)
+def compiled_match(src: Path, dtype: str, tmp_path: Path, pattern: str | None = None) -> tuple[patterns.Match, int]:
+    """The kernel the matcher writes for the problem file `src` (of family `pattern` where
+    given), compiled for sm_90a at the problem's own N with the workspace it asks for; returns
+    the match and that workspace."""
+    spec = get_op(str(src))
     m = patterns.match(spec)
-    assert isinstance(m, patterns.Match) and m.pattern == pattern, m
-    path = tmp_path / f"k{num}.py"
+    assert isinstance(m, patterns.Match) and (pattern is None or m.pattern == pattern), m
+    path = tmp_path / f"k_{src.stem}.py"
     path.write_text(m.source)
     mod = contract.load_module(path)
     (_, n) = spec.fixed_shapes[0]
     ws = contract.workspace_of(mod)
+    assert contract.compile_entry(contract.entry_of(mod), spec, dtype, n, workspace=ws) is not None
+    return m, ws
+
+
+def compiles(num: int, tmp_path: Path, pattern: str) -> None:
+    """Level-1 problem `num` matches `pattern`, and its kernel compiles for sm_90a at the
+    problem's own N, asking for a workspace exactly where its partials cross CTAs."""
+    (path,) = LEVEL1.glob(f"{num}_*.py")
+    m, ws = compiled_match(path, problem(num).dtypes[0], tmp_path, pattern)
     assert (ws > 0) == (m.pattern in ("total", "norm"))
-    assert contract.compile_entry(contract.entry_of(mod), spec, spec.dtypes[0], n, workspace=ws) is not None
 
 
 def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int):

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcompile.agent import coverage, patterns
-from llmcompile.specs import get_op
+from llmcompile.agent import coverage
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "coverage.md"
 
@@ -52,21 +51,14 @@ def _taken(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
 
 
 def _run_or_compile(src: str, dtype: str, tmp_path: Path, gpu: bool) -> None:
-    from llmcompile.specs import contract
-    from tests.level1 import right_on_gpu
+    from tests.level1 import compiled_match, right_on_gpu
 
     f = tmp_path / "p.py"
     f.write_text(src)
     if gpu:
         right_on_gpu(f, dtype, tmp_path, 5)
-        return
-    spec = get_op(str(f))
-    m = patterns.match(spec)
-    k = tmp_path / "k.py"
-    k.write_text(m.source)
-    mod = contract.load_module(k)
-    (_, n) = spec.fixed_shapes[0]
-    assert contract.compile_entry(contract.entry_of(mod), spec, dtype, n, workspace=contract.workspace_of(mod))
+    else:
+        compiled_match(f, dtype, tmp_path)
 
 
 TAKEN_FP32 = _taken(("float32",))

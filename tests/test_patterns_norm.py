@@ -11,7 +11,7 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import get_op
-from tests.level1 import compiles, needs_level1, problem_file, right_on_gpu, source
+from tests.level1 import compiled_match, compiles, needs_level1, problem_file, right_on_gpu, source
 
 
 @needs_level1
@@ -74,18 +74,9 @@ ROW_STATISTICS = [
 def test_a_statistic_of_each_row_is_a_value_a_group(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """A reduction along the last dim with nothing rewritten: the norm template's groups, one
     value a row (finalize's), compiled for sm_90a; an index (argmax) is still not taken."""
-    from llmcompile.specs import contract
-
     f = problem_file(tmp_path, "rowstat", forward, f"(16, 8, 1024, dtype=torch.{dtype})")
-    spec = get_op(str(f))
-    m = patterns.match(spec)
-    assert isinstance(m, patterns.Match) and m.pattern == "norm", (what, m)
+    m, _ = compiled_match(f, dtype, tmp_path, "norm")
     assert "apply = None" in m.source
-    path = tmp_path / "k.py"
-    path.write_text(m.source)
-    mod = contract.load_module(path)
-    fn = contract.compile_entry(contract.entry_of(mod), spec, dtype, 1024, workspace=contract.workspace_of(mod))
-    assert fn is not None
     idx = problem_file(tmp_path, "rowarg", "torch.argmax(x, dim=-1)", "(16, 8, 1024)")
     assert isinstance(patterns.match(get_op(str(idx))), patterns.NoMatch)
 

@@ -10,7 +10,7 @@ import pytest
 
 from llmcompile.agent import patterns
 from llmcompile.specs import get_op
-from tests.level1 import compiles, needs_level1, problem_file, right_on_gpu, source
+from tests.level1 import compiled_match, compiles, needs_level1, problem_file, right_on_gpu, source
 
 
 @needs_level1
@@ -61,15 +61,7 @@ MIDDLE_DIM = [
 def test_the_other_reductions_of_a_middle_dim_compile_for_sm90a(what: str, forward: str, tmp_path: Path) -> None:
     """prod, logsumexp (a (max, sum of exp) pair), var and std (a Chan merge of (count, mean,
     squared deviations), R less the correction), the inf-norm (the largest |x|)."""
-    from llmcompile.specs import contract
-
-    spec = get_op(str(problem_file(tmp_path, "mid", forward, "(16, 64, 512)")))
-    m = patterns.match(spec)
-    assert isinstance(m, patterns.Match) and m.pattern == "strided", (what, m)
-    path = tmp_path / "k.py"
-    path.write_text(m.source)
-    mod = contract.load_module(path)
-    assert contract.compile_entry(contract.entry_of(mod), spec, "float32", 512) is not None
+    m, _ = compiled_match(problem_file(tmp_path, "mid", forward, "(16, 64, 512)"), "float32", tmp_path, "strided")
     if what.startswith("var"):
         assert ("* 0.015873015873015872" in m.source) == (what == "var")  # 1 / (64 - 1): unbiased
 

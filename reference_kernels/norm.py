@@ -64,7 +64,7 @@ from reference_kernels.reduce import WARP, block_fold, vector_elems
 from reference_kernels.reduce import vector_at as _at
 
 MODES = ("groups", "segments")
-MAX_ARITY = 2  # values a partial (and the statistics) hold
+MAX_ARITY = 3  # values a partial (and the statistics) hold: a Chan merge's (count, mean, m2)
 SLOTS = 1 << 19  # partials the workspace holds: groups x chunks a group
 WORKSPACE = SLOTS * MAX_ARITY
 FINAL_THREADS = 256

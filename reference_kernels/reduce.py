@@ -399,13 +399,14 @@ def safe_max(m: Float32) -> Float32:
 
 
 def max_sumexp(a: tuple, b: tuple) -> tuple:
-    """(m, s) pairs meaning s * exp(m): merge two such partial sums of exponentials."""
-    m = cute.arch.fmax(a[0], b[0])
-    mo = safe_max(m)
-    s = a[1] * cute.math.exp2((a[0] - mo) * LOG2_E, fastmath=True) + b[1] * cute.math.exp2(
-        (b[0] - mo) * LOG2_E, fastmath=True
-    )
-    return (m, s)
+    """(m, s) pairs meaning s * exp(m): merge two such partial sums of exponentials, with one
+    exponential (the smaller max's sum scaled to the larger's: a fold that merges an element at
+    a time is otherwise two exponentials an element, and bound by them in bf16)."""
+    a_big = a[0] >= b[0]
+    m = cutlass.select_(a_big, a[0], b[0])
+    low = cutlass.select_(a_big, b[0], a[0])
+    scale = cute.math.exp2((low - safe_max(m)) * LOG2_E, fastmath=True)
+    return (m, cutlass.select_(a_big, a[1], b[1]) + cutlass.select_(a_big, b[1], a[1]) * scale)
 
 
 def finish_max_sumexp(acc: tuple, width: int) -> tuple:

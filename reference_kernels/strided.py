@@ -125,21 +125,72 @@ class StridedReduce:
         c0 = (bidx % t.col_tiles) * t.cols_per_cta + ti * t.vec
         col_ok = c0 < t.inner
         base = Int64(o) * (t.r * t.inner) + c0
-        arity = const_expr(len(self.identity))
         acc = tuple(tuple(Float32(v) for v in self.identity) for _ in range(t.vec))
-        held = []  # with rewrite: the thread's column share, as (row, registers)
+        held = []  # with rewrite: the thread's column share, as (row, in bounds, registers)
         # Rows tr, tr + threads_r, ...: batches of `unroll` loads issued before folding.
         batches = const_expr(math.ceil(t.per_thread / t.unroll))
         if const_expr(self.rewrite is None):
             for b in cutlass.range(batches, unroll=1):
-                acc = self._fold(self._load(mX, base, b, tr, col_ok), col_ok, acc)
+                acc = self._fold(self._load(mX, base, b, tr, col_ok, 0, t.r), acc)
         else:
             # a static loop: the registers stay named until they are rewritten
             for b in cutlass.range_constexpr(batches):
-                regs = self._load(mX, base, b, tr, col_ok)
-                acc = self._fold(regs, col_ok, acc)
+                regs = self._load(mX, base, b, tr, col_ok, 0, t.r)
+                acc = self._fold(regs, acc)
                 held += regs
+        acc = self._fold_threads_r(acc, ti, tr)
+        if const_expr(self.rewrite is None):
+            if col_ok & (tr == 0):
+                out_base = Int64(o) * t.inner + c0
+                for i in cutlass.range_constexpr(len(outs)):
+                    reg = cute.make_rmem_tensor(t.vec, outs[i].element_type)
+                    for j in cutlass.range_constexpr(t.vec):
+                        reg[j] = outs[i].element_type(self.epilogue(acc[j])[i])
+                    cute.autovec_copy(reg, _at(outs[i], out_base, t.vec))
+        else:
+            stats = [self.epilogue(acc[j]) for j in range(t.vec)]
+            for rr, ok, reg in held:
+                if ok:
+                    res = cute.make_rmem_tensor(t.vec, outs[0].element_type)
+                    for j in cutlass.range_constexpr(t.vec):
+                        res[j] = outs[0].element_type(self.rewrite(Float32(reg[j]), stats[j]))
+                    cute.autovec_copy(res, _at(outs[0], base + Int64(rr) * t.inner, t.vec))
+
+    @cute.jit
+    def _load(self, mX: cute.Tensor, base: Int64, b, tr: Int32, col_ok, first, end) -> list:
+        """Batch `b` of the thread's rows among [first, end): `unroll` loads issued together,
+        each with whether it was in bounds."""
+        t = self.tiling
+        regs = []
+        for u in cutlass.range_constexpr(t.unroll):
+            rr = first + (b * t.unroll + u) * t.threads_r + tr
+            ok = col_ok & (rr < end)
+            reg = cute.make_rmem_tensor(t.vec, mX.element_type)
+            if ok:
+                cute.autovec_copy(_at(mX, base + Int64(rr) * t.inner, t.vec), reg)
+            regs.append((rr, ok, reg))
+        return regs
+
+    @cute.jit
+    def _fold(self, regs: list, acc: tuple) -> tuple:
+        t = self.tiling
+        for rr, ok, reg in regs:
+            acc = tuple(
+                tuple(
+                    cutlass.select_(ok, nv, av)
+                    for nv, av in zip(self.combine(acc[j], self.prologue(Float32(reg[j]), rr)), acc[j])
+                )
+                for j in range(t.vec)
+            )
+        return acc
+
+    @cute.jit
+    def _fold_threads_r(self, acc: tuple, ti: Int32, tr: Int32) -> tuple:
+        """The `threads_r` partials of each column folded through shared memory in a fixed
+        order (the same bits every run), in every thread of the column."""
+        t = self.tiling
         if const_expr(t.threads_r > 1):
+            arity = const_expr(len(self.identity))
             smem = cutlass.memory.SmemAllocator()
             s = smem.allocate_tensor(
                 Float32, cute.make_ordered_layout((t.threads_r, t.threads_inner * t.vec, arity), order=(1, 0, 2)), 16
@@ -155,47 +206,6 @@ class StridedReduce:
                     total = self.combine(total, tuple(s[q, ti * t.vec + j, k] for k in range(arity)))
                 totals.append(total)
             acc = tuple(totals)
-        if const_expr(self.rewrite is None):
-            if col_ok & (tr == 0):
-                out_base = Int64(o) * t.inner + c0
-                for i in cutlass.range_constexpr(len(outs)):
-                    reg = cute.make_rmem_tensor(t.vec, outs[i].element_type)
-                    for j in cutlass.range_constexpr(t.vec):
-                        reg[j] = outs[i].element_type(self.epilogue(acc[j])[i])
-                    cute.autovec_copy(reg, _at(outs[i], out_base, t.vec))
-        else:
-            stats = [self.epilogue(acc[j]) for j in range(t.vec)]
-            for rr, reg in held:
-                if col_ok & (rr < t.r):
-                    res = cute.make_rmem_tensor(t.vec, outs[0].element_type)
-                    for j in cutlass.range_constexpr(t.vec):
-                        res[j] = outs[0].element_type(self.rewrite(Float32(reg[j]), stats[j]))
-                    cute.autovec_copy(res, _at(outs[0], base + Int64(rr) * t.inner, t.vec))
-
-    @cute.jit
-    def _load(self, mX: cute.Tensor, base: Int64, b, tr: Int32, col_ok) -> list:
-        t = self.tiling
-        regs = []
-        for u in cutlass.range_constexpr(t.unroll):
-            rr = (b * t.unroll + u) * t.threads_r + tr
-            reg = cute.make_rmem_tensor(t.vec, mX.element_type)
-            if col_ok & (rr < t.r):
-                cute.autovec_copy(_at(mX, base + Int64(rr) * t.inner, t.vec), reg)
-            regs.append((rr, reg))
-        return regs
-
-    @cute.jit
-    def _fold(self, regs: list, col_ok, acc: tuple) -> tuple:
-        t = self.tiling
-        for rr, reg in regs:
-            ok = col_ok & (rr < t.r)
-            acc = tuple(
-                tuple(
-                    cutlass.select_(ok, nv, av)
-                    for nv, av in zip(self.combine(acc[j], self.prologue(Float32(reg[j]), rr)), acc[j])
-                )
-                for j in range(t.vec)
-            )
         return acc
 
 

@@ -101,13 +101,15 @@ def compiles(num: int, tmp_path: Path, pattern: str) -> None:
     assert (ws > 0) == (m.pattern in ("total", "norm"))
 
 
-def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int):
+def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int, cases: tuple[str, ...] = ()):
     """At each of the judge's verify shapes, the kernel `source` run once (on the GPU) on fresh
-    random inputs into poisoned outputs: yields (M, N, fn, inputs, outputs)."""
+    random inputs into poisoned outputs, then on the generic `cases` made from them (spikes at
+    every edge, ...: specs/inputs.py) where they apply: yields (M, N, fn, inputs, outputs)."""
     import torch
 
     from llmcompile.harness.verify import poison
     from llmcompile.specs import verify_shapes
+    from llmcompile.specs.inputs import generic_inputs
 
     path = tmp_path / "k.py"
     path.write_text(source)
@@ -116,22 +118,27 @@ def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int
     gen = torch.Generator().manual_seed(seed)
     for mm, n in verify_shapes(spec):
         fn = contract.with_workspace(contract.compile_entry(entry, spec, dtype, n, workspace=ws), len(spec.tensors), ws)
-        ins = spec.make_inputs(mm, n, dtype, gen, "random", "cuda")
-        outs = spec.alloc_outputs(mm, n, dtype, "cuda")
-        poison(outs)
-        fn(*ins, *outs, *spec.scalars.values())
-        torch.cuda.synchronize()
-        yield mm, n, fn, ins, outs
+        random = spec.make_inputs(mm, n, dtype, gen, "random", "cuda")
+        for ins in [random] + [generic_inputs(c, random, gen) for c in cases]:
+            if ins is None:
+                continue
+            outs = spec.alloc_outputs(mm, n, dtype, "cuda")
+            poison(outs)
+            fn(*ins, *outs, *spec.scalars.values())
+            torch.cuda.synchronize()
+            yield mm, n, fn, ins, outs
 
 
 def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int) -> None:
     """The kernel the matcher writes for the problem file `src`, on the GPU against the float64
-    reference at each of the judge's verify shapes (fresh random inputs, poisoned outputs)."""
+    reference at each of the judge's verify shapes (fresh random inputs and the generic cases
+    made from them, as the judge verifies; poisoned outputs)."""
     from llmcompile.harness.verify import compare
+    from llmcompile.specs.inputs import GENERIC_CASES
 
     spec = get_op(str(src))
     m = patterns.match(spec)
     assert isinstance(m, patterns.Match), m
-    for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, seed):
+    for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, seed, GENERIC_CASES):
         bad = compare(spec, dtype, ins, outs)
         assert bad is None, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: {bad.describe()}"

@@ -72,3 +72,30 @@ def test_the_other_reductions_of_a_middle_dim_compile_for_sm90a(what: str, forwa
 def test_the_other_reductions_of_a_middle_dim_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """The same kernels on the GPU against the float64 reference, at the judge's verify shapes."""
     right_on_gpu(problem_file(tmp_path, "mid", forward, f"(16, 64, 4096, dtype=torch.{dtype})"), dtype, tmp_path, 11)
+
+
+# The map template's functions on one value, around a reduction (patterns/emit.py's scalar forms)
+AROUND = [
+    ("relu, middle dim", "torch.mean(torch.relu(x), dim=1)"),
+    ("gelu, last dim", "torch.sum(nn.functional.gelu(x), dim=-1)"),
+    ("gelu tanh, batch dim", "torch.amax(nn.functional.gelu(x, approximate='tanh'), dim=0)"),
+    ("sigmoid of a row sum", "torch.sigmoid(x.sum(dim=-1) * 0.01)"),
+    ("softplus, beta 2", "nn.functional.softplus(x * 8.0, beta=2.0).mean(dim=1)"),
+    ("leaky_relu and elu", "torch.sum(nn.functional.leaky_relu(x - 0.5, 0.2) + nn.functional.elu(x - 0.5), dim=-1)"),
+    (
+        "the rest",
+        "torch.sum(nn.functional.hardtanh(x * 4.0, -2.0, 2.0) * nn.functional.hardsigmoid(x * 8.0 - 4.0) + "
+        "torch.selu(x - 0.5) + nn.functional.softsign(x) + nn.functional.silu(x) + torch.tanh(x), dim=1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "forward"), AROUND)
+def test_elementwise_functions_around_a_reduction_compile_for_sm90a(what: str, forward: str, tmp_path: Path) -> None:
+    compiled_match(problem_file(tmp_path, "around", forward, "(64, 32, 256)"), "float32", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward"), AROUND)
+def test_elementwise_functions_around_a_reduction_are_right(what: str, forward: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "around", forward, "(1024, 32, 256)"), "float32", tmp_path, 13)

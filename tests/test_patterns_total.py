@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.level1 import compiles, needs_level1, source
+from tests.level1 import compiled_match, compiles, needs_level1, problem_file, right_on_gpu, source
 
 
 @needs_level1
@@ -45,3 +45,25 @@ def test_tiling() -> None:
 @pytest.mark.parametrize("num", [37, 94, 96, 98, 100, 95, 99])
 def test_kernels_compile_for_sm90a(num: int, tmp_path: Path) -> None:
     compiles(num, tmp_path, "total")
+
+
+# statistics of the whole tensor folded as several values a partial (a Chan merge, a max and
+# its sum of exponentials), divided by the elements of the call's tensor, not the problem's
+WHOLE = [
+    ("var", "torch.var(x)"),
+    ("std biased", "x.std(unbiased=False)"),
+    ("logsumexp over every dim", "torch.logsumexp(x, dim=(0, 1, 2))"),
+]
+
+
+@pytest.mark.parametrize(("what", "forward"), WHOLE)
+def test_statistics_of_a_whole_tensor_compile_for_sm90a(what: str, forward: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "whole", forward, "(64, 32, 256)"), "float32", tmp_path, "total")
+    assert ("/ (count - Float32(" in m.source) == what.startswith(("var", "std"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward"), WHOLE)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_statistics_of_a_whole_tensor_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "whole", forward, f"(1024, 32, 256, dtype=torch.{dtype})"), dtype, tmp_path, 17)

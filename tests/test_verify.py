@@ -182,3 +182,26 @@ def test_exact_cases_allow_one_rounding_for_a_sum_and_a_division_more_for_a_mean
     skipped = x.pow(2)[1:].sum(0)
     bad = ref.check([skipped], exact="sum")
     assert bad is not None and bad.count == int((x[0] != 0).sum())
+
+
+def test_an_overflow_torch_makes_too_passes_and_no_other() -> None:
+    """A column product past fp32's range: torch's own fp32 run gives inf where the float64
+    reference is finite, so a kernel's inf there is no fault of the kernel (the judge once
+    failed an honest prod over the batch dim for it); an inf where torch's run is finite still fails."""
+    spec = OpSpec(
+        "colprod",
+        "product over dim 0",
+        (TensorDesc("x", ("M", "4")), TensorDesc("out", ("4",), output=True)),
+        lambda x: [x.prod(0)],
+        lambda *a: [],
+        torch_fn=lambda x: x.prod(0),
+    )
+    x = torch.ones(64, 4)
+    x[:, 0] = 1e3  # 1e192 in float64, inf in fp32
+    assert verify.compare(spec, "float32", [x], [x.prod(0)]) is None
+    wrong = x.prod(0)
+    wrong[1] = float("inf")
+    bad = verify.compare(spec, "float32", [x], [wrong])
+    assert bad is not None and bad.index == (1,) and bad.count == 1
+    # the bound without torch's run (widen_by_own=False) holds the kernel to the reference alone
+    assert verify.compare(spec, "float32", [x], [x.prod(0)], widen_by_own=False) is not None

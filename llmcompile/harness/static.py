@@ -20,11 +20,14 @@ MAX_LINES = 1_500
 PATTERN_TEMPLATES = (
     "reference_kernels.map",
     "reference_kernels.strided",
+    "reference_kernels.leading",
     "reference_kernels.scan",
     "reference_kernels.total",
     "reference_kernels.norm",
     "reference_kernels.pool",
     "reference_kernels.cross_entropy",  # the rows' losses of a reduced cross-entropy
+    "reference_kernels.softmax",  # a softmax of a longer input, as rows
+    "reference_kernels.log_softmax",
     "reference_kernels.softmax_bwd",  # a softmax backward, or with log-softmax's combine
     "reference_kernels.rmsnorm",  # a norm's forward that also saves its statistics
     "reference_kernels.layernorm",

@@ -141,7 +141,9 @@ def _independent_rows(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor
     # same row computed alone rounds differently (fp32 GEMV over 1M terms: 1e-4)
     return all(
         a.shape == w[:1].shape
-        and torch.allclose(a.double(), w[:1].double(), rtol=1e-3, atol=1e-3 * float(w.abs().max()), equal_nan=True)
+        and torch.allclose(
+            a.double(), w[:1].double(), rtol=1e-3, atol=1e-3 * float(w.double().abs().max()), equal_nan=True
+        )
         for a, w in zip(alone, whole)
     )
 

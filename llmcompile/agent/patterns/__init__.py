@@ -18,7 +18,8 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
 - pool: max and average pooling modules over 1-3 spatial dims;
 - attention_tf32: scaled_dot_product_attention of fp32 inputs with wide heads and short rows (the
   bf16/fp16 reference kernels are built-in ops of their own);
-- softmax / log_softmax along the last dim of a 2-D input: the reference kernels themselves.
+- softmax / log_softmax along the last dim: the reference kernels themselves (a longer input
+  viewed as rows); along another dim, the log-sum-exp of that dim on the templates above.
 
 A match renders a kernel module (prompts/candidates/*.py.j2) that the judge treats like any
 candidate. Anything else is a `NoMatch` that says which node no template covers.
@@ -76,10 +77,13 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             c = matcher(spec, gm, given, shapes)
             if c:
                 return _rendered(pattern, c["what"], spec, params, {**c, **outs}, jinja)
-        rowop = match_rowop(spec, gm, given, shapes)
-        if rowop:
-            src = templates.reference_source(rowop)
-            return Match(rowop, f"{rowop} along the last dim: the reference kernel", src)
+        rows = match_rowop(spec, gm, given, shapes)
+        if rows and rows["rank"] == 2:
+            src = templates.reference_source(rows["op"])
+            return Match(rows["op"], f"{rows['op']} along the last dim: the reference kernel", src)
+        if rows:
+            what = f"{rows['op']} along the last dim, rows of {rows['n']}: the reference kernel"
+            return _rendered("rows", what, spec, params, {**rows, **outs, "x": spec.tensors[0].name})
         m = match_map(spec, gm, given, shapes)
         if m:
             ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), **outs}
@@ -99,10 +103,9 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             return _rendered("scan", f"{s['kind']}{how} along the last dim", spec, params, s)
         r = match_strided(spec, gm, given, shapes)
         if r:
-            what = f"{r['reduction']} over dim {r['dim']} (R={r['r']})" + (
-                " then a rewrite of x" if r["rewrite"] else ""
-            )
-            return _rendered("strided", what, spec, params, r)
+            dims = f"dims 0-{r['span'] - 1}" if r["span"] > 1 else f"dim {r['dim']}"
+            what = f"{r['reduction']} over {dims} (R={r['r']})" + (" then a rewrite of x" if r["rewrite"] else "")
+            return _rendered("leading" if r["lead"] else "strided", what, spec, params, {**r, **outs})
     except Unsupported as e:
         return NoMatch(f"no template takes {e}")
     ops = sorted({describe(gm, n) for n in split_nodes(gm)[1]})

@@ -72,11 +72,7 @@ class Emitter:
                 return f"(-{x})"
             if self.vector:
                 return f"M.{k}({', '.join([x, *_param_args(op, 1)])})"
-            scalar = {"abs": "cute.math.abs", "exp": "cute.math.exp", "log": "cute.math.log"}
-            scalar |= {"sqrt": "cute.math.sqrt", "rsqrt": "cute.math.rsqrt"}
-            if k not in scalar:
-                raise Unsupported(f"`{k}` around a reduction")
-            return f"{scalar[k]}({x})"
+            return _scalar_unary(op, x)
         if k == "clamp":
             lo = op.kw.get("min", op.args[1] if len(op.args) > 1 else None)
             hi = op.kw.get("max", op.args[2] if len(op.args) > 2 else None)
@@ -89,3 +85,46 @@ class Emitter:
                 return x
             return f"M.hardtanh({self.expr(op.args[0])}, {lit(-math.inf if lo is None else lo)}, {lit(math.inf if hi is None else hi)})"
         raise Unsupported(f"`{k}`")
+
+
+# The map template's functions (reference_kernels/map.py) on one fp32 value, for a reduction's
+# prologue and epilogue: {x} the operand, the others the function's parameters (PARAMS)
+_SCALAR: dict[str, str] = {
+    "abs": "cute.math.abs({x})",
+    "exp": "cute.math.exp({x})",
+    "log": "cute.math.log({x})",
+    "sqrt": "cute.math.sqrt({x})",
+    "rsqrt": "cute.math.rsqrt({x})",
+    "relu": "cute.arch.fmax({x}, Float32(0.0))",
+    "sigmoid": "(Float32(1.0) / (Float32(1.0) + cute.math.exp(-{x})))",
+    "silu": "({x} / (Float32(1.0) + cute.math.exp(-{x})))",
+    "tanh": "cute.math.tanh({x})",
+    "softsign": "({x} / (Float32(1.0) + cute.math.abs({x})))",
+    "hardsigmoid": "cute.arch.fmin(cute.arch.fmax({x} * Float32(1.0 / 6.0) + Float32(0.5), Float32(0.0)), Float32(1.0))",
+    "hardtanh": "cute.arch.fmin(cute.arch.fmax({x}, Float32({min_val})), Float32({max_val}))",
+    "leaky_relu": "cutlass.select_({x} > Float32(0.0), {x}, {x} * Float32({negative_slope}))",
+    "elu": "cutlass.select_({x} > Float32(0.0), {x}, Float32({alpha}) * cute.math.expm1({x}))",
+    "selu": "(Float32(1.0507009873554805) * cutlass.select_({x} > Float32(0.0), {x}, "
+    "Float32(1.6732632423543772) * cute.math.expm1({x})))",
+    "softplus": "cutlass.select_({x} * Float32({beta}) > Float32({threshold}), {x}, "
+    "cute.math.log1p(cute.math.exp({x} * Float32({beta}))) * Float32(1.0 / {beta}))",
+}
+_GELU = {
+    "none": "(Float32(0.5) * {x} * (Float32(1.0) + cute.math.erf({x} * Float32(0.7071067811865476))))",
+    "tanh": "(Float32(0.5) * {x} * (Float32(1.0) + cute.math.tanh(Float32(0.7978845608028654) * "
+    "({x} + Float32(0.044715) * {x} * {x} * {x}))))",
+}
+
+
+def _scalar_unary(op: Op, x: str) -> str:
+    params = {
+        name: op.kw.get(name, op.args[1 + i] if len(op.args) > 1 + i else d)
+        for i, (name, d) in enumerate(PARAMS.get(op.kind, ()))
+    }
+    if op.kind == "gelu":
+        if params["approximate"] not in _GELU:
+            raise Unsupported(f"`gelu` with approximate={params['approximate']!r}")
+        return _GELU[params["approximate"]].format(x=x)
+    if op.kind not in _SCALAR:
+        raise Unsupported(f"`{op.kind}` around a reduction")
+    return _SCALAR[op.kind].format(x=x, **{k: lit(v) for k, v in params.items()})

@@ -138,6 +138,9 @@ REDUCTIONS = frozenset(
     {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm", "prod", "logsumexp", "var", "std"}
 )
 
+# a reduction carrying the input's values with it: softmax (exp(x - lse)), log_softmax (x - lse)
+NORMALIZERS = frozenset({"softmax", "log_softmax"})
+
 # losses with a reduction of their own ('mean' unless told): an elementwise term, then a total
 LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
 
@@ -247,11 +250,13 @@ def launch_params(spec: OpSpec) -> list[tuple[str, str]]:
 
 def depends_on(gm: fx.GraphModule, inputs: set[fx.Node], result: fx.Node) -> dict[fx.Node, set[str]]:
     """What each node depends on: the inputs directly ("x"), the reduction's `result` ("r"),
-    or both; so the output reads as a function of the result alone, or the input rewritten with it."""
+    or both; so the output reads as a function of the result alone, or the input rewritten with
+    it (a softmax's result is already x rewritten)."""
     side: dict[fx.Node, set[str]] = {n: {"x"} for n in inputs}
+    normalizer = op_of(gm, result).kind in NORMALIZERS
     for n in gm.graph.nodes:
         if n is result:
-            side[n] = {"r"}
+            side[n] = {"x", "r"} if normalizer else {"r"}
         elif n.op in ("call_function", "call_method", "call_module"):
             side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
     return side

@@ -12,16 +12,20 @@ from torch import fx, nn
 
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import (
-    REDUCTIONS,
     Unsupported,
     depends_on,
     one_result,
     only_module,
-    op_of,
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import find_reduction, inv_dof, reduction_parts
+from llmcompile.agent.patterns.strided import (
+    find_reduction,
+    is_reduction,
+    reduction_parts,
+    rewrite_env,
+    stat_name,
+)
 from llmcompile.specs import OpSpec
 
 _NORM_MODULES = (
@@ -130,7 +134,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     max, a norm, a variance, a log-sum-exp of each row, and what the output makes of it alone)."""
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
-    if len(tens) != 1 or len(given) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
+    if len(tens) != 1 or len(given) != 1 or not any(is_reduction(gm, n) for n in calls):
         return None
     xnode = tens[0][0]
     red, carrier, dim, span = find_reduction(gm, calls, shapes)
@@ -141,17 +145,9 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     res = one_result(out, "norm")
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
-    if red.kind in ("var", "std"):
-        # (the template holds two values a partial: sums of x - shift and its square, shift the
-        # group's first element, rather than the strided template's three of a Chan merge)
-        combine, identity = "S.add", "0.0, 0.0,"
-        x = Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0])
-        prologue = f"({x}) - shift, (({x}) - shift) * (({x}) - shift)"
-        var = f"cute.arch.fmax((acc[1] - acc[0] * acc[0] * {lit(1.0 / seg)}) * {inv_dof(red, seg)}, Float32(0.0))"
-        stat = var if red.kind == "var" else f"cute.math.sqrt({var})"
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
-        what = f"x rewritten with its rows' {red.kind} ({seg} elements a row)"
-        finalize, apply = stat, Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res)
+        what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
+        finalize, apply = stat, Emitter(gm, rewrite_env(gm, xnode, carrier), vector=False).expr(res)
     elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
         what = f"the {red.kind} of each row ({seg} elements a row)"
         finalize, apply = Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(res), None

@@ -1,10 +1,11 @@
-"""softmax / log_softmax along the last dim of a 2-D input: the reference kernels themselves."""
+"""softmax / log_softmax along the last dim: the reference kernels themselves, on the input as
+rows (its leading dims together)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import torch
 from torch import fx
 
 from llmcompile.agent.patterns.graph import op_of, results_of, split_nodes
@@ -19,15 +20,18 @@ def is_len_minus_one(gm: fx.GraphModule, node: Any) -> bool:
     return one == 1 and isinstance(size, fx.Node) and size.op == "call_method" and size.target == "size"
 
 
-def match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> str | None:
+def match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """The op and the rows: a 2-D input is the reference kernel's own contract; a longer one is
+    viewed as rows by prompts/candidates/rows.py.j2."""
     ph, calls, (out,) = split_nodes(gm)
     if len(calls) != 1 or len(given) != 1:
         return None
     op = op_of(gm, calls[0])
-    if op.kind not in ("softmax", "log_softmax") or results_of(out) != [calls[0]]:
+    if op.kind not in ("softmax", "log_softmax") or results_of(out) != [calls[0]] or op.kw.get("dtype"):
         return None
     dim = op.kw.get("dim", op.args[1] if len(op.args) > 1 else None)
-    rank = len(shapes[ph[0]])
-    if rank != 2 or not isinstance(dim, int) or dim % rank != 1 or given[0].dtype != torch.float32:
+    shape = tuple(shapes[ph[0]])
+    rank = len(shape)
+    if rank < 2 or not isinstance(dim, int) or dim % rank != rank - 1 or not given[0].is_floating_point():
         return None
-    return op.kind
+    return {"op": op.kind, "rank": rank, "n": shape[-1], "rows_per_item": math.prod(shape[1:-1])}

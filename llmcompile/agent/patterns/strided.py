@@ -11,6 +11,7 @@ from torch import fx
 
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import (
+    NORMALIZERS,
     REDUCTIONS,
     Op,
     Unsupported,
@@ -21,6 +22,9 @@ from llmcompile.agent.patterns.graph import (
     split_nodes,
 )
 from llmcompile.specs import OpSpec
+from llmcompile.specs.contract import MAX_WORKSPACE
+
+LEADING_STATS = 4  # a column's statistics in the leading-dim template's workspace (its MAX_ARITY)
 
 REDUCE = {
     # kind: (combine, identity, prologue-wrapper, epilogue given acc and R)
@@ -49,9 +53,11 @@ def correction(op: Op) -> int:
     return 1 if unbiased else 0
 
 
-def inv_dof(op: Op, length: int) -> str:
+def inv_dof(op: Op, length: int | str) -> str:
     """1 / (R - correction), what var and std multiply their squared deviations by, as source
-    (torch gives nan where R <= correction)."""
+    (torch gives nan where R <= correction). `length`: R, or the name R has at run time."""
+    if isinstance(length, str):
+        return f"(Float32(1.0) / ({length} - Float32({lit(float(correction(op)))})))"
     rc = length - correction(op)
     return lit(1.0 / rc) if rc > 0 else "Float32(math.nan)"
 
@@ -92,23 +98,50 @@ def as_reduce(red: Op) -> tuple[str, str, str]:
     return "sum", wrap, post
 
 
-def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int) -> tuple[str, str, str, str]:
-    """A reduction over `length` elements of x as a template takes it: the combine, its identity
-    (as source), the prologue an element goes through, and the statistic made of `acc`. (A norm
-    is a sum of |x| or x*x, and its root.)"""
+def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int | str) -> tuple[str, str, str, str]:
+    """A reduction over `length` elements of x as a template takes it (or over as many as the
+    run-time value `length` names): the combine, its identity (as source), the prologue an
+    element goes through, and the statistic made of `acc`. (A norm is a sum of |x| or x*x, and
+    its root.)"""
     kind, wrap, post = as_reduce(red)
     combine, identity, pro_fmt, epi = REDUCE[kind]
     pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
     inv_rc = inv_dof(red, length) if kind in ("var", "std") else ""
-    stat = post.format(s=epi.format(inv_r=lit(1.0 / length), inv_rc=inv_rc))
+    inv_r = f"(Float32(1.0) / {length})" if isinstance(length, str) else lit(1.0 / length)
+    stat = post.format(s=epi.format(inv_r=inv_r, inv_rc=inv_rc))
     return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
+
+
+# how x rewritten with its log-sum-exp s[0] reads, for a softmax node
+_NORMALIZED = {"softmax": "cute.math.exp(({x}) - s[0])", "log_softmax": "(({x}) - s[0])"}
+
+
+def is_reduction(gm: fx.GraphModule, n: fx.Node) -> bool:
+    return op_of(gm, n).kind in REDUCTIONS | NORMALIZERS
+
+
+def rewrite_env(gm: fx.GraphModule, xnode: fx.Node, carrier: fx.Node) -> dict[fx.Node, str]:
+    """How a rewrite names x and the reduction's result: the statistic s[0], or for a softmax
+    node (x's values carried with the statistic) exp(x - s[0]) or x - s[0]."""
+    op = op_of(gm, carrier)
+    if op.kind not in NORMALIZERS:
+        return {xnode: "x", carrier: "s[0]"}
+    x = Emitter(gm, {xnode: "x"}, vector=False).expr(op.args[0])
+    return {xnode: "x", carrier: _NORMALIZED[op.kind].format(x=x)}
+
+
+def stat_name(gm: fx.GraphModule, red: Op, carrier: fx.Node) -> str:
+    """What a summary calls the reduction: a softmax is one, not the log-sum-exp it reduces by."""
+    kind = op_of(gm, carrier).kind
+    return kind if kind in NORMALIZERS else red.kind
 
 
 def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int, int]:
     """The graph's one reduction: its op, the node carrying its result (a getitem of
     max/min's pair), the first reduced dim of its input, and how many dims from there it
-    reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L)."""
-    reds = [op for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS]
+    reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L). A
+    softmax or log_softmax is the log-sum-exp of its dim, carried by the softmax node."""
+    reds = [op for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS | NORMALIZERS]
     if len(reds) != 1:
         raise Unsupported(f"{len(reds)} reductions (the templates fuse one)")
     r = reds[0]
@@ -124,9 +157,11 @@ def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tu
     if not isinstance(dim, int):
         raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
     carrier = r.node
+    if r.kind in NORMALIZERS:
+        r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})
     if r.kind in ("max", "min"):
         users = list(r.node.users)
-        if len(users) != 1 or op_of(gm, users[0]).kind != "getitem":
+        if len(users) != 1 or users[0].op == "output" or op_of(gm, users[0]).kind != "getitem":
             raise Unsupported(f"`{r.kind}` with values and indices")
         idx = users[0].args[1]
         r = Op(
@@ -142,30 +177,38 @@ def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tu
 def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
-    if len(tens) != 1 or not any(op_of(gm, n).kind in REDUCTIONS for n in calls):
+    if len(tens) != 1 or not any(is_reduction(gm, n) for n in calls):
         return None
     xnode = tens[0][0]
     red, carrier, dim, span = find_reduction(gm, calls, shapes)
-    rank = len(shapes[xnode])
-    if dim == 0:
-        raise Unsupported("a reduction over the batch dim")
-    if dim + span == rank:
+    shape = tuple(shapes[xnode])
+    rank = len(shape)
+    lead = dim == 0  # the leading-dim template's: R is the batch size, known at run time
+    if lead and span == rank:
+        raise Unsupported(f"`{red.kind}` over every dim by name (the whole-tensor template takes it with no dim)")
+    if dim + span == rank and not lead:
         return None  # the norm template's (a rewrite with a row statistic), else nobody's
-    if span > 1:
+    if span > 1 and not lead:
         raise Unsupported(f"`{red.kind}` over dims {dim}-{dim + span - 1} of {rank}: one middle dim, or trailing dims")
-    r_len = shapes[xnode][dim]
+    r_len = math.prod(shape[dim : dim + span])
     env, _, _ = param_names(spec, given, ph)
     side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "strided")
-    combine, identity, prologue, epi = reduction_parts(gm, red, xnode, r_len)
+    combine, identity, prologue, epi = reduction_parts(gm, red, xnode, "r" if lead else r_len)
     if side.get(res) == {"r"}:  # a reduction: the output is a function of its result
         epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
     elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
         epilogue = epi
-        rewrite = Emitter(gm, {xnode: "x", carrier: "s[0]"}, vector=False).expr(res)
+        rewrite = Emitter(gm, rewrite_env(gm, xnode, carrier), vector=False).expr(res)
     else:
         return None
+    inner, arity = math.prod(shape[dim + span :]), identity.count(",")
+    if lead and inner * (LEADING_STATS + arity) > MAX_WORKSPACE:
+        raise Unsupported(f"`{red.kind}` over the batch dim of {inner} columns (their partials pass the workspace)")
     return {
+        "lead": lead,
+        "span": span,
+        "workspace": f"L.workspace_elems({inner}, {arity})",
         "dim": dim,
         "r": r_len,
         "combine": combine,
@@ -173,6 +216,6 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
         "prologue": prologue,
         "epilogue": epilogue,
         "rewrite": rewrite,
-        "reduction": red.kind,
+        "reduction": stat_name(gm, red, carrier),
         "x": env[xnode],
     }

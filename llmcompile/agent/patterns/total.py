@@ -21,7 +21,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, as_reduce, norm_p, reduce_dim
+from llmcompile.agent.patterns.strided import REDUCE, as_reduce, inv_dof, norm_p, reduce_dim
 from llmcompile.specs import OpSpec
 
 
@@ -88,12 +88,13 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     else:
         kind, wrap, post = as_reduce(red)
         what = f"norm (p={norm_p(red)})" if red.kind == "norm" else red.kind
-        # the strided reductions' combines; a mean divides by the elements of this call's tensor
+        # the strided reductions' combines; a mean divides by the elements of this call's
+        # tensor, a variance by them less its correction
         combine, identity, pro_fmt, epi = REDUCE[kind]
-        if pro_fmt != "{x}":  # (a term of several values: the total template folds one)
-            raise Unsupported(f"`{kind}` of a whole tensor")
-        epi = post.format(s="acc[0] / count" if kind == "mean" else epi)
-        pro = wrap.format(x=em.expr(red.args[0]))
+        if kind == "mean":
+            epi = "acc[0] / count"
+        epi = post.format(s=epi.format(inv_rc=inv_dof(red, "count")) if kind in ("var", "std") else epi)
+        pro = pro_fmt.format(x=wrap.format(x=em.expr(red.args[0])))
     side = depends_on(gm, {n for n, _ in tens}, red.node)
     res = one_result(out, "total")
     rewrite = None

@@ -1,0 +1,19 @@
+"""Largest value of each row."""
+
+import torch
+from torch import nn
+
+batch_size, dim = 32768, 16384
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,19 @@
+"""Largest value of each row and its index: two outputs."""
+
+import torch
+from torch import nn
+
+batch_size, dim = 16384, 16384
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.max(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.float32)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,19 @@
+"""Mean of each row, kept as a column."""
+
+import torch
+from torch import nn
+
+batch_size, dim = 32768, 16384
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=-1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,19 @@
+"""Softmax over the middle dim of (B, 128, C)."""
+
+import torch
+from torch import nn
+
+batch_size, rows, cols = 2048, 128, 1024
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, rows, cols, dtype=torch.float32)]
+
+
+def get_init_inputs():
+    return []

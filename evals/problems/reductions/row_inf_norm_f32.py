@@ -8,7 +8,7 @@ batch_size, dim = 16384, 16384
 
 class Model(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.vector_norm(x, ord=float('inf'), dim=-1)
+        return torch.linalg.vector_norm(x, ord=float("inf"), dim=-1)
 
 
 def get_inputs():

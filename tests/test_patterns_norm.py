@@ -87,3 +87,46 @@ def test_a_statistic_of_each_row_is_a_value_a_group(what: str, forward: str, dty
 def test_a_statistic_of_each_row_is_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """The same kernels on the GPU against the float64 reference, at the judge's verify shapes."""
     right_on_gpu(problem_file(tmp_path, "rowstat", forward, f"(64, 8, 4096, dtype=torch.{dtype})"), dtype, tmp_path, 7)
+
+
+# a model's parameters used by the rewrite, one value an element of a row (read as the norm
+# modules' weights are: N.GroupedNorm's params); casts between floating dtypes are no-ops in fp32
+AFFINE = [
+    (
+        "RMSNorm written out, with a weight",
+        "x * torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + 1e-6).to(x.dtype) * self.weight",
+        "self.weight = nn.Parameter(torch.rand(1024) + 0.5)",
+    ),
+    (
+        "x / its row norm, scaled and shifted",
+        "x / torch.linalg.vector_norm(x, dim=-1, keepdim=True) * self.w + self.b",
+        "self.w = nn.Parameter(torch.rand(1024)); self.b = nn.Parameter(torch.rand(1024))",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "forward", "init"), AFFINE)
+def test_parameters_of_a_rewrite_reach_the_kernel(what: str, forward: str, init: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "affine", forward, "(64, 8, 1024)", init), "float32", tmp_path, "norm")
+    assert "p[0]" in m.source and (("p[1]" in m.source) == ("self.b" in forward))
+
+
+def test_a_parameter_of_another_shape_says_why(tmp_path: Path) -> None:
+    f = problem_file(
+        tmp_path,
+        "p",
+        "x / x.sum(dim=-1, keepdim=True) * self.w",
+        "(64, 1024)",
+        "self.w = nn.Parameter(torch.rand(64, 1))",
+    )
+    m = patterns.match(get_op(str(f)))
+    assert isinstance(m, patterns.NoMatch) and "parameter `w` of shape (64, 1)" in m.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "init"), AFFINE)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_parameters_of_a_rewrite_are_right(what: str, forward: str, init: str, dtype: str, tmp_path: Path) -> None:
+    init = init.replace("(1024)", f"(1024, dtype=torch.{dtype})")
+    f = problem_file(tmp_path, "affine", forward, f"(256, 8, 1024, dtype=torch.{dtype})", init)
+    right_on_gpu(f, dtype, tmp_path, 19)

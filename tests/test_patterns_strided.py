@@ -99,3 +99,28 @@ def test_elementwise_functions_around_a_reduction_compile_for_sm90a(what: str, f
 @pytest.mark.parametrize(("what", "forward"), AROUND)
 def test_elementwise_functions_around_a_reduction_are_right(what: str, forward: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "around", forward, "(1024, 32, 256)"), "float32", tmp_path, 13)
+
+
+# any, all and count_nonzero: each element read as nonzero or not (a comparison's mask, or x
+# itself), folded by max, min or sum, on the template of their dim; bool and int64 outputs
+TRUTH = [
+    ("any, last dim", "(x > 0.9).any(dim=-1)", "norm"),
+    ("all, middle dim", "torch.all(x > 0.01, dim=1)", "strided"),
+    ("count_nonzero of relu, last dim", "torch.count_nonzero(torch.relu(x - 0.5), dim=-1)", "norm"),
+    ("count_nonzero, batch dim", "torch.count_nonzero(x > 0.5, dim=0)", "leading"),
+    ("any as a float, kept", "torch.any(x < 0.1, dim=-1, keepdim=True).float()", "norm"),
+    ("any of the whole tensor", "(x > 0.999).any()", "total"),
+    ("count_nonzero of the whole tensor", "torch.count_nonzero(x >= 0.5)", "total"),
+]
+
+
+@pytest.mark.parametrize(("what", "forward", "pattern"), TRUTH)
+def test_any_all_and_count_nonzero_compile_for_sm90a(what: str, forward: str, pattern: str, tmp_path: Path) -> None:
+    compiled_match(problem_file(tmp_path, "truth", forward, "(64, 32, 256)"), "float32", tmp_path, pattern)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "pattern"), TRUTH)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_any_all_and_count_nonzero_are_right(what: str, forward: str, pattern: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "truth", forward, f"(1024, 32, 256, dtype=torch.{dtype})"), dtype, tmp_path, 23)

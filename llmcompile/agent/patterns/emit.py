@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from torch import fx
 
-from llmcompile.agent.patterns.graph import BINARY, PARAMS, UNARY, VIEWS, Op, Unsupported, op_of
+from llmcompile.agent.patterns.graph import BINARY, CASTS, COMPARISONS, PARAMS, UNARY, VIEWS, Op, Unsupported, op_of
 
 
 def lit(v: Any) -> str:
@@ -51,6 +52,11 @@ class Emitter:
         k = op.kind
         if k in VIEWS:
             return self.expr(op.args[0])
+        if k in CASTS:
+            to = op.kw.get("dtype", op.args[1] if len(op.args) > 1 else None)
+            if isinstance(to, torch.dtype) and not to.is_floating_point:
+                raise Unsupported(f"a cast to {to}")
+            return self.expr(op.args[0])
         if k in BINARY:
             a, b = (self.expr(x) for x in op.args[:2])
             if k == "pow":
@@ -66,6 +72,11 @@ class Emitter:
             if k == "add" and "alpha" in op.kw:
                 b = f"({b} * {lit(op.kw['alpha'])})"
             return f"({a} {sym} {b})"
+        if k in COMPARISONS:
+            if self.vector:
+                raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
+            a, b = (self.expr(x) for x in op.args[:2])
+            return f"cutlass.select_({a} {COMPARISONS[k]} {b}, Float32(1.0), Float32(0.0))"
         if k in UNARY:
             x = self.expr(op.args[0])
             if k == "neg":

@@ -99,6 +99,22 @@ _FUNCS: dict[Any, str] = {
     torch.select: "select",
     torch.unsqueeze: "unsqueeze",
     operator.getitem: "getitem",
+    getattr: "getattr",  # x.dtype, read by a cast
+    operator.gt: "gt",
+    torch.gt: "gt",
+    operator.lt: "lt",
+    torch.lt: "lt",
+    operator.ge: "ge",
+    torch.ge: "ge",
+    operator.le: "le",
+    torch.le: "le",
+    operator.eq: "eq",
+    torch.eq: "eq",
+    operator.ne: "ne",
+    torch.ne: "ne",
+    torch.any: "any",
+    torch.all: "all",
+    torch.count_nonzero: "count_nonzero",
 }
 
 _MODULES: dict[type, str] = {
@@ -136,7 +152,11 @@ BINARY = frozenset({"mul", "add", "sub", "truediv", "pow"})
 
 REDUCTIONS = frozenset(
     {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm", "prod", "logsumexp", "var", "std"}
+    | {"any", "all", "count_nonzero"}
 )
+
+# comparisons, 1.0 or 0.0 inside a reduction's prologue (the mask any, all and count_nonzero read)
+COMPARISONS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
 
 # a reduction carrying the input's values with it: softmax (exp(x - lse)), log_softmax (x - lse)
 NORMALIZERS = frozenset({"softmax", "log_softmax"})
@@ -147,6 +167,9 @@ LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
 SCANS = frozenset({"cumsum", "cumprod"})
 
 VIEWS = frozenset({"unsqueeze", "view", "reshape", "contiguous"})
+
+# casts between floating dtypes: the templates compute in fp32 and round once, into the output
+CASTS = frozenset({"float", "to", "type_as", "bfloat16", "half"})
 
 
 @dataclass

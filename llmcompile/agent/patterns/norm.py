@@ -145,9 +145,17 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     res = one_result(out, "norm")
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+    weights = {}  # a model's parameters, one value an element of a row (an affine weight, a bias)
+    for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
+        if tuple(shapes.get(n, ())) != shape[dim:]:
+            raise Unsupported(
+                f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside rows of {shape[dim:]}"
+            )
+        weights[n] = f"p[{len(weights)}]"
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
-        finalize, apply = stat, Emitter(gm, rewrite_env(gm, xnode, carrier), vector=False).expr(res)
+        env = {**rewrite_env(gm, xnode, carrier), **weights}
+        finalize, apply = stat, Emitter(gm, env, vector=False).expr(res)
     elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
         what = f"the {red.kind} of each row ({seg} elements a row)"
         finalize, apply = Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(res), None
@@ -166,6 +174,6 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         "seg_len": seg,
         "param_mul": 0,
         "param_div": 1,
-        "norm_params": [],
+        "norm_params": [str(n.target).replace(".", "_") for n in weights],
         "x": spec.tensors[0].name,
     }

@@ -86,10 +86,16 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
     raise Unsupported(f"norm p={p!r}")
 
 
+# any, all and count_nonzero read each element as nonzero (1.0) or not (0.0), then fold those
+_TRUTH = {"any": "amax", "all": "amin", "count_nonzero": "sum"}
+
+
 def as_reduce(red: Op) -> tuple[str, str, str]:
     """A reduction as one of REDUCE's kinds: the kind, how the prologue wraps an element `{x}`,
     how the statistic wraps the result `{s}` (a norm is a sum of |x| or x*x and its root, or for
     p = inf the largest |x|)."""
+    if red.kind in _TRUTH:
+        return _TRUTH[red.kind], "cutlass.select_({x} != Float32(0.0), Float32(1.0), Float32(0.0))", "{s}"
     if red.kind != "norm":
         return red.kind, "{x}", "{s}"
     if norm_p(red) in (math.inf, "inf"):

@@ -152,3 +152,24 @@ def test_answers_an_llm_wrote_against_the_row_template_still_compile(answer: str
     mod = contract.load_module(path)
     (_, n) = spec.fixed_shapes[0]
     assert contract.compile_entry(contract.entry_of(mod), spec, "float32", n, workspace=contract.workspace_of(mod))
+
+
+@pytest.mark.parametrize(
+    ("forward", "template"),
+    [
+        ("torch.softmax(x, dim=-1)", "softmax"),  # the rows wrapper: the reference kernel's own file
+        ("torch.log_softmax(x, dim=0)", "leading"),
+        ("torch.count_nonzero(x > 0.5, dim=1)", "strided"),
+    ],
+)
+def test_every_template_a_match_names_has_its_source_in_the_prompt(forward: str, template: str, tmp_path: Path) -> None:
+    """(A 3-D softmax once named a template file that does not exist, and its eval problem failed.)"""
+    from llmcompile.agent.prompting import PromptContext, task_prompt, template_for
+    from llmcompile.specs import get_op
+    from llmcompile.specs.targets import get_target
+    from tests.level1 import problem_file
+
+    spec = get_op(str(problem_file(tmp_path, "p", forward, "(64, 32, 256)")))
+    assert template_for(spec)[0] == template
+    text = task_prompt(PromptContext(spec, "float32", get_target("h100"), 90.0))
+    assert (Path(__file__).resolve().parents[1] / "reference_kernels" / f"{template}.py").read_text()[:200] in text

@@ -75,7 +75,9 @@ def template_for(spec: OpSpec) -> tuple[str, list[tuple[str, str]]]:
 
         m = patterns.match(spec)
         if isinstance(m, patterns.Match) and m.jinja:
-            return m.pattern, [(f"{m.pattern}: {m.summary} (written from this problem's graph)", m.source)]
+            # (the rows wrapper's template is the reference kernel it views the input for)
+            template = m.context.get("op", m.pattern) if m.pattern == "rows" else m.pattern
+            return template, [(f"{m.pattern}: {m.summary} (written from this problem's graph)", m.source)]
     return "reduce", references_for(spec)
 
 

@@ -10,6 +10,7 @@ import pytest
 from llmcompile.agent import coverage
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "coverage.md"
+README = DOC.parents[1] / "README.md"
 
 
 def test_every_form_ends_as_a_template_or_a_reason() -> None:
@@ -21,7 +22,8 @@ def test_every_form_ends_as_a_template_or_a_reason() -> None:
     assert taken[("sum of the whole tensor, x.sum()", "")] == "total"
     assert taken[("an epilogue: x / amax(|x|) * 127, last dim", "")] == "norm"
     assert taken[("logsumexp", "last")] == "norm" and taken[("var (unbiased)", "several (1, 2)")] == "norm"
-    assert taken[("count_nonzero", "last")] is None
+    assert taken[("count_nonzero", "last")] == "norm" and taken[("softmax, first dim", "")] == "leading"
+    assert taken[("argmax", "last")] is None
 
 
 def test_the_table_marks_what_is_not_taken_and_why() -> None:
@@ -36,9 +38,14 @@ def test_the_table_marks_what_is_not_taken_and_why() -> None:
     assert "1 of 3 problems taken" in text
 
 
-def test_docs_coverage_is_what_the_matcher_says_now() -> None:
-    assert DOC.read_text() == coverage.document(coverage.survey()), (
-        "docs/coverage.md is stale: run `llmcompile coverage --out docs/coverage.md`"
+def test_docs_coverage_and_the_readme_are_what_the_matcher_says_now() -> None:
+    cells = coverage.survey()
+    assert DOC.read_text() == coverage.document(cells), (
+        "docs/coverage.md is stale: run `llmcompile coverage --out docs/coverage.md --readme README.md`"
+    )
+    text = README.read_text()
+    assert text == coverage.readme(text, cells), (
+        "README.md's coverage table is stale: run `llmcompile coverage --readme README.md`"
     )
 
 

@@ -180,3 +180,12 @@ def document(cells: list[Cell]) -> str:
         "(tests/test_agent_coverage.py fails when this file is not what the matcher says now). "
         "A form not taken can still be written by an LLM (`--llm openai`).\n\n" + table(cells)
     )
+
+
+README_START, README_END = "<!-- coverage: llmcompile coverage --readme README.md -->", "<!-- /coverage -->"
+
+
+def readme(text: str, cells: list[Cell]) -> str:
+    """`text` (the README) with the table between its coverage markers written anew."""
+    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+    return text[:start] + "\n\n" + table(cells) + "\n" + text[end:]

@@ -33,7 +33,16 @@ from __future__ import annotations
 
 from llmcompile.agent import render as templates
 from llmcompile.agent.patterns.attention import match_attention
-from llmcompile.agent.patterns.graph import Match, NoMatch, Unsupported, describe, launch_params, split_nodes, trace
+from llmcompile.agent.patterns.graph import (
+    Match,
+    NoMatch,
+    Unsupported,
+    describe,
+    launch_params,
+    results_of,
+    split_nodes,
+    trace,
+)
 from llmcompile.agent.patterns.maps import match_map
 from llmcompile.agent.patterns.norm import match_gemv, match_norm_module, match_norm_of_rows
 from llmcompile.agent.patterns.pool import match_pool
@@ -109,6 +118,11 @@ def _match(spec: OpSpec) -> Match | NoMatch:
     except Unsupported as e:
         return NoMatch(f"no template takes {e}")
     ops = sorted({describe(gm, n) for n in split_nodes(gm)[1]})
+    results = results_of(split_nodes(gm)[2][0])
+    if len(results) > 1:
+        return NoMatch(
+            f"no template writes {len(results)} outputs from one read ({', '.join(ops)}): each template writes one"
+        )
     return NoMatch(f"no template matches this graph ({', '.join(ops) or 'no calls'})")
 
 

@@ -25,7 +25,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.reduce import vector_elems
-from reference_kernels.strided import StridedKnobs, StridedReduce
+from reference_kernels.strided import StridedKnobs, StridedReduce, StridedTiling
 from reference_kernels.tuning import leading as T
 
 MAX_ARITY = 4  # values a partial or a column's statistics hold
@@ -47,25 +47,11 @@ class LeadingKnobs(StridedKnobs):
 
 
 @dataclass(frozen=True)
-class LeadingTiling:
-    inner: int
-    vec: int
-    threads_r: int
-    num_threads: int
-    unroll: int
-    splits: int
+class LeadingTiling(StridedTiling):
+    """The strided template's tiling with R (r = 0) known only at run time, split over `splits`
+    CTAs."""
 
-    @property
-    def threads_inner(self) -> int:
-        return self.num_threads // self.threads_r
-
-    @property
-    def cols_per_cta(self) -> int:
-        return self.threads_inner * self.vec
-
-    @property
-    def col_tiles(self) -> int:
-        return math.ceil(self.inner / self.cols_per_cta)
+    splits: int = 1
 
 
 def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int, workspace: int) -> LeadingTiling:
@@ -83,7 +69,7 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     splits = knobs.splits or max(1, min(T.MAX_SPLITS, math.ceil(T.TARGET_CTAS / col_tiles)))
     if not 1 <= splits <= fits:
         raise ValueError(f"splits={splits}: the workspace holds {fits} partials a column")
-    return LeadingTiling(inner, vec, tr, threads, max(1, knobs.unroll), splits)
+    return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits)
 
 
 class LeadingReduce(StridedReduce):
@@ -127,19 +113,25 @@ class LeadingReduce(StridedReduce):
                 grid=[t.col_tiles * t.splits, 1, 1], block=[t.num_threads, 1, 1], stream=stream
             )
 
-    @cute.kernel
-    def partials(self, mX: cute.Tensor, mW: cute.Tensor, r: Int32, chunk: Int32):
+    @cute.jit
+    def _place(self, r: Int32, chunk: Int32) -> tuple:
+        """This thread's place: its CTA's split along R, its column and row offsets in the CTA,
+        its first column, whether that is inside the tensor, and its split's rows [first, end)."""
         t = self.tiling
-        arity = const_expr(len(self.identity))
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         split = bidx // t.col_tiles
         ti, tr = tidx % t.threads_inner, tidx // t.threads_inner
         c0 = (bidx % t.col_tiles) * t.cols_per_cta + ti * t.vec
-        col_ok = c0 < t.inner
         first = split * chunk
         end = first + chunk
-        end = cutlass.select_(end < r, end, r)
+        return split, ti, tr, c0, c0 < t.inner, first, cutlass.select_(end < r, end, r)
+
+    @cute.kernel
+    def partials(self, mX: cute.Tensor, mW: cute.Tensor, r: Int32, chunk: Int32):
+        t = self.tiling
+        arity = const_expr(len(self.identity))
+        split, ti, tr, c0, col_ok, first, end = self._place(r, chunk)
         acc = tuple(tuple(Float32(v) for v in self.identity) for _ in range(t.vec))
         step = t.unroll * t.threads_r
         for b in cutlass.range((chunk + step - 1) // step, unroll=1):
@@ -176,17 +168,9 @@ class LeadingReduce(StridedReduce):
         """Every element rewritten with its column's statistics, on the partials' grid: a thread
         reads its columns' statistics once, then walks its rows as it folded them."""
         t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        split = bidx // t.col_tiles
-        ti, tr = tidx % t.threads_inner, tidx // t.threads_inner
-        c0 = (bidx % t.col_tiles) * t.cols_per_cta + ti * t.vec
-        col_ok = c0 < t.inner
+        _, _, tr, c0, col_ok, first, end = self._place(r, chunk)
         at = cutlass.select_(col_ok, c0, 0)  # (a column past the last reads the first's)
         stats = [tuple(mW[(at + j) * MAX_ARITY + k] for k in range(self.stats)) for j in range(t.vec)]
-        first = split * chunk
-        end = first + chunk
-        end = cutlass.select_(end < r, end, r)
         step = t.unroll * t.threads_r
         for b in cutlass.range((chunk + step - 1) // step, unroll=1):
             for rr, ok, reg in self._load(mX, Int64(c0), b, tr, col_ok, first, end):

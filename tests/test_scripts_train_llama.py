@@ -1,0 +1,48 @@
+"""evals/scripts/train_llama.py: the training run of issue 47 (torch's ops against ours, same
+start, same tokens)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from evals.scripts import train_llama as T
+
+
+def test_the_tokens_are_a_fixed_chain() -> None:
+    cfg = T.Config(vocab=64, seq=16, batch=2, steps=3, successors=4)
+    a, b = T.markov_tokens(cfg, "cpu"), T.markov_tokens(cfg, "cpu")
+    assert a.shape == (3, 2, 17) and torch.equal(a, b)
+    # every token is followed by one of its 4 successors: far fewer pairs than 64 x 64
+    pairs = {(int(x), int(y)) for row in a.view(-1, 17) for x, y in zip(row[:-1], row[1:])}
+    firsts = {x for x, _ in pairs}
+    assert all(sum(1 for p in pairs if p[0] == f) <= 4 for f in firsts)
+
+
+def test_a_tiny_run_with_torchs_ops_learns_and_writes_its_results(tmp_path: Path) -> None:
+    T.main(["--tiny", "--steps", "40", "--ops", "torch", "--device", "cpu", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "train-llama.json").read_text())
+    loss = data["runs"]["torch"]["loss"]
+    assert len(loss) == 40 and sum(loss[-5:]) / 5 < sum(loss[:5]) / 5 - 0.3
+    assert data["runs"]["torch"]["tokens_per_s"] > 0
+    assert (tmp_path / "train-llama.png").stat().st_size > 0 and "| torch |" in (
+        tmp_path / "train-llama.md"
+    ).read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
+def test_our_ops_refuse_without_a_gpu_before_training(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        T.main(["--tiny", "--steps", "2", "--out", str(tmp_path)])
+    assert not (tmp_path / "train-llama.json").exists()
+
+
+@pytest.mark.gpu
+def test_our_ops_follow_torchs_on_the_gpu(tmp_path: Path) -> None:
+    """A short run at the real model's width: the two loss curves within bf16 noise."""
+    T.main(["--steps", "30", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "train-llama.json").read_text())
+    assert data["max_abs_loss_diff"] < 0.1, data["max_abs_loss_diff"]

@@ -13,6 +13,8 @@ segments (a, g, :). Two modes name which of A and G the batch M sizes:
 
 With `weighted`, the prologue also takes the parameters' values at the element,
 prologue(x, shift, params): a matrix-vector product is rows folded with x * v[l] and no apply.
+With `with_index`, it takes the element's index in its group, prologue(x, shift, i): an argmax
+of each row folds (x, i) pairs.
 
 `shift` is the group's first element: a mean and variance folded as sums of (x - shift) and
 (x - shift)^2 lose nothing to cancellation when the mean is far from 0, and the fold stays a
@@ -153,6 +155,7 @@ class GroupedNorm:
         knobs: NormKnobs = NormKnobs(),
         weighted: bool = False,
         param_kinds: tuple[str, ...] = (),
+        with_index: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -169,6 +172,10 @@ class GroupedNorm:
             raise ValueError(f"parameter kinds are 'indexed' or 'full', got {param_kinds}")
         # "full": a tensor of x's shape, read where x is (a triplet loss's positive and negative)
         self.knobs, self.weighted, self.param_kinds = knobs, weighted, param_kinds
+        # the prologue also takes the element's index in its group (an argmax's)
+        if with_index and (weighted or mode != "groups"):
+            raise ValueError("an element's index reaches the prologue of unweighted groups only")
+        self.with_index = with_index
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
@@ -295,7 +302,10 @@ class GroupedNorm:
             shift = Float32(mX[g, 0])
         acc = tuple(Float32(v) for v in self.identity)
         for i in cutlass.range_constexpr(cute.size(tXrX)):
-            new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift))
+            if const_expr(self.with_index):
+                new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift, ctx.tXcX[i][1]))
+            else:
+                new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift))
             if const_expr(t.even_n):
                 acc = new
             else:  # padding columns are not part of the row
@@ -500,6 +510,8 @@ class GroupedNorm:
                 for e in cutlass.range_constexpr(t.vec):
                     if const_expr(self.weighted):
                         term = self.prologue(Float32(r[e]), shift, tuple(Float32(v[e]) for v in pv))
+                    elif const_expr(self.with_index):
+                        term = self.prologue(Float32(r[e]), shift, f + e)
                     else:
                         term = self.prologue(Float32(r[e]), shift)
                     new = self.combine(acc, term)

@@ -43,8 +43,8 @@ def test_tiling() -> None:
 def test_norms_the_template_does_not_take_say_why(tmp_path: Path) -> None:
     frozen = problem_file(tmp_path, "frozen", "self.bn(x)", "(4, 3, 8, 8)", "self.bn = nn.BatchNorm2d(3).eval()")
     assert "eval mode" in patterns.match(get_op(str(frozen))).reason
-    idx = problem_file(tmp_path, "idx", "torch.argmax(x, dim=-1)", "(4, 3, 8)")
-    assert "`argmax` along the last dim" in patterns.match(get_op(str(idx))).reason
+    both = problem_file(tmp_path, "both", "torch.max(x, dim=-1)", "(4, 3, 8)")
+    assert "`max` with values and indices" in patterns.match(get_op(str(both))).reason
 
 
 @needs_level1
@@ -66,6 +66,9 @@ ROW_STATISTICS = [
     ("var biased", "torch.var(x, dim=-1, unbiased=False, keepdim=True)"),
     ("std", "torch.std(x, dim=-1)"),
     ("norm p=inf", "torch.linalg.vector_norm(x, ord=float('inf'), dim=-1)"),
+    ("argmax", "torch.argmax(x, dim=-1)"),
+    ("argmin kept", "torch.argmin(x, dim=-1, keepdim=True)"),
+    ("max indices", "torch.max(x, dim=-1)[1]"),
 ]
 
 
@@ -73,12 +76,12 @@ ROW_STATISTICS = [
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_statistic_of_each_row_is_a_value_a_group(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     """A reduction along the last dim with nothing rewritten: the norm template's groups, one
-    value a row (finalize's), compiled for sm_90a; an index (argmax) is still not taken."""
+    value a row (finalize's), compiled for sm_90a; an index's fold takes each element's place in
+    its row (`with_index`)."""
     f = problem_file(tmp_path, "rowstat", forward, f"(16, 8, 1024, dtype=torch.{dtype})")
     m, _ = compiled_match(f, dtype, tmp_path, "norm")
     assert "apply = None" in m.source
-    idx = problem_file(tmp_path, "rowarg", "torch.argmax(x, dim=-1)", "(16, 8, 1024)")
-    assert isinstance(patterns.match(get_op(str(idx))), patterns.NoMatch)
+    assert ("with_index=True" in m.source) == what.startswith(("argm", "max indices"))
 
 
 @pytest.mark.gpu

@@ -20,7 +20,6 @@ CORPUS = sorted((ROOT / "evals/problems/reductions").glob("*.py"))
 GAPS = {
     "layernorm_by_hand_f32": "2 reductions",
     "residual_add_norm_bf16": "2 outputs",
-    "row_argmax_bf16": "`argmax` along the last dim",
     "row_max_with_indices_f32": "values and indices",
 }
 

@@ -139,8 +139,6 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     xnode = tens[0][0]
     red, carrier, dim, span = find_reduction(gm, calls, shapes)
     shape = tuple(shapes[xnode])
-    if dim + span == len(shape) and dim > 0 and red.kind in ("argmax", "argmin"):
-        raise Unsupported(f"`{red.kind}` along the last dim (the norm template folds values, not their indices)")
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
         return None
     side = depends_on(gm, {xnode}, carrier)
@@ -166,6 +164,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     return {
         "what": what,
         "moments": False,
+        "with_index": red.kind in ("argmax", "argmin"),  # the prologue's (x, r): r the index in the row
         "prologue": prologue,
         "finalize": finalize,
         "combine": combine,

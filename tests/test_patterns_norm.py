@@ -133,3 +133,31 @@ def test_parameters_of_a_rewrite_are_right(what: str, forward: str, init: str, d
     init = init.replace("(1024)", f"(1024, dtype=torch.{dtype})")
     f = problem_file(tmp_path, "affine", forward, f"(256, 8, 1024, dtype=torch.{dtype})", init)
     right_on_gpu(f, dtype, tmp_path, 19)
+
+
+# several statistics of the same values of each row, folded together (one Chan merge, or one
+# max and sum of exponentials): a LayerNorm written out, a coefficient of variation
+JOINT = [
+    ("LayerNorm written out", "(x - x.mean(dim=-1, keepdim=True)) / x.std(dim=-1, keepdim=True)"),
+    (
+        "with a biased var and eps",
+        "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)",
+    ),
+    ("std over mean", "x.std(dim=-1) / x.mean(dim=-1)"),
+    ("max less logsumexp", "x.amax(dim=-1) - torch.logsumexp(x, dim=-1)"),
+]
+
+
+@pytest.mark.parametrize(("what", "forward"), JOINT)
+def test_several_statistics_of_a_row_fold_together(what: str, forward: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "joint", forward, "(64, 8, 1024)"), "bfloat16", tmp_path, "norm")
+    assert "S.count_mean_m2" in m.source or "S.max_sumexp" in m.source
+    other = problem_file(tmp_path, "other", "x.amax(dim=-1) - x.mean(dim=-1)", "(64, 1024)")
+    assert "no one fold computes together" in patterns.match(get_op(str(other))).reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward"), JOINT)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_several_statistics_of_a_row_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "joint", forward, f"(256, 8, 1024, dtype=torch.{dtype})"), dtype, tmp_path, 29)

@@ -271,15 +271,17 @@ def launch_params(spec: OpSpec) -> list[tuple[str, str]]:
     return params
 
 
-def depends_on(gm: fx.GraphModule, inputs: set[fx.Node], result: fx.Node) -> dict[fx.Node, set[str]]:
-    """What each node depends on: the inputs directly ("x"), the reduction's `result` ("r"),
-    or both; so the output reads as a function of the result alone, or the input rewritten with
-    it (a softmax's result is already x rewritten)."""
+def depends_on(
+    gm: fx.GraphModule, inputs: set[fx.Node], result: fx.Node | tuple[fx.Node, ...]
+) -> dict[fx.Node, set[str]]:
+    """What each node depends on: the inputs directly ("x"), the reductions' `result` nodes
+    ("r"), or both; so the output reads as a function of the results alone, or the input
+    rewritten with them (a softmax's result is already x rewritten)."""
+    results = result if isinstance(result, tuple) else (result,)
     side: dict[fx.Node, set[str]] = {n: {"x"} for n in inputs}
-    normalizer = op_of(gm, result).kind in NORMALIZERS
     for n in gm.graph.nodes:
-        if n is result:
-            side[n] = {"x", "r"} if normalizer else {"r"}
+        if n in results:
+            side[n] = {"x", "r"} if op_of(gm, n).kind in NORMALIZERS else {"r"}
         elif n.op in ("call_function", "call_method", "call_module"):
             side[n] = set().union(*(side.get(a, set()) for a in n.all_input_nodes))
     return side

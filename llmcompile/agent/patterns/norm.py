@@ -20,7 +20,8 @@ from llmcompile.agent.patterns.graph import (
     split_nodes,
 )
 from llmcompile.agent.patterns.strided import (
-    find_reduction,
+    find_reductions,
+    inv_dof,
     is_reduction,
     reduction_parts,
     rewrite_env,
@@ -137,21 +138,20 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     if len(tens) != 1 or len(given) != 1 or not any(is_reduction(gm, n) for n in calls):
         return None
     xnode = tens[0][0]
-    red, carrier, dim, span = find_reduction(gm, calls, shapes)
+    reds = find_reductions(gm, calls, shapes)
+    red, carrier, dim, span = reds[0]
     shape = tuple(shapes[xnode])
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
+        if len(reds) > 1:
+            raise Unsupported(f"{len(reds)} reductions (the templates fuse one, or several of one row)")
         return None
-    side = depends_on(gm, {xnode}, carrier)
     res = one_result(out, "norm")
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
+    if len(reds) > 1:
+        return _joint_of_rows(spec, gm, shapes, reds, xnode, res, seg)
+    side = depends_on(gm, {xnode}, carrier)
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
-    weights = {}  # a model's parameters, one value an element of a row (an affine weight, a bias)
-    for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
-        if tuple(shapes.get(n, ())) != shape[dim:]:
-            raise Unsupported(
-                f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside rows of {shape[dim:]}"
-            )
-        weights[n] = f"p[{len(weights)}]"
+    weights = _weights(gm, shapes, shape[dim:])
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
         env = {**rewrite_env(gm, xnode, carrier), **weights}
@@ -161,15 +161,29 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         finalize, apply = Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(res), None
     else:
         raise Unsupported("a reduction along the last dim whose output is neither x rewritten nor its statistic")
+    parts = {"prologue": prologue, "finalize": finalize, "combine": combine, "identity": identity, "apply": apply}
+    return _rows_context(spec, what, parts, weights, shape, dim, seg, red.kind in ("argmax", "argmin"))
+
+
+def _weights(gm: fx.GraphModule, shapes: dict, row: tuple) -> dict[fx.Node, str]:
+    """A model's parameters a rewrite reads, one value an element of a row (an affine weight, a
+    bias), as the template names them."""
+    weights = {}
+    for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
+        if tuple(shapes.get(n, ())) != row:
+            raise Unsupported(f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside rows of {row}")
+        weights[n] = f"p[{len(weights)}]"
+    return weights
+
+
+def _rows_context(
+    spec: OpSpec, what: str, parts: dict, weights: dict, shape: tuple, dim: int, seg: int, with_index: bool
+) -> dict:
     return {
         "what": what,
         "moments": False,
-        "with_index": red.kind in ("argmax", "argmin"),  # the prologue's (x, r): r the index in the row
-        "prologue": prologue,
-        "finalize": finalize,
-        "combine": combine,
-        "identity": identity,
-        "apply": apply,
+        "with_index": with_index,  # the prologue's (x, r): r the index in the row
+        **parts,
         "mode": "groups",
         "groups_per_item": math.prod(shape[1:dim]),
         "seg_len": seg,
@@ -178,3 +192,57 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         "norm_params": [str(n.target).replace(".", "_") for n in weights],
         "x": spec.tensors[0].name,
     }
+
+
+STATS = 3  # statistics a group holds (reference_kernels/norm.py's MAX_ARITY)
+
+# Reductions of one row that one fold computes together: its combine, identity, the term of an
+# element {x}, and each kind's statistic of the folded `acc` ({inv}: 1 / (R - correction))
+_JOINT = (
+    (
+        "S.count_mean_m2",
+        "0.0, 0.0, 0.0,",
+        "Float32(1.0), {x}, Float32(0.0)",
+        {"sum": "(acc[0] * acc[1])", "mean": "acc[1]", "var": "(acc[2] * {inv})", "std": "cute.math.sqrt(acc[2] * {inv})"},
+    ),
+    ("S.max_sumexp", "-math.inf, 0.0,", "{x}, Float32(1.0)", {"amax": "acc[0]", "max": "acc[0]", "logsumexp": "(acc[0] + cute.math.log(acc[1]))"}),
+)  # fmt: skip
+
+
+def _joint_of_rows(
+    spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, res: fx.Node, seg: int
+) -> dict:
+    """Several statistics of the same values of each row (a mean and a standard deviation: a
+    LayerNorm written out), folded together; x rewritten with them, or what the output makes of
+    them."""
+    ops = [r for r, _, _, _ in reds]
+    kinds = sorted({r.kind for r in ops})
+    if len({(d, sp) for _, _, d, sp in reds}) != 1 or len({r.args[0] for r in ops}) != 1 or len(ops) > STATS:
+        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different values or dims")
+    joint = next((j for j in _JOINT if set(kinds) <= j[3].keys()), None)
+    if joint is None:
+        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
+    combine, identity, term, stat_of = joint
+    x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
+    stats = [stat_of[r.kind].format(inv=inv_dof(r, seg) if r.kind in ("var", "std") else "") for r in ops]
+    carriers = tuple(c for _, c, _, _ in reds)
+    side = depends_on(gm, {xnode}, carriers).get(res)
+    shape, dim = tuple(shapes[xnode]), reds[0][2]
+    weights = _weights(gm, shapes, shape[dim:])
+    if side == {"x", "r"}:
+        env = {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}, **weights}
+        finalize, apply = ", ".join(stats), Emitter(gm, env, vector=False).expr(res)
+        what = f"x rewritten with its rows' {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+    elif side == {"r"}:
+        finalize = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res)
+        apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each row make ({seg} elements a row)"
+    else:
+        raise Unsupported("reductions along the last dim whose output is neither x rewritten nor their statistics")
+    parts = {
+        "prologue": term.format(x=x),
+        "finalize": finalize,
+        "combine": combine,
+        "identity": identity,
+        "apply": apply,
+    }
+    return _rows_context(spec, what, parts, weights, shape, dim, seg, False)

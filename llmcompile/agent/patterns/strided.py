@@ -142,15 +142,23 @@ def stat_name(gm: fx.GraphModule, red: Op, carrier: fx.Node) -> str:
     return kind if kind in NORMALIZERS else red.kind
 
 
-def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int, int]:
-    """The graph's one reduction: its op, the node carrying its result (a getitem of
+def find_reductions(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> list[tuple[Op, fx.Node, int, int]]:
+    """The graph's reductions, each as its op, the node carrying its result (a getitem of
     max/min's pair), the first reduced dim of its input, and how many dims from there it
     reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L). A
     softmax or log_softmax is the log-sum-exp of its dim, carried by the softmax node."""
-    reds = [op for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS | NORMALIZERS]
+    return [_reduction(gm, op, shapes) for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS | NORMALIZERS]
+
+
+def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int, int]:
+    """The graph's one reduction (find_reductions'), for a template that fuses one."""
+    reds = find_reductions(gm, calls, shapes)
     if len(reds) != 1:
         raise Unsupported(f"{len(reds)} reductions (the templates fuse one)")
-    r = reds[0]
+    return reds[0]
+
+
+def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, int, int]:
     dim = reduce_dim(r)
     x = r.args[0]
     rank = len(shapes[x])

@@ -26,24 +26,26 @@ from cutlass import Float32, Int32, Int64, const_expr
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.reduce import vector_elems
 from reference_kernels.strided import StridedKnobs, StridedReduce, StridedTiling
-from reference_kernels.tuning import leading as T
+from reference_kernels.tuning import strided as T
 
 MAX_ARITY = 4  # values a partial or a column's statistics hold
 
 
 def workspace_elems(inner: int, arity: int) -> int:
     """fp32 scratch a problem with `inner` columns takes: each column's statistics, then up to
-    T.MAX_SPLITS partials a column (fewer where that would pass T.MAX_WORKSPACE; ValueError
+    T.LEADING_MAX_SPLITS partials a column (fewer where that would pass T.LEADING_MAX_WORKSPACE; ValueError
     where not even one fits)."""
     need = inner * (MAX_ARITY + arity)
-    if need > T.MAX_WORKSPACE:
-        raise ValueError(f"{inner} columns: their statistics and partials take {need} fp32, over {T.MAX_WORKSPACE}")
-    return min(need + (T.MAX_SPLITS - 1) * inner * arity, T.MAX_WORKSPACE)
+    if need > T.LEADING_MAX_WORKSPACE:
+        raise ValueError(
+            f"{inner} columns: their statistics and partials take {need} fp32, over {T.LEADING_MAX_WORKSPACE}"
+        )
+    return min(need + (T.LEADING_MAX_SPLITS - 1) * inner * arity, T.LEADING_MAX_WORKSPACE)
 
 
 @dataclass(frozen=True)
 class LeadingKnobs(StridedKnobs):
-    splits: int | None = None  # CTAs along R; None: enough for T.TARGET_CTAS
+    splits: int | None = None  # CTAs along R; None: enough for T.LEADING_TARGET_CTAS
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,21 @@ class LeadingTiling(StridedTiling):
 
 def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int, workspace: int) -> LeadingTiling:
     vec = vector_elems(knobs.vec_bits, width_bits, inner)
-    threads = knobs.num_threads or (T.SCALAR_THREADS if vec == 1 else T.NUM_THREADS)
+    threads = knobs.num_threads or (T.SCALAR_THREADS if vec == 1 else T.LEADING_NUM_THREADS)
     tr = knobs.threads_r or 1
     # narrow columns: R over more of the CTA's threads, so that there are more CTAs
-    while knobs.threads_r is None and tr < T.MAX_THREADS_R and math.ceil(inner / (threads // tr * vec)) < T.TARGET_CTAS:
+    while (
+        knobs.threads_r is None
+        and tr < T.LEADING_MAX_THREADS_R
+        and math.ceil(inner / (threads // tr * vec)) < T.LEADING_TARGET_CTAS
+    ):
         tr *= 2
     # (a warp may span rows here: each of its rows is still a whole run of 8 x 16 bytes)
     if tr & (tr - 1) or threads % tr or threads % 32 or not 32 <= threads <= 1024:
         raise ValueError(f"threads_r={tr} must be a power of two and num_threads={threads} a multiple of 32 and of it")
     col_tiles = math.ceil(inner / (threads // tr * vec))
     fits = (workspace - inner * MAX_ARITY) // (inner * arity)
-    splits = knobs.splits or max(1, min(T.MAX_SPLITS, math.ceil(T.TARGET_CTAS / col_tiles)))
+    splits = knobs.splits or max(1, min(T.LEADING_MAX_SPLITS, math.ceil(T.LEADING_TARGET_CTAS / col_tiles)))
     if not 1 <= splits <= fits:
         raise ValueError(f"splits={splits}: the workspace holds {fits} partials a column")
     return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits)
@@ -106,8 +112,8 @@ class LeadingReduce(StridedReduce):
         self.partials(mX, mW, r, chunk).launch(
             grid=[t.col_tiles * t.splits, 1, 1], block=[t.num_threads, 1, 1], stream=stream
         )
-        cols = (inner + T.FINAL_THREADS - 1) // T.FINAL_THREADS
-        self.final(outs, mW, r).launch(grid=[cols, 1, 1], block=[T.FINAL_THREADS, 1, 1], stream=stream)
+        cols = (inner + T.LEADING_FINAL_THREADS - 1) // T.LEADING_FINAL_THREADS
+        self.final(outs, mW, r).launch(grid=[cols, 1, 1], block=[T.LEADING_FINAL_THREADS, 1, 1], stream=stream)
         if const_expr(self.rewrite is not None):
             self.rewrite_all(mX, outs[0], mW, r, chunk).launch(
                 grid=[t.col_tiles * t.splits, 1, 1], block=[t.num_threads, 1, 1], stream=stream
@@ -149,7 +155,7 @@ class LeadingReduce(StridedReduce):
         arity = const_expr(len(self.identity))
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        col = bidx * T.FINAL_THREADS + tidx
+        col = bidx * T.LEADING_FINAL_THREADS + tidx
         if col < t.inner:
             acc = tuple(Float32(v) for v in self.identity)
             for s in cutlass.range(t.splits, unroll=1):

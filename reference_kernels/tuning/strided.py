@@ -1,5 +1,5 @@
 """Tuned tables of the strided template (a reduction over a middle or leading dim): read by
-reference_kernels.strided at trace time. Each says why; the measurements are in docs/tuning.md."""
+reference_kernels.strided and reference_kernels.leading at trace time. Each says why; the measurements are in docs/tuning.md."""
 
 # Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
 # step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
@@ -10,3 +10,16 @@ THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 4))
 SCALAR_THREADS = 1024
 THREADS_R_SCALAR: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 4), (None, 8))
 REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more costs residency)
+
+# The leading-dim variant (reference_kernels/leading.py: a reduction over the batch dim, R known
+# only at run time, split over CTAs through a workspace).
+# 132 SMs x 8 CTAs of 256 threads: the H100 full at once, as the whole-tensor template fills it
+LEADING_TARGET_CTAS = 1056
+LEADING_NUM_THREADS = 256
+# Up to 32 threads along R before R is split over CTAs: a warp then still loads 8 columns of
+# 16 bytes, whole 128-byte lines of four rows
+LEADING_MAX_THREADS_R = 32
+# CTAs along R at most: each adds a partial a column to the workspace and to the final fold
+LEADING_MAX_SPLITS = 64
+LEADING_FINAL_THREADS = 256
+LEADING_MAX_WORKSPACE = 1 << 23  # fp32 elements: the kernel contract's limit (llmcompile.specs.contract)

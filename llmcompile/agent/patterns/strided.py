@@ -90,6 +90,13 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
 _TRUTH = {"any": "amax", "all": "amin", "count_nonzero": "sum"}
 
 
+def exact_count(red: Op, n: int) -> None:
+    """count_nonzero sums 1.0s in fp32: exact to 2^24 terms, refused past that (torch's count is
+    exact at any size)."""
+    if red.kind == "count_nonzero" and n > 1 << 24:
+        raise Unsupported(f"`count_nonzero` over {n} elements (counted in fp32, exact to 2^24)")
+
+
 def as_reduce(red: Op) -> tuple[str, str, str]:
     """A reduction as one of REDUCE's kinds: the kind, how the prologue wraps an element `{x}`,
     how the statistic wraps the result `{s}` (a norm is a sum of |x| or x*x and its root, or for
@@ -170,6 +177,7 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
         dim, span = dims[0], len(dims)
     if not isinstance(dim, int):
         raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
+    exact_count(r, math.prod(shapes[x][dim % rank : dim % rank + span]))
     carrier = r.node
     if r.kind in NORMALIZERS:
         r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})

@@ -3,6 +3,8 @@ reduced losses whose rows come first (cross-entropy, a triplet margin loss)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
@@ -21,7 +23,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, as_reduce, inv_dof, norm_p, reduce_dim
+from llmcompile.agent.patterns.strided import REDUCE, as_reduce, exact_count, inv_dof, norm_p, reduce_dim
 from llmcompile.specs import OpSpec
 
 
@@ -70,6 +72,7 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         return None  # along a dim: another template's
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     full = tuple(shapes[red.args[0]])
+    exact_count(red, math.prod(full))
     kinds = []
     for _, g in tens:
         if tuple(g.shape) == full:

@@ -91,10 +91,10 @@ _TRUTH = {"any": "amax", "all": "amin", "count_nonzero": "sum"}
 
 
 def exact_count(red: Op, n: int) -> None:
-    """count_nonzero sums 1.0s in fp32: exact to 2^24 terms, refused past that (torch's count is
-    exact at any size)."""
-    if red.kind == "count_nonzero" and n > 1 << 24:
-        raise Unsupported(f"`count_nonzero` over {n} elements (counted in fp32, exact to 2^24)")
+    """count_nonzero sums 1.0s in fp32 and argmax carries its index as one: exact to 2^24,
+    refused past that (torch's are exact at any size)."""
+    if red.kind in ("count_nonzero", "argmax", "argmin") and n > 1 << 24:
+        raise Unsupported(f"`{red.kind}` over {n} elements (an index or a count in fp32, exact to 2^24)")
 
 
 def as_reduce(red: Op) -> tuple[str, str, str]:
@@ -177,7 +177,6 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
         dim, span = dims[0], len(dims)
     if not isinstance(dim, int):
         raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
-    exact_count(r, math.prod(shapes[x][dim % rank : dim % rank + span]))
     carrier = r.node
     if r.kind in NORMALIZERS:
         r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})
@@ -193,6 +192,7 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
             r.kw,
         )
         carrier = users[0]
+    exact_count(r, math.prod(shapes[x][dim % rank : dim % rank + span]))
     return r, carrier, dim % rank, span
 
 

@@ -117,8 +117,9 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             return _rendered("leading" if r["lead"] else "strided", what, spec, params, {**r, **outs})
     except Unsupported as e:
         return NoMatch(f"no template takes {e}")
-    ops = sorted({describe(gm, n) for n in split_nodes(gm)[1]})
-    results = results_of(split_nodes(gm)[2][0])
+    _, calls, (out,) = split_nodes(gm)
+    ops = sorted({describe(gm, n) for n in calls})
+    results = results_of(out)
     if len(results) > 1:
         return NoMatch(
             f"no template writes {len(results)} outputs from one read ({', '.join(ops)}): each template writes one"

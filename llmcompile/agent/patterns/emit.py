@@ -21,14 +21,19 @@ def lit(v: Any) -> str:
     raise Unsupported(f"constant {v!r}")
 
 
+def _params(op: Op, start: int) -> dict[str, Any]:
+    """An elementwise function's parameters (PARAMS), by keyword or by position from `start`,
+    torch's defaults where not given."""
+    return {
+        name: op.kw.get(name, op.args[start + i] if len(op.args) > start + i else default)
+        for i, (name, default) in enumerate(PARAMS.get(op.kind, ()))
+    }
+
+
 def _param_args(op: Op, start: int) -> list[str]:
     """Named parameters of an elementwise function as literals, positional ones included."""
-    out = []
-    for i, (name, default) in enumerate(PARAMS.get(op.kind, ())):
-        v = op.kw.get(name, op.args[start + i] if len(op.args) > start + i else default)
-        if v != default:
-            out.append(f"{name}={lit(v)}")
-    return out
+    defaults = dict(PARAMS.get(op.kind, ()))
+    return [f"{name}={lit(v)}" for name, v in _params(op, start).items() if v != defaults[name]]
 
 
 class Emitter:
@@ -128,10 +133,7 @@ _GELU = {
 
 
 def _scalar_unary(op: Op, x: str) -> str:
-    params = {
-        name: op.kw.get(name, op.args[1 + i] if len(op.args) > 1 + i else d)
-        for i, (name, d) in enumerate(PARAMS.get(op.kind, ()))
-    }
+    params = _params(op, 1)
     if op.kind == "gelu":
         if params["approximate"] not in _GELU:
             raise Unsupported(f"`gelu` with approximate={params['approximate']!r}")

@@ -20,6 +20,7 @@ from llmcompile.agent.patterns.graph import (
     split_nodes,
 )
 from llmcompile.agent.patterns.strided import (
+    REDUCE,
     find_reductions,
     inv_dof,
     is_reduction,
@@ -196,17 +197,12 @@ def _rows_context(
 
 STATS = 3  # statistics a group holds (reference_kernels/norm.py's MAX_ARITY)
 
-# Reductions of one row that one fold computes together: its combine, identity, the term of an
-# element {x}, and each kind's statistic of the folded `acc` ({inv}: 1 / (R - correction))
+# Reductions of one row that one fold computes together: the kind whose fold (REDUCE's) they
+# share, and the statistics of that fold's `acc` for kinds REDUCE folds another way
 _JOINT = (
-    (
-        "S.count_mean_m2",
-        "0.0, 0.0, 0.0,",
-        "Float32(1.0), {x}, Float32(0.0)",
-        {"sum": "(acc[0] * acc[1])", "mean": "acc[1]", "var": "(acc[2] * {inv})", "std": "cute.math.sqrt(acc[2] * {inv})"},
-    ),
-    ("S.max_sumexp", "-math.inf, 0.0,", "{x}, Float32(1.0)", {"amax": "acc[0]", "max": "acc[0]", "logsumexp": "(acc[0] + cute.math.log(acc[1]))"}),
-)  # fmt: skip
+    ("var", {"sum": "(acc[0] * acc[1])", "mean": "acc[1]"}),  # a Chan merge: (count, mean, m2)
+    ("logsumexp", {"amax": "acc[0]", "max": "acc[0]"}),  # the max and its sum of exponentials
+)
 
 
 def _joint_of_rows(
@@ -219,12 +215,15 @@ def _joint_of_rows(
     kinds = sorted({r.kind for r in ops})
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len({r.args[0] for r in ops}) != 1 or len(ops) > STATS:
         raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different values or dims")
-    joint = next((j for j in _JOINT if set(kinds) <= j[3].keys()), None)
+    joint = next(
+        (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
+    )
     if joint is None:
         raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
-    combine, identity, term, stat_of = joint
+    anchor, other = joint
+    combine, identity, term, _ = REDUCE[anchor]
     x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
-    stats = [stat_of[r.kind].format(inv=inv_dof(r, seg) if r.kind in ("var", "std") else "") for r in ops]
+    stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
     carriers = tuple(c for _, c, _, _ in reds)
     side = depends_on(gm, {xnode}, carriers).get(res)
     shape, dim = tuple(shapes[xnode]), reds[0][2]
@@ -242,7 +241,7 @@ def _joint_of_rows(
         "prologue": term.format(x=x),
         "finalize": finalize,
         "combine": combine,
-        "identity": identity,
+        "identity": ", ".join(lit(v) for v in identity) + ",",
         "apply": apply,
     }
     return _rows_context(spec, what, parts, weights, shape, dim, seg, False)

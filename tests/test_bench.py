@@ -136,6 +136,23 @@ def test_a_grid_read_back_from_its_json_is_the_same_grid(tmp_path: Path) -> None
     assert (tmp_path / "again.png").stat().st_size > 1000
 
 
+def test_an_interrupted_grid_keeps_what_it_measured() -> None:
+    """Ctrl-C (or a time limit's SIGINT) in the middle of a grid: the points measured stay, the
+    result says it was cut short, and its JSON keeps saying so; a ratio to eager is shown."""
+    res = grid.BenchResult("H100", 3.0, {}, copies={"cute copy bf16": 3.0})
+    with grid.until_interrupted(res, lambda line: None):
+        res.rows += [
+            grid.BenchRow("softmax", "bfloat16", 32768, 2048, "llmcompile", 1.0, 2.8, 93.0),
+            grid.BenchRow("softmax", "bfloat16", 32768, 2048, "eager", 2.0, 1.4, 46.5),
+        ]
+        raise KeyboardInterrupt
+    assert res.interrupted == "interrupted after 1 points" and len(res.rows) == 2
+    md = grid.markdown(res)
+    assert "| softmax | bfloat16 | 32768 | 2048 | 2.80 | 1.40 | 93.0 | n/a | 2.000 |" in md
+    assert "(interrupted after 1 points: the grid is not complete)" in md
+    assert grid.BenchResult.from_json(json.loads(json.dumps(res.to_json()))).interrupted == res.interrupted
+
+
 def test_the_wall_clock_is_the_fastest_of_several_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host stalled during one run (another judge's compile, a preemption) must not make an
     honest kernel's events look short beside the wall clock (TIMER MISMATCH); work that escapes

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import platform
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,8 @@ class BenchResult:
     read_tbs: float = 0.0  # read-only stream: the ceiling for ops that write almost nothing
     graph: bool = True  # False: every implementation timed from eager calls, host time included
     compute: dict[str, float] = field(default_factory=dict)  # dtype -> dense GEMM TFLOP/s measured
+    # set where a run was stopped (Ctrl-C, a time limit's SIGINT): the points measured are kept
+    interrupted: str = ""
 
     def ceiling(self, op: str, dtype: str) -> float:
         """The limit an op's rows are a % of: the GEMM probe (compute-bound) or the copy."""
@@ -65,6 +68,7 @@ class BenchResult:
             "graph": self.graph,
             "gemm_tflops": self.compute,
             "versions": self.versions,
+            "interrupted": self.interrupted,
             "rows": [asdict(r) for r in self.rows],
         }
 
@@ -80,6 +84,7 @@ class BenchResult:
             d.get("read_tbs", 0.0),
             d.get("graph", True),
             d.get("gemm_tflops", {}),
+            d.get("interrupted", ""),
         )
 
     def get(self, op: str, dtype: str, m: int, n: int, impl: str) -> BenchRow | None:
@@ -233,29 +238,43 @@ def run(
         + ", ".join(f"{k} {v:.3f}" for k, v in copies.items())
         + f" TB/s; read-only stream {read:.3f} TB/s"
     )
-    for op in ops:
-        spec = get_op(op)
-        for dtype in dtypes:
-            if dtype not in spec.dtypes:
-                progress(f"{op}: no {dtype} (it takes {', '.join(spec.dtypes)})")
-                continue
-            limit, ceiling = sol, max(sol, read)
-            if spec.compute_bound:
-                if dtype not in result.compute:
-                    result.compute[dtype] = timing.gemm_tflops(DTYPES[dtype])
-                    progress(f"dense GEMM probe {dtype}: {result.compute[dtype]:.0f} TFLOP/s")
-                limit = ceiling = result.compute[dtype]
-            for m, n in shapes if shapes is not None else spec.shapes():
-                rows = bench_one(
-                    spec, functions[op], m, n, dtype, limit, baselines, ceiling_tbs=ceiling, graph=graph, rounds=rounds
-                )
-                result.rows.extend(rows)
-                progress(
-                    f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
-                    + "  ".join(f"{r.impl}={r.tbs:.2f}" if r.tbs else f"{r.impl}=n/a" for r in rows)
-                    + ("" if spec.unit == "TB/s" else f" {spec.unit}")
-                )
+    with until_interrupted(result, progress):
+        for op in ops:
+            spec = get_op(op)
+            for dtype in dtypes:
+                if dtype not in spec.dtypes:
+                    progress(f"{op}: no {dtype} (it takes {', '.join(spec.dtypes)})")
+                    continue
+                limit, ceiling = sol, max(sol, read)
+                if spec.compute_bound:
+                    if dtype not in result.compute:
+                        result.compute[dtype] = timing.gemm_tflops(DTYPES[dtype])
+                        progress(f"dense GEMM probe {dtype}: {result.compute[dtype]:.0f} TFLOP/s")
+                    limit = ceiling = result.compute[dtype]
+                for m, n in shapes if shapes is not None else spec.shapes():
+                    rows = bench_one(
+                        spec, functions[op], m, n, dtype, limit, baselines, ceiling_tbs=ceiling, graph=graph,
+                        rounds=rounds,
+                    )  # fmt: skip
+                    result.rows.extend(rows)
+                    progress(
+                        f"{op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
+                        + "  ".join(f"{r.impl}={r.tbs:.2f}" if r.tbs else f"{r.impl}=n/a" for r in rows)
+                        + ("" if spec.unit == "TB/s" else f" {spec.unit}")
+                    )
     return result
+
+
+@contextmanager
+def until_interrupted(result: BenchResult, progress: Callable[[str], None]) -> Iterator[None]:
+    """A grid stopped by Ctrl-C or a time limit's SIGINT keeps the points it measured: the caller
+    writes them, marked as an interrupted run, instead of losing minutes of GPU time."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        points = len({(r.op, r.dtype, r.m, r.n) for r in result.rows})
+        result.interrupted = f"interrupted after {points} points"
+        progress(f"{result.interrupted}: writing what was measured")
 
 
 def markdown(result: BenchResult) -> str:
@@ -265,6 +284,8 @@ def markdown(result: BenchResult) -> str:
     )
     if compute:
         lines += ([""] if lines else []) + _compute_table(result, compute)
+    if result.interrupted:
+        lines += ["", f"({result.interrupted}: the grid is not complete)"]
     return "\n".join(lines) + "\n"
 
 
@@ -296,6 +317,7 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
     # (run back to back), the lowest and highest ratio of any round. A median below 1.0 whose
     # rounds reach above it is a tie within the run's own noise, not a deficit.
     by_round = any(len(r.rounds_ms) > 1 for r in rows)
+    with_eager = "eager" in impls  # (a training step's done-when: at least torch eager's rate at every point)
     lines = [
         f"GPU: {result.gpu}; device copy (SOL, best of {', '.join(f'{k} {v:.3f}' for k, v in result.copies.items())}): "
         f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2"
@@ -304,8 +326,13 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
         "| op | dtype | M | N | "
         + " | ".join(f"{i} TB/s" for i in impls)
         + " | ours % SOL | ours / QuACK |"
-        + (" ours / QuACK by round |" if by_round else ""),
-        "|---|---|---|---|" + "---|" * len(impls) + "---|---|" + ("---|" if by_round else ""),
+        + (" ours / QuACK by round |" if by_round else "")
+        + (" ours / eager |" if with_eager else ""),
+        "|---|---|---|---|"
+        + "---|" * len(impls)
+        + "---|---|"
+        + ("---|" if by_round else "")
+        + ("---|" if with_eager else ""),
     ]
     keys = list(dict.fromkeys((r.op, r.dtype, r.m, r.n) for r in rows))
     for key in keys:
@@ -320,6 +347,9 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
         line = f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {pct} | {ratio} |"
         if by_round:
             line += f" {_round_range(ours, q)} |"
+        if with_eager:
+            e = result.get(*key, "eager")
+            line += f" {ours.tbs / e.tbs:.3f} |" if ours and ours.tbs and e and e.tbs else " n/a |"
         lines.append(line)
     return lines
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from llmcompile.bench import timing
 from llmcompile.bench.baselines import Unavailable
-from llmcompile.bench.grid import BenchResult, BenchRow, median_round, time_in_turns, versions
+from llmcompile.bench.grid import BenchResult, BenchRow, median_round, time_in_turns, until_interrupted, versions
 from llmcompile.specs import OpSpec, get_op
 
 # the ops a training step calls, and the backward op whose bytes the step also moves
@@ -75,6 +75,8 @@ def _liger(op: str, n: int, scalars: dict) -> Callable[..., torch.Tensor]:
     except Exception as e:  # noqa: BLE001
         raise Unavailable(f"liger not importable: {type(e).__name__}") from None
     if op == "softmax":
+        if not hasattr(lf, "liger_softmax"):  # (added to Liger after 0.5)
+            raise Unavailable("this Liger has no softmax")
         return lf.liger_softmax
     if op == "rmsnorm":
         return lambda x, w: lf.liger_rms_norm(x, w, scalars["eps"])
@@ -173,14 +175,15 @@ def run(
     sol = max(copies.values())
     result = BenchResult(torch.cuda.get_device_name(0), sol, versions(), copies=copies, graph=graph)
     progress("device copy bandwidth (SOL): " + ", ".join(f"{k} {v:.3f}" for k, v in copies.items()) + " TB/s")
-    for op in ops:
-        spec = get_op(op)
-        for dtype in dtypes:
-            for m, n in shapes if shapes is not None else spec.shapes():
-                rows = bench_step(spec, m, n, dtype, sol, impls, graph, rounds)
-                result.rows.extend(rows)
-                progress(
-                    f"train {op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
-                    + "  ".join(f"{r.impl}={r.ms * 1e3:.1f}us" if r.ms else f"{r.impl}=n/a" for r in rows)
-                )
+    with until_interrupted(result, progress):
+        for op in ops:
+            spec = get_op(op)
+            for dtype in dtypes:
+                for m, n in shapes if shapes is not None else spec.shapes():
+                    rows = bench_step(spec, m, n, dtype, sol, impls, graph, rounds)
+                    result.rows.extend(rows)
+                    progress(
+                        f"train {op:13s} {dtype:8s} M={m:<8d} N={n:<7d} "
+                        + "  ".join(f"{r.impl}={r.ms * 1e3:.1f}us" if r.ms else f"{r.impl}=n/a" for r in rows)
+                    )
     return result

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from llmcompile.runtime import autograd
 from llmcompile.runtime.callpath import KernelFunction
 from llmcompile.specs import get_op
 
@@ -31,6 +32,34 @@ def test_the_norm_references_are_torchs_gradients() -> None:
     torch.testing.assert_close(out, F.layer_norm(x, (33,), w, b, 1e-5))
     for got, want in zip(ops.ref_layernorm_bwd(dy, x, w, mean, rstd), leaves):
         torch.testing.assert_close(got, want.grad)
+
+
+def test_the_lean_apply_is_the_functions_apply() -> None:
+    """`_lean_apply` skips torch's Python wrapper of `Function.apply` (half a small op's host time
+    through autograd) and gives the same graph and gradients; under functorch and while dynamo
+    traces, the wrapper runs as before."""
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor, k: float) -> torch.Tensor:
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return g * ctx.k, None
+
+    apply = autograd._lean_apply(Double)
+    x = torch.randn(4, requires_grad=True)
+    y = apply(x, 3.0)
+    assert type(y.grad_fn).__name__ == "DoubleBackward"
+    (g,) = torch.autograd.grad(y.sum(), x)
+    assert torch.equal(g, torch.full_like(x, 3.0))
+    with pytest.raises(RuntimeError, match="setup_context"):  # torch's own word for such a Function
+        torch.func.grad(lambda t: apply(t, 3.0).sum())(x.detach())
+    traced = torch.compile(lambda t: apply(t, 3.0).sum(), backend="eager", fullgraph=True)
+    (g2,) = torch.autograd.grad(traced(x), x)
+    assert torch.equal(g2, g)
 
 
 def test_a_weight_that_requires_grad_takes_the_differentiable_call() -> None:
@@ -113,12 +142,21 @@ def test_cross_entropy_gradients_match_torch(dtype: torch.dtype) -> None:
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(a.grad, b.grad, atol=atol, rtol=rtol)
         assert not a.grad[::5].any()  # ignored rows: no gradient
-        # a mean's upstream gradient is one value broadcast (stride 0): made a vector first
+        # a mean's upstream gradient is one value broadcast (stride 0): the fused kernel's scale
         a.grad = None
         kernels.cross_entropy(a, target).mean().backward()
         b.grad = None
         F.cross_entropy(b.float(), target, reduction="none").mean().backward()
         torch.testing.assert_close(a.grad, b.grad.to(dtype), atol=atol, rtol=rtol)
+    # logits of a (batch, sequence) shape, the loss summed: every stride of the upstream gradient 0
+    x3 = torch.randn(2, 3, 1000, device="cuda", generator=gen).to(dtype)
+    t3 = torch.randint(0, 1000, (2, 3), device="cuda", generator=gen)
+    t3[0, 1] = -100
+    a, b = x3.clone().requires_grad_(), x3.clone().requires_grad_()
+    (kernels.cross_entropy(a, t3).sum() * 0.5).backward()
+    (F.cross_entropy(b.float().view(-1, 1000), t3.view(-1), reduction="none").sum() * 0.5).backward()
+    assert a.grad.shape == x3.shape and not a.grad[0, 1].any()
+    torch.testing.assert_close(a.grad, b.grad.to(dtype), atol=atol, rtol=rtol)
 
 
 @pytest.mark.gpu
@@ -166,7 +204,6 @@ def test_norm_gradients_match_torch(dtype: torch.dtype, bias: bool, shape: tuple
 def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: str) -> None:
     """The loss and its gradient from one pass (cross_entropy_fused) against F.cross_entropy, with
     ignored rows, leading dims, an upstream gradient of 1 and one of 3 (the extra pass)."""
-    from llmcompile.runtime import autograd
 
     gen = torch.Generator(device="cuda").manual_seed(2)
     for n in (1000, 128256):

@@ -320,7 +320,11 @@ def _memory_table(result: BenchResult, rows: list[BenchRow]) -> list[str]:
     with_eager = "eager" in impls  # (a training step's done-when: at least torch eager's rate at every point)
     lines = [
         f"GPU: {result.gpu}; device copy (SOL, best of {', '.join(f'{k} {v:.3f}' for k, v in result.copies.items())}): "
-        f"{result.sol_tbs:.3f} TB/s; read-only stream {result.read_tbs:.3f} TB/s; TB/s over the minimum bytes, cold L2"
+        f"{result.sol_tbs:.3f} TB/s; "
+        + (
+            f"read-only stream {result.read_tbs:.3f} TB/s; " if result.read_tbs else ""
+        )  # (not probed for training steps)
+        + "TB/s over the minimum bytes, cold L2"
         + ("" if result.graph else "; every call eager, without CUDA graphs (host time included)"),
         "",
         "| op | dtype | M | N | "

@@ -15,6 +15,30 @@ import torch
 from llmcompile.runtime import compiled as kernels
 from llmcompile.specs import BUILTIN
 
+_raw_apply = torch._C._FunctionBase.__dict__["apply"]
+_functorch_active = torch._C._are_functorch_transforms_active
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_is_compiling = torch.compiler.is_compiling
+
+
+def _lean_apply(cls: type[torch.autograd.Function]) -> Any:
+    """`cls.apply` without the Python wrapper torch puts around it: the wrapper binds default
+    arguments for a `setup_context` (ours have none) and unwraps functorch's dead wrappers, and
+    costs about as much as the rest of a small op's forward through autograd (17 of 35 us on
+    the CPU machine). The wrapper is kept where it does something: under functorch transforms,
+    for a functorch-wrapped tensor, and while torch.compile traces (dynamo reads `cls.apply`)."""
+    raw = _raw_apply.__get__(None, cls)
+
+    def apply(*args: Any) -> Any:
+        if _is_compiling() or _functorch_active():  # (dynamo knows is_compiling: asked first)
+            return cls.apply(*args)
+        for a in args:
+            if isinstance(a, torch.Tensor) and _wrapped(a):
+                return cls.apply(*args)
+        return raw(*args)
+
+    return apply
+
 
 class SoftmaxFunction(torch.autograd.Function):
     """Softmax or log-softmax over the last dim: y saved, dx from (dy, y)."""
@@ -31,7 +55,12 @@ class SoftmaxFunction(torch.autograd.Function):
         (y,) = ctx.saved_tensors
         bwd = kernels.log_softmax_bwd if ctx.log else kernels.softmax_bwd
         # (an upstream gradient from .sum() arrives expanded, stride 0: the kernel reads rows)
-        return bwd(dy.to(y.dtype).contiguous(), y), None
+        return bwd(_like(dy, y).contiguous(), y), None
+
+
+def _like(t: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """t in other's dtype (a call of `.to` costs host time even where it changes nothing)."""
+    return t if t.dtype == other.dtype else t.to(other.dtype)
 
 
 def _given(op: str, **scalars: float | int) -> dict:
@@ -56,15 +85,21 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         x, target, lse = ctx.saved_tensors
-        # loss.sum().backward() hands dloss expanded from one value (stride 0): made a vector of
-        # M floats here, the call is the fast one at once, not a refusal in C and a dense copy
-        # after it (before that copy existed, the checked path: 396 us against 89 at 32768 x 512
-        # bf16 on the H100, issue 47)
-        return kernels.cross_entropy_bwd(x, target, lse, dloss.float().contiguous(), **ctx.scalars), None, None
+        if dloss.dim() and not any(dloss.stride()):
+            # loss.sum().backward() hands dloss expanded from one value g (every stride 0): dx is
+            # g * (softmax(x) - onehot), what the fused kernel writes for the scale g, read in
+            # place. Making dloss a dense vector first was one more launch a step (0.963x QuACK's
+            # step at 32768 x 512 bf16 under graphs, issue 47); the fused kernel moves the
+            # bytes the backward does (x in, dx out) and recomputes lse instead of reading it.
+            g = _like(dloss, lse).as_strided((1,), (1,))
+            return kernels.cross_entropy_fused(x, target, g, **ctx.scalars)[1], None, None
+        return kernels.cross_entropy_bwd(x, target, lse, _like(dloss, lse).contiguous(), **ctx.scalars), None, None
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    return t.reshape(-1, n).contiguous()
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as the kernels read it: the fast call views leading dims as rows itself, so a dense t
+    (any rank) goes as it is; anything else is copied dense once, here, and saved that way."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -73,17 +108,16 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x2 = _rows(x, x.shape[-1])
-        out, rstd = kernels.rmsnorm_fwd(x2, weight, **_given("rmsnorm_fwd", eps=eps))
-        ctx.save_for_backward(x2, weight, rstd)
-        ctx.shape = x.shape
-        return out.view(x.shape)
+        x = _rows(x)
+        out, rstd = kernels.rmsnorm_fwd(x, weight, **_given("rmsnorm_fwd", eps=eps))
+        ctx.save_for_backward(x, weight, rstd)
+        return out
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        x2, weight, rstd = ctx.saved_tensors
-        dx, dw = kernels.rmsnorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, rstd)
-        return dx.view(ctx.shape), dw, None
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = kernels.rmsnorm_bwd(_rows(_like(dout, x)), x, weight, rstd)
+        return dx, dw, None
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -91,17 +125,16 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-        x2 = _rows(x, x.shape[-1])
-        out, mean, rstd = kernels.layernorm_fwd(x2, weight, bias, **_given("layernorm_fwd", eps=eps))
-        ctx.save_for_backward(x2, weight, mean, rstd)
-        ctx.shape = x.shape
-        return out.view(x.shape)
+        x = _rows(x)
+        out, mean, rstd = kernels.layernorm_fwd(x, weight, bias, **_given("layernorm_fwd", eps=eps))
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return out
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        x2, weight, mean, rstd = ctx.saved_tensors
-        dx, dw, db = kernels.layernorm_bwd(_rows(dout.to(x2.dtype), x2.shape[1]), x2, weight, mean, rstd)
-        return dx.view(ctx.shape), dw, db, None
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = kernels.layernorm_bwd(_rows(_like(dout, x)), x, weight, mean, rstd)
+        return dx, dw, db, None
 
 
 class CrossEntropyLossFunction(torch.autograd.Function):
@@ -111,8 +144,7 @@ class CrossEntropyLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
-        n = x.shape[-1]
-        x2, t = _rows(x, n), target.reshape(-1)
+        x2, t = x.reshape(-1, x.shape[-1]).contiguous(), target.reshape(-1)
         # the upstream gradient of each row's loss, on the device: nobody waits for the count
         kept = (t != ignore_index).sum().clamp(min=1).float()
         scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
@@ -131,29 +163,35 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         return dx.view(ctx.shape), None, None, None
 
 
+_SoftmaxFunction = _lean_apply(SoftmaxFunction)
+_CrossEntropyFunction = _lean_apply(CrossEntropyFunction)
+_RMSNormFunction = _lean_apply(RMSNormFunction)
+_LayerNormFunction = _lean_apply(LayerNormFunction)
+_CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
+
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
 LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
 
 
 # softmax takes no scalars: a keyword given is refused here as on the lean call, not ignored
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    return SoftmaxFunction.apply(x, False)
+    return _SoftmaxFunction(x, False)
 
 
 def log_softmax(x: torch.Tensor) -> torch.Tensor:
-    return SoftmaxFunction.apply(x, True)
+    return _SoftmaxFunction(x, True)
 
 
 def cross_entropy(x: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-    return CrossEntropyFunction.apply(x, target, int(ignore_index))
+    return _CrossEntropyFunction(x, target, int(ignore_index))
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
-    return RMSNormFunction.apply(x, weight, float(eps))
+    return _RMSNormFunction(x, weight, float(eps))
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYERNORM_EPS) -> torch.Tensor:
-    return LayerNormFunction.apply(x, weight, bias, float(eps))
+    return _LayerNormFunction(x, weight, bias, float(eps))
 
 
 def cross_entropy_loss(
@@ -166,6 +204,6 @@ def cross_entropy_loss(
     if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone
         t = target.reshape(-1)
         scalars = _given("cross_entropy", ignore_index=int(ignore_index))
-        total = kernels.cross_entropy(_rows(x, x.shape[-1]), t, **scalars).sum()
+        total = kernels.cross_entropy(x.reshape(-1, x.shape[-1]).contiguous(), t, **scalars).sum()
         return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
-    return CrossEntropyLossFunction.apply(x, target, int(ignore_index), reduction == "mean")
+    return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")

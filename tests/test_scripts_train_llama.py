@@ -46,3 +46,18 @@ def test_our_ops_follow_torchs_on_the_gpu(tmp_path: Path) -> None:
     T.main(["--steps", "30", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "train-llama.json").read_text())
     assert data["max_abs_loss_diff"] < 0.1, data["max_abs_loss_diff"]
+
+
+def test_two_runs_are_compared_in_bf16_where_torchs_loss_is_bf16(tmp_path: Path) -> None:
+    """torch's loss of bf16 logits is a bf16 value and ours fp32: the report says how many steps
+    agree once ours is rounded to bf16, so the rounding of torch's value is not read as a gap."""
+    cfg = T.Config(steps=3)
+    runs = {
+        "torch": {"loss": [8.0, 4.0, 2.0], "tokens_per_s": 1.0},
+        "llmcompile": {"loss": [8.01, 4.0, 2.02], "tokens_per_s": 1.0},
+    }
+    T.write(tmp_path, cfg, runs, "test")
+    data = json.loads((tmp_path / "train-llama.json").read_text())
+    assert data["bf16_steps_apart"] == 1  # 8.01 rounds to 8.0; 2.02 to 2.015625, one bf16 step from 2.0
+    assert abs(data["max_abs_loss_diff_bf16"] - 0.015625) < 1e-9
+    assert "equals torch's at 2 of 3 steps" in (tmp_path / "train-llama.md").read_text()

@@ -10,6 +10,7 @@ segments (a, g, :). Two modes name which of A and G the batch M sizes:
     stats[g] = finalize(fold(combine, prologue(x, shift) for x in group g), count, shift)
     out[e] = apply(x[e], stats[g], params at e)
     out[g] = stats[g][0]                         (without `apply`: a reduction per group)
+    out_i[g] = stats[g][i]                       (several outputs: a max and its index)
 
 With `weighted`, the prologue also takes the parameters' values at the element,
 prologue(x, shift, params): a matrix-vector product is rows folded with x * v[l] and no apply.
@@ -179,7 +180,10 @@ class GroupedNorm:
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
-        widest = const_expr(max(t.element_type.width for t in (mX, mO)))
+        # mO: the output, or (a reduction per group) a tuple of outputs, output i taking finalize's value i
+        if const_expr(isinstance(mO, tuple) and self.apply is not None):
+            raise ValueError("several outputs are values a group (no apply): a rewrite writes one")
+        widest = const_expr(max(t.element_type.width for t in (mX, *_outs(mO))))
         self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode)
         t = self.tiling
         items = Int64(mX.shape[0])
@@ -272,7 +276,7 @@ class GroupedNorm:
     # ------------------------------------------------------------------ kernels
 
     @cute.kernel
-    def fused(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, groups: Int64):
+    def fused(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, groups: Int64):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         g = Int64(bidx)
@@ -283,7 +287,7 @@ class GroupedNorm:
         stats = self.finalize(acc, Float32(n), shift)
         if const_expr(self.apply is None):
             if tidx == 0:
-                _at(mO, g, 1)[0] = mO.element_type(stats[0])
+                _write(mO, g, stats)
         else:
             self._rewrite(mX, params, mO, g, Int64(0), n, stats, groups, tidx)
 
@@ -340,7 +344,7 @@ class GroupedNorm:
                 mW[Int64(bidx) * MAX_ARITY + i] = acc[i]
 
     @cute.kernel
-    def final(self, mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64):
+    def final(self, mX: cute.Tensor, mO: cute.Tensor | tuple, mW: cute.Tensor, groups: Int64, count: Int64, k: Int64):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         g = Int64(bidx)
@@ -349,7 +353,7 @@ class GroupedNorm:
         stats = self.finalize(acc, Float32(count), shift)
         if tidx == 0:
             if const_expr(self.apply is None):
-                _at(mO, g, 1)[0] = mO.element_type(stats[0])
+                _write(mO, g, stats)
             else:
                 # over the group's first partial: every thread has read the partials (the fold's barrier)
                 for i in cutlass.range_constexpr(len(stats)):
@@ -575,6 +579,18 @@ class GroupedNorm:
 
 
 # --------------------------------------------------------------------------- mean and variance
+
+
+def _outs(mO: cute.Tensor | tuple) -> tuple:
+    return mO if isinstance(mO, tuple) else (mO,)
+
+
+@cute.jit
+def _write(mO: cute.Tensor | tuple, g: Int64, stats: tuple):
+    """Group g's values: output i takes finalize's value i (one output: its first)."""
+    outs = _outs(mO)
+    for i in cutlass.range_constexpr(len(outs)):
+        _at(outs[i], g, 1)[0] = outs[i].element_type(stats[i])
 
 
 def shifted_moments(x: Float32, shift: Float32) -> tuple:

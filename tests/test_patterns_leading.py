@@ -37,6 +37,7 @@ LEADING = [
     ("amax", "torch.amax(x, dim=0)", "(64, 32, 256)"),
     ("min values, an odd column count", "torch.min(x, dim=0)[0]", "(64, 32, 255)"),
     ("argmax", "torch.argmax(x, dim=0)", "(64, 32, 256)"),
+    ("max and its index, two outputs", "torch.max(x, dim=0)", "(64, 32, 256)"),
     ("prod of a scaled input", "torch.prod(1.0 + x * 0.01, dim=0)", "(64, 32, 256)"),
     ("var", "torch.var(x, dim=0)", "(64, 32, 256)"),
     ("std biased", "torch.std(x, dim=0, unbiased=False)", "(64, 32, 256)"),

@@ -54,6 +54,8 @@ MIDDLE_DIM = [
     ("var biased", "torch.var(x, dim=1, unbiased=False)"),
     ("std", "torch.std(x, dim=1)"),
     ("norm p=inf", "torch.linalg.vector_norm(x, ord=float('inf'), dim=1)"),
+    ("min and its index, two outputs", "torch.min(x, dim=1)"),
+    ("max and its index, picked apart", "(lambda r: (r[0], r[1]))(torch.max(x, dim=1))"),
 ]
 
 

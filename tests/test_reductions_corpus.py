@@ -19,7 +19,6 @@ CORPUS = sorted((ROOT / "evals/problems/reductions").glob("*.py"))
 # what the matcher does not take yet, and the words its reason names it by
 GAPS = {
     "residual_add_norm_bf16": "2 outputs",
-    "row_max_with_indices_f32": "values and indices",
 }
 
 

@@ -67,6 +67,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: x / rms and rms, last dim", "x / torch.sqrt((x * x).mean(-1, keepdim=True)), "
      "torch.sqrt((x * x).mean(-1, keepdim=True))"),
     ("two outputs: x + y and its norm, last dim", "x + y, torch.norm(x + y, dim=-1)"),
+    ("two outputs: max and its index, last dim", "torch.max(x, dim=-1)"),
+    ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
 )  # fmt: skip
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")

@@ -12,6 +12,7 @@ from torch import fx, nn
 
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import (
+    Op,
     Unsupported,
     depends_on,
     one_result,
@@ -20,10 +21,12 @@ from llmcompile.agent.patterns.graph import (
     split_nodes,
 )
 from llmcompile.agent.patterns.strided import (
+    PAIRED,
     REDUCE,
     find_reductions,
     inv_dof,
     is_reduction,
+    paired_outputs,
     reduction_parts,
     rewrite_env,
     stat_name,
@@ -146,8 +149,10 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         if len(reds) > 1:
             raise Unsupported(f"{len(reds)} reductions (the templates fuse one, or several of one row)")
         return None
-    res = one_result(out, "norm")
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
+    if red.kind in PAIRED:
+        return _values_and_indices(spec, gm, shapes, red, carrier, results_of(out), xnode, shape, dim, seg)
+    res = one_result(out, "norm")
     if len(reds) > 1:
         return _joint_of_rows(spec, gm, shapes, reds, xnode, res, seg)
     side = depends_on(gm, {xnode}, carrier)
@@ -164,6 +169,29 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         raise Unsupported("a reduction along the last dim whose output is neither x rewritten nor its statistic")
     parts = {"prologue": prologue, "finalize": finalize, "combine": combine, "identity": identity, "apply": apply}
     return _rows_context(spec, what, parts, weights, shape, dim, seg, red.kind in ("argmax", "argmin"))
+
+
+def _values_and_indices(
+    spec: OpSpec,
+    gm: fx.GraphModule,
+    shapes: dict,
+    red: Op,
+    carrier: fx.Node,
+    results: list,
+    xnode: fx.Node,
+    shape: tuple,
+    dim: int,
+    seg: int,
+) -> dict:
+    """torch.max(x, dim=-1) (or min) returned whole: each row's value and its index, both from
+    one fold of (value, index) pairs, written to the two outputs."""
+    paired_outputs(red, carrier, results)
+    if _weights(gm, shapes, shape[dim:]):
+        raise Unsupported(f"`{red.kind.split('_')[0]}` with values and indices beside a model's parameters")
+    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+    parts = {"prologue": prologue, "finalize": stat, "combine": combine, "identity": identity, "apply": None}
+    what = f"the {red.kind.split('_')[0]} of each row and its index ({seg} elements a row)"
+    return {**_rows_context(spec, what, parts, {}, shape, dim, seg, True), "written": [t.name for t in spec.outputs]}
 
 
 def _weights(gm: fx.GraphModule, shapes: dict, row: tuple) -> dict[fx.Node, str]:

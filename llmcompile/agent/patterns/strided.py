@@ -19,6 +19,7 @@ from llmcompile.agent.patterns.graph import (
     one_result,
     op_of,
     param_names,
+    results_of,
     split_nodes,
 )
 from llmcompile.specs import OpSpec
@@ -36,6 +37,9 @@ REDUCE = {
     "min": ("S.fmin", (math.inf,), "{x}", "acc[0]"),
     "argmax": ("S.argmax", (-math.inf, 0.0), "{x}, Float32(r)", "acc[1]"),
     "argmin": ("S.argmin", (math.inf, 0.0), "{x}, Float32(r)", "acc[1]"),
+    # torch.max(x, dim) / torch.min(x, dim) with both its values and its indices: two statistics
+    "max_and_index": ("S.argmax", (-math.inf, 0.0), "{x}, Float32(r)", "acc[0], acc[1]"),
+    "min_and_index": ("S.argmin", (math.inf, 0.0), "{x}, Float32(r)", "acc[0], acc[1]"),
     "prod": ("S.mul", (1.0,), "{x}", "acc[0]"),
     # (m, s): s * exp(m), a term (x, 1); all -inf gives -inf, as torch's does
     "logsumexp": ("S.max_sumexp", (-math.inf, 0.0), "{x}, Float32(1.0)", "acc[0] + cute.math.log(acc[1])"),
@@ -90,10 +94,23 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
 _TRUTH = {"any": "amax", "all": "amin", "count_nonzero": "sum"}
 
 
+PAIRED = ("max_and_index", "min_and_index")  # reductions with two results a row (values, indices)
+
+
+def paired_outputs(red: Op, carrier: fx.Node, results: list) -> None:
+    """A max or min with its indices is the graph's whole output: the pair returned as it is,
+    or its values then its indices."""
+    picked = [
+        r.args[1] if isinstance(r, fx.Node) and r.op != "output" and r.args[:1] == (carrier,) else None for r in results
+    ]
+    if results != [carrier] and picked != [0, 1]:
+        raise Unsupported(f"`{red.kind.split('_')[0]}` whose values and indices are not the outputs, in that order")
+
+
 def exact_count(red: Op, n: int) -> None:
     """count_nonzero sums 1.0s in fp32 and argmax carries its index as one: exact to 2^24,
     refused past that (torch's are exact at any size)."""
-    if red.kind in ("count_nonzero", "argmax", "argmin") and n > 1 << 24:
+    if red.kind in ("count_nonzero", "argmax", "argmin", *PAIRED) and n > 1 << 24:
         raise Unsupported(f"`{red.kind}` over {n} elements (an index or a count in fp32, exact to 2^24)")
 
 
@@ -146,7 +163,7 @@ def rewrite_env(gm: fx.GraphModule, xnode: fx.Node, carrier: fx.Node) -> dict[fx
 def stat_name(gm: fx.GraphModule, red: Op, carrier: fx.Node) -> str:
     """What a summary calls the reduction: a softmax is one, not the log-sum-exp it reduces by."""
     kind = op_of(gm, carrier).kind
-    return kind if kind in NORMALIZERS else red.kind
+    return kind if kind in NORMALIZERS else red.kind.replace("_and_index", " and its index")
 
 
 def find_reductions(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> list[tuple[Op, fx.Node, int, int]]:
@@ -182,8 +199,14 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
         r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})
     if r.kind in ("max", "min"):
         users = list(r.node.users)
-        if len(users) != 1 or users[0].op == "output" or op_of(gm, users[0]).kind != "getitem":
-            raise Unsupported(f"`{r.kind}` with values and indices")
+        items = sorted(u.args[1] for u in users if u.op != "output" and op_of(gm, u).kind == "getitem")
+        if any(u.op == "output" for u in users) or items == [0, 1]:
+            # both the values and the indices: one fold of (value, index) pairs gives the two
+            r = Op(r.node, f"{r.kind}_and_index", r.args, r.kw)
+            exact_count(r, math.prod(shapes[x][dim % rank : dim % rank + span]))
+            return r, r.node, dim % rank, span
+        if len(users) != 1 or op_of(gm, users[0]).kind != "getitem":
+            raise Unsupported(f"`{r.kind}` whose values and indices are used apart")
         idx = users[0].args[1]
         r = Op(
             r.node,
@@ -215,9 +238,11 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     r_len = math.prod(shape[dim : dim + span])
     env, _, _ = param_names(spec, given, ph)
     side = depends_on(gm, {xnode}, carrier)
-    res = one_result(out, "strided")
     combine, identity, prologue, epi = reduction_parts(gm, red, xnode, "r" if lead else r_len)
-    if side.get(res) == {"r"}:  # a reduction: the output is a function of its result
+    if red.kind in PAIRED:  # the values and their indices: output i is the epilogue's value i
+        paired_outputs(red, carrier, results_of(out))
+        epilogue, rewrite = epi, None
+    elif side.get(res := one_result(out, "strided")) == {"r"}:  # a reduction: the output is a function of its result
         epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
     elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
         epilogue = epi

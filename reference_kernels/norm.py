@@ -11,6 +11,10 @@ segments (a, g, :). Two modes name which of A and G the batch M sizes:
     out[e] = apply(x[e], stats[g], params at e)
     out[g] = stats[g][0]                         (without `apply`: a reduction per group)
     out_i[g] = stats[g][i]                       (several outputs: a max and its index)
+    out_i[e] = apply(x[e], stats[g], params)[i]  (with `element_outputs` E > 1: a residual sum
+                                                  and its rows normalized)
+    out_i[g] = per_group(stats[g])[i - E]        (with `apply`, outputs after the E rewritten:
+                                                  the rows' statistics)
 
 With `weighted`, the prologue also takes the parameters' values at the element,
 prologue(x, shift, params): a matrix-vector product is rows folded with x * v[l] and no apply.
@@ -157,6 +161,8 @@ class GroupedNorm:
         weighted: bool = False,
         param_kinds: tuple[str, ...] = (),
         with_index: bool = False,
+        per_group: Callable | None = None,
+        element_outputs: int = 1,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -177,12 +183,21 @@ class GroupedNorm:
         if with_index and (weighted or mode != "groups"):
             raise ValueError("an element's index reaches the prologue of unweighted groups only")
         self.with_index = with_index
+        # with apply and a tuple of outputs: the first `element_outputs` are rewrites of x (apply's
+        # values), the others take per_group's values, one a group
+        self.per_group, self.element_outputs = per_group, element_outputs
 
     @cute.jit
     def __call__(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, stream):
-        # mO: the output, or (a reduction per group) a tuple of outputs, output i taking finalize's value i
-        if const_expr(isinstance(mO, tuple) and self.apply is not None):
-            raise ValueError("several outputs are values a group (no apply): a rewrite writes one")
+        # mO: the output, or a tuple of outputs: without apply, output i takes finalize's value i;
+        # with it, the first is the rewrite and the others take per_group's values, one a group
+        if const_expr(
+            isinstance(mO, tuple)
+            and self.apply is not None
+            and self.per_group is None
+            and len(mO) > self.element_outputs
+        ):
+            raise ValueError("a rewrite's outputs after its element outputs need per_group")
         widest = const_expr(max(t.element_type.width for t in (mX, *_outs(mO))))
         self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode)
         t = self.tiling
@@ -202,6 +217,7 @@ class GroupedNorm:
             and self.seg_len <= self.knobs.row_max
             and (self.param_mul == 0 or self.param_div % self.seg_len == 0)
             and (len(params) == 0 or self.param_div % self.seg_len == 0)
+            and self.element_outputs == 1
         )
         # Not where the parameters change with every element (a LayerNorm's weight over (C, H, W)):
         # a group would read its own size of them again, where the split path's chunk-major
@@ -219,7 +235,9 @@ class GroupedNorm:
             # the tensor as (groups, L) rows
             rows_layout = cute.make_layout((groups, self.seg_len), stride=(self.seg_len, 1))
             mX2 = cute.make_tensor(mX.iterator, rows_layout)
-            mO2 = cute.make_tensor(mO.iterator, rows_layout)
+            mO2 = cute.make_tensor(_outs(mO)[0].iterator, rows_layout)
+            if const_expr(isinstance(mO, tuple)):
+                mO2 = (mO2, *mO[1:])
             self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest)
             copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
             R.launch_rows(self.rows(mX2, params, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
@@ -269,7 +287,7 @@ class GroupedNorm:
             grid=[Int32(groups), 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream
         )
         if const_expr(self.apply is not None):
-            self.rewrite(mX, params, mO, mW, groups, count, k, per).launch(
+            self.rewrite(mX, params, self._elements(mO), mW, groups, count, k, per).launch(
                 grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
             )
 
@@ -289,10 +307,13 @@ class GroupedNorm:
             if tidx == 0:
                 _write(mO, g, stats)
         else:
-            self._rewrite(mX, params, mO, g, Int64(0), n, stats, groups, tidx)
+            self._rewrite(mX, params, self._elements(mO), g, Int64(0), n, stats, groups, tidx)
+            if const_expr(self._values_a_group(mO)):
+                if tidx == 0:
+                    _write(mO[self.element_outputs :], g, self.per_group(stats))
 
     @cute.kernel
-    def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, copy: cute.TiledCopy):
+    def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, copy: cute.TiledCopy):
         t = self.row_tiling
         tidx, _, sX, (scratch,) = R.begin_rows(t, mX.element_type, len(self.identity))
         R.for_each_row(t, copy, mX, sX, tidx, 0.0, functools.partial(self._row, mX, params, mO, scratch))
@@ -326,7 +347,10 @@ class GroupedNorm:
         tXrO = cute.make_rmem_tensor_like(tXrX, Float32)
         for i in cutlass.range_constexpr(cute.size(tXrX)):
             tXrO[i] = self.apply(Float32(tXrX[i]), stats, tuple(ps))
-        R.store_row(ctx, tXrO.load(), mO)
+        if const_expr(self._values_a_group(mO)):
+            if ctx.row_ok & ctx.row_leader:
+                _write(mO[1:], g, self.per_group(stats))
+        R.store_row(ctx, tXrO.load(), _outs(mO)[0])
 
     @cute.kernel
     def partials(
@@ -358,13 +382,15 @@ class GroupedNorm:
                 # over the group's first partial: every thread has read the partials (the fold's barrier)
                 for i in cutlass.range_constexpr(len(stats)):
                     mW[g * k * MAX_ARITY + i] = Float32(stats[i])
+                if const_expr(self._values_a_group(mO)):
+                    _write(mO[self.element_outputs :], g, self.per_group(stats))
 
     @cute.kernel
     def rewrite(
         self,
         mX: cute.Tensor,
         params: tuple,
-        mO: cute.Tensor,
+        mO: cute.Tensor | tuple,
         mW: cute.Tensor,
         groups: Int64,
         count: Int64,
@@ -390,7 +416,9 @@ class GroupedNorm:
             counters[i] = Int32(0)
 
     @cute.kernel
-    def resident(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor, mW: cute.Tensor, groups: Int64, at: Int64):
+    def resident(
+        self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, mW: cute.Tensor, groups: Int64, at: Int64
+    ):
         t = self.tiling
         k, per = t.resident_k, t.resident_per
         n = self.seg_len
@@ -426,10 +454,21 @@ class GroupedNorm:
             cute.arch.barrier()
             # every CTA of the group folds the same partials in the same order: the same bits
             stats = self.finalize(self._fold_partials(mW, g, Int64(k), tidx, t.num_threads), Float32(n), shift)
-            self._rewrite(mX, params, mO, g, start, stop, stats, groups, tidx, sX)
+            self._rewrite(mX, params, self._elements(mO), g, start, stop, stats, groups, tidx, sX)
+            if const_expr(self._values_a_group(mO)):
+                if (j == 0) & (tidx == 0):  # (every chunk's CTA holds the statistics: the first writes)
+                    _write(mO[self.element_outputs :], g, self.per_group(stats))
             ticket = Int64(sTicket[0])
 
     # ------------------------------------------------------------------ pieces
+
+    def _elements(self, mO: cute.Tensor | tuple) -> cute.Tensor | tuple:
+        """The outputs the rewrite writes: one tensor, or (element_outputs > 1) a tuple of them."""
+        outs = _outs(mO)
+        return outs[0] if const_expr(self.element_outputs == 1) else outs[: self.element_outputs]
+
+    def _values_a_group(self, mO: cute.Tensor | tuple) -> bool:
+        return isinstance(mO, tuple) and len(mO) > self.element_outputs
 
     @cute.jit
     def _fold_partials(self, mW: cute.Tensor, g: Int64, k: Int64, tidx, threads: cutlass.Constexpr[int]) -> tuple:
@@ -555,7 +594,7 @@ class GroupedNorm:
         self,
         mX: cute.Tensor,
         params: tuple,
-        mO: cute.Tensor,
+        mO: cute.Tensor | tuple,
         g: Int64,
         start: Int64,
         stop: Int64,
@@ -570,12 +609,22 @@ class GroupedNorm:
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
             for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx, sX):
                 pv = self._params_at(params, g, f, ok, groups)
-                o = cute.make_rmem_tensor(t.vec, mO.element_type)
-                for e in cutlass.range_constexpr(t.vec):
-                    ps = tuple(Float32(v[e]) for v in pv)
-                    o[e] = mO.element_type(self.apply(Float32(r[e]), stats, ps))
-                if ok:
-                    cute.autovec_copy(o, _at(mO, self._offset(g, f, groups), t.vec))
+                if const_expr(isinstance(mO, tuple)):  # several rewrites: apply gives one value each
+                    os = [cute.make_rmem_tensor(t.vec, q.element_type) for q in mO]
+                    for e in cutlass.range_constexpr(t.vec):
+                        vals = self.apply(Float32(r[e]), stats, tuple(Float32(v[e]) for v in pv))
+                        for i in cutlass.range_constexpr(len(mO)):
+                            os[i][e] = mO[i].element_type(vals[i])
+                    if ok:
+                        for i in cutlass.range_constexpr(len(mO)):
+                            cute.autovec_copy(os[i], _at(mO[i], self._offset(g, f, groups), t.vec))
+                else:
+                    o = cute.make_rmem_tensor(t.vec, mO.element_type)
+                    for e in cutlass.range_constexpr(t.vec):
+                        ps = tuple(Float32(v[e]) for v in pv)
+                        o[e] = mO.element_type(self.apply(Float32(r[e]), stats, ps))
+                    if ok:
+                        cute.autovec_copy(o, _at(mO, self._offset(g, f, groups), t.vec))
 
 
 # --------------------------------------------------------------------------- mean and variance

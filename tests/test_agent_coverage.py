@@ -24,7 +24,9 @@ def test_every_form_ends_as_a_template_or_a_reason() -> None:
     assert taken[("logsumexp", "last")] == "norm" and taken[("var (unbiased)", "several (1, 2)")] == "norm"
     assert taken[("count_nonzero", "last")] == "norm" and taken[("softmax, first dim", "")] == "leading"
     assert taken[("argmax", "last")] == "norm" and taken[("an epilogue: (x - mean) / std, last dim", "")] == "norm"
-    assert taken[("two outputs: x / rms and rms, last dim", "")] is None
+    assert taken[("two outputs: x / rms and rms, last dim", "")] == "norm"
+    assert taken[("two outputs: x + y and its norm, last dim", "")] == "norm"
+    assert taken[("two outputs: min and its index, middle dim", "")] == "strided"
 
 
 def test_the_table_marks_what_is_not_taken_and_why() -> None:

@@ -90,8 +90,9 @@ def test_the_matcher_never_raises_on_generated_graphs(tmp_path: Path) -> None:
     assert matched >= 50 and len(reasons) >= 5, (matched, sorted(reasons))
 
 
-def test_a_problem_with_two_outputs_is_not_attempted_with_the_reason(tmp_path: Path) -> None:
-    """Rows scaled by their absolute max, and that max: the norm template writes one output."""
+def test_a_problem_with_two_outputs_from_one_read_is_taken(tmp_path: Path) -> None:
+    """Rows scaled by their absolute max, and that max (a quantization's two outputs): the norm
+    template writes the rewrite and a value a row beside it."""
     path = tmp_path / "scale_rows.py"
     path.write_text(
         "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
@@ -99,5 +100,5 @@ def test_a_problem_with_two_outputs_is_not_attempted_with_the_reason(tmp_path: P
         "def get_inputs():\n    return [torch.randn(64, 256)]\n\n\ndef get_init_inputs():\n    return []\n"
     )
     m = patterns.match(load_problem(path))
-    assert isinstance(m, patterns.NoMatch)
-    assert "2 outputs" in m.reason and "mul" in m.reason and "amax" in m.reason, m.reason
+    assert isinstance(m, patterns.Match) and m.pattern == "norm", m
+    assert "per_group=per_group" in m.source and "(out0, out1)" in m.source

@@ -132,6 +132,96 @@ def test_values_and_indices_of_each_row_are_right(what: str, forward: str, dtype
     right_on_gpu(f, dtype, tmp_path, 11)
 
 
+# x rewritten and values of its rows beside it (the normalized rows and their statistics), on
+# each of the template's paths by the row's length
+RMS = "torch.sqrt((x * x).mean(-1, keepdim=True))"
+LN = "(x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False))"
+REWRITE_AND_VALUES = [
+    ("x / rms and rms, rows of 1K (one CTA a row)", f"(lambda r: (x / r, r))({RMS})", "(64, 8, 1024"),
+    ("rms then x / rms, rows of 64K (the row template)", f"(lambda r: (r, x / r))({RMS})", "(64, 8, 65536"),
+    ("rows of 1M (the on-chip path)", f"(lambda r: (x / r, r))({RMS})", "(4, 2, 1024 * 1024"),
+    ("rows of 8M (partials, then a rewrite)", f"(lambda r: (x / r, r))({RMS})", "(2, 1, 8 * 1024 * 1024"),
+    (
+        "a LayerNorm written out, with its mean and rstd",
+        f"(lambda m, v: ((x - m) * torch.rsqrt(v + 1e-5), m, torch.rsqrt(v + 1e-5)))(*{LN})",
+        "(64, 8, 1024",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "forward", "shape"), REWRITE_AND_VALUES)
+def test_a_rewrite_and_values_of_its_rows_are_several_outputs(
+    what: str, forward: str, shape: str, tmp_path: Path
+) -> None:
+    """The rewrite writes the first output the kernel is given, `per_group` the others, one
+    value a row, whatever order the graph returns them in; compiled for sm_90a."""
+    f = problem_file(tmp_path, "rv", forward, shape + ")")
+    m, _ = compiled_match(f, "float32", tmp_path, "norm")
+    assert "per_group=per_group" in m.source
+    outs = get_op(str(f)).outputs
+    rewrite = next(t.name for t in outs if t.dims[-1] != "1")
+    assert f"({rewrite}, " in m.source.splitlines()[-1]
+
+
+def test_outputs_that_are_not_a_rewrite_and_its_statistics_say_why(tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "two", "(lambda s: (s, s * 2))(x.sum(-1))", "(16, 8, 1024)"))))
+    assert isinstance(m, patterns.NoMatch) and "not x rewritten and values of its rows" in m.reason, m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "shape"), REWRITE_AND_VALUES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_rewrite_and_values_of_its_rows_are_right(
+    what: str, forward: str, shape: str, dtype: str, tmp_path: Path
+) -> None:
+    """Every output against the float64 reference on the GPU, on each path."""
+    right_on_gpu(problem_file(tmp_path, "rv", forward, f"{shape}, dtype=torch.{dtype})"), dtype, tmp_path, 13)
+
+
+def residual_file(tmp_path: Path, forward: str, shape: str) -> Path:
+    """A KernelBench-format file of two inputs x and y of one shape, forward(x, y) returning `forward`."""
+    f = tmp_path / "residual.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n"
+        f"    def forward(self, x, y):\n        return {forward}\n\n"
+        f"def get_inputs():\n    return [torch.rand{shape}, torch.rand{shape}]\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
+# a residual sum and its rows normalized: the other input read where x is, two rewrites written
+RESIDUAL = [
+    (
+        "x + y and its RMSNorm (one CTA a row)",
+        "(x + y, (x + y) * torch.rsqrt((x + y).pow(2).mean(-1, keepdim=True) + 1e-6))",
+        "(64, 8, 1024",
+    ),
+    ("x + y and its norm a row", "(x + y, torch.norm(x + y, dim=-1))", "(64, 8, 1024"),
+    ("x + y normalized alone, rows of 64K", "(x + y) / torch.norm(x + y, dim=-1, keepdim=True)", "(16, 8, 65536"),
+    (
+        "x + y and its RMSNorm, rows of 8M",
+        "(x + y, (x + y) * torch.rsqrt((x + y).pow(2).mean(-1, keepdim=True) + 1e-6))",
+        "(2, 1, 8 * 1024 * 1024",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "forward", "shape"), RESIDUAL)
+def test_a_residual_sum_is_read_where_x_is(what: str, forward: str, shape: str, tmp_path: Path) -> None:
+    """The second input is a "full" parameter of the template (`weighted`), and every rewrite of
+    the sum is an output of its own (`element_outputs`); compiled for sm_90a."""
+    m, _ = compiled_match(residual_file(tmp_path, forward, shape + ")"), "float32", tmp_path, "norm")
+    assert "param_kinds=('full',)" in m.source and "(x + p[0])" in m.source
+    assert ("element_outputs=2" in m.source) == what.endswith(("RMSNorm (one CTA a row)", "rows of 8M"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "shape"), RESIDUAL)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_residual_sum_and_its_norm_are_right(what: str, forward: str, shape: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(residual_file(tmp_path, forward, f"{shape}, dtype=torch.{dtype})"), dtype, tmp_path, 17)
+
+
 # a model's parameters used by the rewrite, one value an element of a row (read as the norm
 # modules' weights are: N.GroupedNorm's params); casts between floating dtypes are no-ops in fp32
 AFFINE = [

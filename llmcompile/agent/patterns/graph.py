@@ -220,12 +220,36 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
         raise Unsupported(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
     from torch.fx.passes.shape_prop import ShapeProp
 
+    merge_repeats(gm)
     try:
         ShapeProp(gm).propagate(*given)
     except Exception as e:  # noqa: BLE001
         raise Unsupported(f"shapes do not propagate on the meta device ({type(e).__name__}: {e})") from None
     shapes = {n: tm.shape for n in gm.graph.nodes if hasattr(tm := n.meta.get("tensor_meta"), "shape")}
     return gm, given, shapes
+
+
+_IMPURE = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson")
+
+
+def merge_repeats(gm: fx.GraphModule) -> None:
+    """The same call on the same arguments, written twice (`x + y` in each of two outputs, a
+    statistic computed again where it is returned), made one node: torch.fx keeps each as it is
+    written, and a template reads a value once. Not for in-place calls, modules or randomness."""
+    seen: dict[tuple, fx.Node] = {}
+    for n in list(gm.graph.nodes):
+        if n.op not in ("call_function", "call_method"):
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if name.endswith("_") or any(w in name for w in _IMPURE):
+            continue
+        key = (n.op, n.target, repr(n.args), repr(n.kwargs))
+        if key in seen:
+            n.replace_all_uses_with(seen[key])
+            gm.graph.erase_node(n)
+        else:
+            seen[key] = n
+    gm.recompile()
 
 
 def split_nodes(gm: fx.GraphModule) -> tuple[list[fx.Node], list[fx.Node], list[fx.Node]]:

@@ -15,8 +15,8 @@ from llmcompile.agent.patterns.graph import (
     Op,
     Unsupported,
     depends_on,
-    one_result,
     only_module,
+    param_names,
     results_of,
     split_nodes,
 )
@@ -139,28 +139,56 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     max, a norm, a variance, a log-sum-exp of each row, and what the output makes of it alone)."""
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
-    if len(tens) != 1 or len(given) != 1 or not any(is_reduction(gm, n) for n in calls):
+    if not tens or len(tens) != len(given) or not any(is_reduction(gm, n) for n in calls):
         return None
     xnode = tens[0][0]
+    shape = tuple(shapes[xnode])
+    # other inputs of x's shape, read where x is (a residual added before the norm)
+    others = [n for n, _ in tens[1:]]
+    if any(tuple(shapes[n]) != shape for n in others):
+        return None
     reds = find_reductions(gm, calls, shapes)
     red, carrier, dim, span = reds[0]
-    shape = tuple(shapes[xnode])
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
         if len(reds) > 1:
             raise Unsupported(f"{len(reds)} reductions (the templates fuse one, or several of one row)")
         return None
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
+    if others and (red.kind in PAIRED or len(reds) > 1):
+        raise Unsupported(f"{len(tens)} inputs beside `{red.kind}` (one reduction of several inputs is taken)")
     if red.kind in PAIRED:
         return _values_and_indices(spec, gm, shapes, red, carrier, results_of(out), xnode, shape, dim, seg)
-    res = one_result(out, "norm")
+    results = results_of(out)
     if len(reds) > 1:
-        return _joint_of_rows(spec, gm, shapes, reds, xnode, res, seg)
-    side = depends_on(gm, {xnode}, carrier)
-    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+        return _joint_of_rows(spec, gm, shapes, reds, xnode, results, seg)
+    elements, values, written = _outputs(spec, gm, shapes, (xnode, *others), carrier, results, seg)
+    res = elements[0] if elements else values[0]
+    side = depends_on(gm, {xnode, *others}, carrier)
     weights = _weights(gm, shapes, shape[dim:])
+    if others and weights:
+        raise Unsupported(f"{len(tens)} inputs and a model's parameters beside a reduction of each row")
+    penv = {n: f"p[{i}]" for i, n in enumerate(others)}
+    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg, penv)
+    if values or len(elements) > 1:  # x rewritten (several ways), values of its rows beside it
+        if red.kind in ("argmax", "argmin") or stat_name(gm, red, carrier) != red.kind:  # (an index, a softmax)
+            raise Unsupported(f"`{stat_name(gm, red, carrier)}` with several outputs beside it")
+        what = f"{len(elements)} rewrite(s) of x with its rows' {red.kind}"
+        what += f", and {len(values)} value(s) a row" * bool(values) + f" ({seg} elements a row)"
+        env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}
+        parts = {
+            "prologue": prologue,
+            "finalize": stat,
+            "combine": combine,
+            "identity": identity,
+            "apply": ", ".join(Emitter(gm, env, vector=False).expr(e) for e in elements),
+            "per_group": ", ".join(Emitter(gm, {carrier: "s[0]"}, vector=False).expr(v) for v in values),
+            "element_outputs": len(elements),
+        }
+        ctx = {**_rows_context(spec, what, parts, weights, shape, dim, seg, False), "written": written}
+        return {**ctx, **_full_inputs(spec, given, ph, others)}
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
-        env = {**rewrite_env(gm, xnode, carrier), **weights}
+        env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}
         finalize, apply = stat, Emitter(gm, env, vector=False).expr(res)
     elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
         what = f"the {red.kind} of each row ({seg} elements a row)"
@@ -168,7 +196,17 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     else:
         raise Unsupported("a reduction along the last dim whose output is neither x rewritten nor its statistic")
     parts = {"prologue": prologue, "finalize": finalize, "combine": combine, "identity": identity, "apply": apply}
-    return _rows_context(spec, what, parts, weights, shape, dim, seg, red.kind in ("argmax", "argmin"))
+    ctx = _rows_context(spec, what, parts, weights, shape, dim, seg, red.kind in ("argmax", "argmin"))
+    return {**ctx, **_full_inputs(spec, given, ph, others)} if others else ctx
+
+
+def _full_inputs(spec: OpSpec, given: list, ph: list, others: list) -> dict:
+    """Inputs of x's shape beside it, read where x is: the template's "full" parameters, which
+    reach the prologue (`weighted`) and the rewrite as p[i]."""
+    if not others:
+        return {}
+    env, _, _ = param_names(spec, given, ph)
+    return {"weighted": True, "param_kinds": repr(("full",) * len(others)), "norm_params": [env[n] for n in others]}
 
 
 def _values_and_indices(
@@ -192,6 +230,31 @@ def _values_and_indices(
     parts = {"prologue": prologue, "finalize": stat, "combine": combine, "identity": identity, "apply": None}
     what = f"the {red.kind.split('_')[0]} of each row and its index ({seg} elements a row)"
     return {**_rows_context(spec, what, parts, {}, shape, dim, seg, True), "written": [t.name for t in spec.outputs]}
+
+
+def _outputs(
+    spec: OpSpec, gm: fx.GraphModule, shapes: dict, inputs: tuple, carriers: fx.Node | tuple, results: list, seg: int
+) -> tuple[list[fx.Node], list[fx.Node], list[str]]:
+    """The graph's outputs as the template writes them: x rewritten (several ways: a residual
+    sum and its rows normalized), then values of its rows beside a rewrite (the normalized rows
+    and their statistic); with the outputs' names in that order. One output is a rewrite or a
+    value a row, as the caller decides."""
+    names = [t.name for t in spec.outputs]
+    if len(results) == 1:
+        return [results[0]], [], names
+    side = depends_on(gm, set(inputs), carriers)
+    shape = tuple(shapes[inputs[0]])
+    rows = math.prod(shape) // seg
+    rewrite = [
+        i for i, r in enumerate(results) if side.get(r) in ({"x", "r"}, {"x"}) and tuple(shapes.get(r, ())) == shape
+    ]
+    values = [i for i, r in enumerate(results) if side.get(r) == {"r"} and math.prod(shapes.get(r, (-1,))) == rows]
+    if len(names) != len(results) or not rewrite or len(rewrite) + len(values) != len(results):
+        listed = ", ".join(r.name if isinstance(r, fx.Node) else repr(r) for r in results)
+        raise Unsupported(
+            f"a graph with {len(results)} outputs ({listed}) that are not x rewritten and values of its rows"
+        )
+    return [results[i] for i in rewrite], [results[i] for i in values], [names[i] for i in rewrite + values]
 
 
 def _weights(gm: fx.GraphModule, shapes: dict, row: tuple) -> dict[fx.Node, str]:
@@ -234,7 +297,7 @@ _JOINT = (
 
 
 def _joint_of_rows(
-    spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, res: fx.Node, seg: int
+    spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, seg: int
 ) -> dict:
     """Several statistics of the same values of each row (a mean and a standard deviation: a
     LayerNorm written out), folded together; x rewritten with them, or what the output makes of
@@ -253,13 +316,21 @@ def _joint_of_rows(
     x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
     stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
     carriers = tuple(c for _, c, _, _ in reds)
+    elements, values, written = _outputs(spec, gm, shapes, (xnode,), carriers, results, seg)
+    if len(elements) > 1:
+        raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")
+    res = elements[0]
     side = depends_on(gm, {xnode}, carriers).get(res)
     shape, dim = tuple(shapes[xnode]), reds[0][2]
     weights = _weights(gm, shapes, shape[dim:])
     if side == {"x", "r"}:
         env = {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}, **weights}
         finalize, apply = ", ".join(stats), Emitter(gm, env, vector=False).expr(res)
+        stat_env = Emitter(gm, {c: f"s[{i}]" for i, c in enumerate(carriers)}, vector=False)
+        per_group = ", ".join(stat_env.expr(v) for v in values)
         what = f"x rewritten with its rows' {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+        if values:
+            what += f", and {len(values)} value(s) a row"
     elif side == {"r"}:
         finalize = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res)
         apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each row make ({seg} elements a row)"
@@ -272,4 +343,9 @@ def _joint_of_rows(
         "identity": ", ".join(lit(v) for v in identity) + ",",
         "apply": apply,
     }
+    if values:
+        return {
+            **_rows_context(spec, what, {**parts, "per_group": per_group}, weights, shape, dim, seg, False),
+            "written": written,
+        }
     return _rows_context(spec, what, parts, weights, shape, dim, seg, False)

@@ -128,14 +128,16 @@ def as_reduce(red: Op) -> tuple[str, str, str]:
     return "sum", wrap, post
 
 
-def reduction_parts(gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int | str) -> tuple[str, str, str, str]:
+def reduction_parts(
+    gm: fx.GraphModule, red: Op, xnode: fx.Node, length: int | str, others: dict | None = None
+) -> tuple[str, str, str, str]:
     """A reduction over `length` elements of x as a template takes it (or over as many as the
     run-time value `length` names): the combine, its identity (as source), the prologue an
     element goes through, and the statistic made of `acc`. (A norm is a sum of |x| or x*x, and
-    its root.)"""
+    its root.) `others`: how the prologue names other inputs (a residual read where x is)."""
     kind, wrap, post = as_reduce(red)
     combine, identity, pro_fmt, epi = REDUCE[kind]
-    pro = wrap.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]))
+    pro = wrap.format(x=Emitter(gm, {xnode: "x", **(others or {})}, vector=False).expr(red.args[0]))
     inv_rc = inv_dof(red, length) if kind in ("var", "std") else ""
     inv_r = f"(Float32(1.0) / {length})" if isinstance(length, str) else lit(1.0 / length)
     stat = post.format(s=epi.format(inv_r=inv_r, inv_rc=inv_rc))

@@ -219,16 +219,25 @@ def write(out: Path, cfg: Config, runs: dict[str, dict], device_name: str) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    from llmcompile.bench.plots import save_png
+
+    both = {"torch", "llmcompile"} <= runs.keys()
+    fig, axes = plt.subplots(2 if both else 1, 1, figsize=(7, 5 if both else 4), sharex=True, squeeze=False)
+    ax = axes[0][0]
     for name, r in runs.items():
         ax.plot(r["loss"], label=f"{name} ({r['tokens_per_s']:.0f} tokens/s)", linewidth=1)
     ax.axhline(math.log(cfg.vocab), color="grey", linestyle=":", linewidth=0.8)
-    ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss")
     ax.set_title(f"{cfg.layers} layers x {cfg.dim}, seq {cfg.seq}, batch {cfg.batch}")
     ax.legend()
+    if both:  # the curves lie on each other: their difference, step by step
+        diff = [b - a for a, b in zip(runs["torch"]["loss"], runs["llmcompile"]["loss"])]
+        axes[1][0].plot(diff, linewidth=0.8, color="black")
+        axes[1][0].axhline(0.0, color="grey", linewidth=0.5)
+        axes[1][0].set_ylabel("ours - torch's")
+    axes[-1][0].set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(out / "train-llama.png", dpi=90)
+    save_png(fig, out / "train-llama.png", dpi=80)
     plt.close(fig)
 
 

@@ -172,8 +172,9 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     if values or len(elements) > 1:  # x rewritten (several ways), values of its rows beside it
         if red.kind in ("argmax", "argmin") or stat_name(gm, red, carrier) != red.kind:  # (an index, a softmax)
             raise Unsupported(f"`{stat_name(gm, red, carrier)}` with several outputs beside it")
-        what = f"{len(elements)} rewrite(s) of x with its rows' {red.kind}"
-        what += f", and {len(values)} value(s) a row" * bool(values) + f" ({seg} elements a row)"
+        rewrites = "x rewritten" if len(elements) == 1 else f"{len(elements)} rewrites of x"
+        beside = {0: "", 1: ", and a value a row beside it"}.get(len(values), f", and {len(values)} values a row")
+        what = f"{rewrites} with its rows' {red.kind}{beside} ({seg} elements a row)"
         env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}
         parts = {
             "prologue": prologue,
@@ -330,7 +331,7 @@ def _joint_of_rows(
         per_group = ", ".join(stat_env.expr(v) for v in values)
         what = f"x rewritten with its rows' {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
         if values:
-            what += f", and {len(values)} value(s) a row"
+            what += f", and {len(values)} value{'s' * (len(values) > 1)} a row beside it"
     elif side == {"r"}:
         finalize = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res)
         apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each row make ({seg} elements a row)"

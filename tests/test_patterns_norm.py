@@ -114,6 +114,7 @@ def test_values_and_indices_of_each_row_are_two_outputs(what: str, forward: str,
     ("forward", "why"),
     [
         ("(lambda r: (r[1], r[0]))(torch.max(x, dim=-1))", "not the outputs, in that order"),
+        ("torch.max(x, dim=-1)[::-1]", "taken by slice(None, None, -1)"),
         ("(lambda r: (r[0] * 2, r[1]))(torch.max(x, dim=-1))", "not the outputs, in that order"),
     ],
 )

@@ -201,8 +201,10 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
         r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})
     if r.kind in ("max", "min"):
         users = list(r.node.users)
-        items = sorted(u.args[1] for u in users if u.op != "output" and op_of(gm, u).kind == "getitem")
-        if any(u.op == "output" for u in users) or items == [0, 1]:
+        picks = [u.args[1] for u in users if u.op != "output" and op_of(gm, u).kind == "getitem"]
+        if any(not isinstance(i, int) or i not in (0, 1) for i in picks):
+            raise Unsupported(f"`{r.kind}`'s values and indices taken by {', '.join(map(repr, picks))}")
+        if any(u.op == "output" for u in users) or sorted(picks) == [0, 1]:
             # both the values and the indices: one fold of (value, index) pairs gives the two
             r = Op(r.node, f"{r.kind}_and_index", r.args, r.kw)
             exact_count(r, math.prod(shapes[x][dim % rank : dim % rank + span]))

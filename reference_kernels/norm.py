@@ -310,7 +310,7 @@ class GroupedNorm:
             self._rewrite(mX, params, self._elements(mO), g, Int64(0), n, stats, groups, tidx)
             if const_expr(self._values_a_group(mO)):
                 if tidx == 0:
-                    _write(mO[self.element_outputs :], g, self.per_group(stats))
+                    self._write_values(mO, g, stats)
 
     @cute.kernel
     def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, copy: cute.TiledCopy):
@@ -349,7 +349,7 @@ class GroupedNorm:
             tXrO[i] = self.apply(Float32(tXrX[i]), stats, tuple(ps))
         if const_expr(self._values_a_group(mO)):
             if ctx.row_ok & ctx.row_leader:
-                _write(mO[1:], g, self.per_group(stats))
+                self._write_values(mO, g, stats)
         R.store_row(ctx, tXrO.load(), _outs(mO)[0])
 
     @cute.kernel
@@ -383,7 +383,7 @@ class GroupedNorm:
                 for i in cutlass.range_constexpr(len(stats)):
                     mW[g * k * MAX_ARITY + i] = Float32(stats[i])
                 if const_expr(self._values_a_group(mO)):
-                    _write(mO[self.element_outputs :], g, self.per_group(stats))
+                    self._write_values(mO, g, stats)
 
     @cute.kernel
     def rewrite(
@@ -457,7 +457,7 @@ class GroupedNorm:
             self._rewrite(mX, params, self._elements(mO), g, start, stop, stats, groups, tidx, sX)
             if const_expr(self._values_a_group(mO)):
                 if (j == 0) & (tidx == 0):  # (every chunk's CTA holds the statistics: the first writes)
-                    _write(mO[self.element_outputs :], g, self.per_group(stats))
+                    self._write_values(mO, g, stats)
             ticket = Int64(sTicket[0])
 
     # ------------------------------------------------------------------ pieces
@@ -469,6 +469,11 @@ class GroupedNorm:
 
     def _values_a_group(self, mO: cute.Tensor | tuple) -> bool:
         return isinstance(mO, tuple) and len(mO) > self.element_outputs
+
+    @cute.jit
+    def _write_values(self, mO: tuple, g: Int64, stats: tuple):
+        """Group g's values a group, per_group's, to the outputs after the rewritten ones."""
+        _write(mO[self.element_outputs :], g, self.per_group(stats))
 
     @cute.jit
     def _fold_partials(self, mW: cute.Tensor, g: Int64, k: Int64, tidx, threads: cutlass.Constexpr[int]) -> tuple:

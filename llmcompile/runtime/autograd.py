@@ -102,6 +102,11 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """t as (rows, N), dense: the loss's rows line up with its targets flattened."""
+    return t.reshape(-1, t.shape[-1]).contiguous()
+
+
 class RMSNormFunction(torch.autograd.Function):
     """RMSNorm over the last dim (leading dims flattened into rows): rstd saved; dx and dw
     (summed over rows, deterministically) from (dy, x, w, rstd)."""
@@ -144,7 +149,7 @@ class CrossEntropyLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
-        x2, t = x.reshape(-1, x.shape[-1]).contiguous(), target.reshape(-1)
+        x2, t = _flat(x), target.reshape(-1)
         # the upstream gradient of each row's loss, on the device: nobody waits for the count
         kept = (t != ignore_index).sum().clamp(min=1).float()
         scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
@@ -204,6 +209,6 @@ def cross_entropy_loss(
     if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone
         t = target.reshape(-1)
         scalars = _given("cross_entropy", ignore_index=int(ignore_index))
-        total = kernels.cross_entropy(x.reshape(-1, x.shape[-1]).contiguous(), t, **scalars).sum()
+        total = kernels.cross_entropy(_flat(x), t, **scalars).sum()
         return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")

@@ -156,26 +156,26 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
     if others and (red.kind in PAIRED or len(reds) > 1):
         raise Unsupported(f"{len(tens)} inputs beside `{red.kind}` (one reduction of several inputs is taken)")
-    if red.kind in PAIRED:
-        return _values_and_indices(spec, gm, shapes, red, carrier, results_of(out), xnode, shape, dim, seg)
     results = results_of(out)
+    if red.kind in PAIRED:
+        return _values_and_indices(spec, gm, shapes, red, carrier, results, xnode, shape, dim, seg)
     if len(reds) > 1:
         return _joint_of_rows(spec, gm, shapes, reds, xnode, results, seg)
-    elements, values, written = _outputs(spec, gm, shapes, (xnode, *others), carrier, results, seg)
-    res = elements[0] if elements else values[0]
     side = depends_on(gm, {xnode, *others}, carrier)
+    elements, values, written = _outputs(spec, shapes, side, xnode, results, seg)
+    res = elements[0]
     weights = _weights(gm, shapes, shape[dim:])
     if others and weights:
         raise Unsupported(f"{len(tens)} inputs and a model's parameters beside a reduction of each row")
     penv = {n: f"p[{i}]" for i, n in enumerate(others)}
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg, penv)
+    env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}  # (what a rewrite reads)
     if values or len(elements) > 1:  # x rewritten (several ways), values of its rows beside it
         if red.kind in ("argmax", "argmin") or stat_name(gm, red, carrier) != red.kind:  # (an index, a softmax)
             raise Unsupported(f"`{stat_name(gm, red, carrier)}` with several outputs beside it")
         rewrites = "x rewritten" if len(elements) == 1 else f"{len(elements)} rewrites of x"
         beside = {0: "", 1: ", and a value a row beside it"}.get(len(values), f", and {len(values)} values a row")
         what = f"{rewrites} with its rows' {red.kind}{beside} ({seg} elements a row)"
-        env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}
         parts = {
             "prologue": prologue,
             "finalize": stat,
@@ -189,7 +189,6 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
         return {**ctx, **_full_inputs(spec, given, ph, others)}
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
         what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
-        env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}
         finalize, apply = stat, Emitter(gm, env, vector=False).expr(res)
     elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
         what = f"the {red.kind} of each row ({seg} elements a row)"
@@ -234,17 +233,16 @@ def _values_and_indices(
 
 
 def _outputs(
-    spec: OpSpec, gm: fx.GraphModule, shapes: dict, inputs: tuple, carriers: fx.Node | tuple, results: list, seg: int
+    spec: OpSpec, shapes: dict, side: dict, xnode: fx.Node, results: list, seg: int
 ) -> tuple[list[fx.Node], list[fx.Node], list[str]]:
     """The graph's outputs as the template writes them: x rewritten (several ways: a residual
     sum and its rows normalized), then values of its rows beside a rewrite (the normalized rows
     and their statistic); with the outputs' names in that order. One output is a rewrite or a
-    value a row, as the caller decides."""
+    value a row, as the caller decides. `side`: depends_on's of the graph."""
     names = [t.name for t in spec.outputs]
     if len(results) == 1:
         return [results[0]], [], names
-    side = depends_on(gm, set(inputs), carriers)
-    shape = tuple(shapes[inputs[0]])
+    shape = tuple(shapes[xnode])
     rows = math.prod(shape) // seg
     rewrite = [
         i for i, r in enumerate(results) if side.get(r) in ({"x", "r"}, {"x"}) and tuple(shapes.get(r, ())) == shape
@@ -317,11 +315,12 @@ def _joint_of_rows(
     x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
     stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
     carriers = tuple(c for _, c, _, _ in reds)
-    elements, values, written = _outputs(spec, gm, shapes, (xnode,), carriers, results, seg)
+    sides = depends_on(gm, {xnode}, carriers)
+    elements, values, written = _outputs(spec, shapes, sides, xnode, results, seg)
     if len(elements) > 1:
         raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")
     res = elements[0]
-    side = depends_on(gm, {xnode}, carriers).get(res)
+    side = sides.get(res)
     shape, dim = tuple(shapes[xnode]), reds[0][2]
     weights = _weights(gm, shapes, shape[dim:])
     if side == {"x", "r"}:

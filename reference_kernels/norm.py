@@ -29,11 +29,14 @@ LayerNorm's per-element weight (0, 1), a channel's weight in GroupNorm (C/G, H*W
 BatchNorm (1, L).
 
 Four paths, by the group's size, all deterministic:
-- groups of at most `fused_max` elements: one kernel, a CTA a group folds it, then rewrites it
-  (the second read mostly hits L2);
-- groups of one segment up to `row_max` elements whose parameters are constant over the group
-  (an InstanceNorm, a row norm of 64K elements): the row template of `reduce.py`, the group in
-  the registers of a CTA or a cluster, so it is read once and written once;
+- groups of at most `fused_max` elements (a reduction per group, or a rewrite whose
+  parameters the row path does not take): one kernel, a CTA a group folds it, then rewrites
+  it (the second read mostly hits L2);
+- a rewrite of groups of one segment up to `row_max` elements whose parameters are constant
+  over the group, one a column, or of x's shape (an InstanceNorm, an RMSNorm written out with
+  its weight, a residual sum and its norm, a row norm of 64K elements): the row template of
+  `reduce.py`, the group in the registers of a CTA or a cluster, so it is read once and
+  written once, however short the group;
 - longer groups held on chip: every CTA folds a chunk of a group into its shared memory, the
   group's CTAs meet at a barrier in global memory (an arrival counter), each folds the group's
   partials in the same fixed order, then rewrites its chunk from shared memory: the input is
@@ -208,16 +211,15 @@ class GroupedNorm:
         else:
             groups = Int64(self.gpi)
             count = items * self.seg_len
+        # A rewrite whose group fits a CTA's or a cluster's registers reads x once there, however
+        # short the group (the fused path reads it twice): its parameters must be one a group,
+        # one a column of the row, or of x's own shape.
+        indexed = const_expr(any(self._kind(i) == "indexed" for i in range(len(params))))
         as_rows = const_expr(
             self.apply is not None
-            and "full" not in self.param_kinds
-            and not self.weighted
             and self.mode == "groups"
-            and not t.fused
             and self.seg_len <= self.knobs.row_max
-            and (self.param_mul == 0 or self.param_div % self.seg_len == 0)
-            and (len(params) == 0 or self.param_div % self.seg_len == 0)
-            and self.element_outputs == 1
+            and (not indexed or self.param_div % self.seg_len == 0 or self._column_params())
         )
         # Not where the parameters change with every element (a LayerNorm's weight over (C, H, W)):
         # a group would read its own size of them again, where the split path's chunk-major
@@ -235,12 +237,19 @@ class GroupedNorm:
             # the tensor as (groups, L) rows
             rows_layout = cute.make_layout((groups, self.seg_len), stride=(self.seg_len, 1))
             mX2 = cute.make_tensor(mX.iterator, rows_layout)
-            mO2 = cute.make_tensor(_outs(mO)[0].iterator, rows_layout)
-            if const_expr(isinstance(mO, tuple)):
-                mO2 = (mO2, *mO[1:])
-            self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest)
+            eo = const_expr(self.element_outputs)
+            mO2 = tuple(cute.make_tensor(o.iterator, rows_layout) for o in _outs(mO)[:eo]) + _outs(mO)[eo:]
+            if const_expr(not isinstance(mO, tuple)):
+                mO2 = mO2[0]
+            params2 = tuple(
+                cute.make_tensor(p.iterator, rows_layout) if const_expr(self._kind(i) == "full") else p
+                for i, p in enumerate(params)
+            )
+            # a weighted prologue holds its parameters' values beside the row's through the fold
+            arrays = const_expr(1 + (sum(1 for i in range(len(params)) if self._row_vector(i)) if self.weighted else 0))
+            self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest, arrays)
             copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
-            R.launch_rows(self.rows(mX2, params, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
+            R.launch_rows(self.rows(mX2, params2, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
         elif const_expr(t.fused):
             self.fused(mX, params, mO, groups).launch(
                 grid=[Int32(groups), 1, 1], block=[t.num_threads, 1, 1], stream=stream
@@ -325,32 +334,71 @@ class GroupedNorm:
         shift = Float32(0.0)
         if ctx.row_ok:
             shift = Float32(mX[g, 0])
-        acc = tuple(Float32(v) for v in self.identity)
+        # a weighted prologue needs the parameters before the fold; apply alone, after it (only
+        # the row is live while it is reduced)
+        pv = self._row_params(ctx, params, g, tXrX) if const_expr(self.weighted) else None
+        terms = []
         for i in cutlass.range_constexpr(cute.size(tXrX)):
             if const_expr(self.with_index):
-                new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift, ctx.tXcX[i][1]))
+                term = self.prologue(Float32(tXrX[i]), shift, ctx.tXcX[i][1])
+            elif const_expr(self.weighted):
+                term = self.prologue(Float32(tXrX[i]), shift, self._at_element(pv, i))
             else:
-                new = self.combine(acc, self.prologue(Float32(tXrX[i]), shift))
-            if const_expr(t.even_n):
-                acc = new
-            else:  # padding columns are not part of the row
-                acc = tuple(cutlass.select_(ctx.tXcX[i][1] < t.n, x, y) for x, y in zip(new, acc))
+                term = self.prologue(Float32(tXrX[i]), shift)
+            # padding columns are not part of the row
+            terms.append((True if const_expr(t.even_n) else ctx.tXcX[i][1] < t.n, term))
+        acc = R.fold_terms(self.combine, tuple(Float32(v) for v in self.identity), terms)
         acc = R.row_reduce(acc, self.combine, t, scratch.at(ctx))
         stats = self.finalize(acc, Float32(self.seg_len), shift)
-        # parameters constant over the group: one of each, read once
-        ps = []
-        for p in params:
-            v = Float32(0.0)
-            if ctx.row_ok:
-                v = Float32(_at(p, (g % self.gpi) * self.param_mul, 1)[0])
-            ps.append(v)
-        tXrO = cute.make_rmem_tensor_like(tXrX, Float32)
+        if const_expr(not self.weighted):
+            pv = self._row_params(ctx, params, g, tXrX)
+        outs = _outs(self._elements(mO))
+        tXrO = [cute.make_rmem_tensor_like(tXrX, Float32) for _ in outs]
         for i in cutlass.range_constexpr(cute.size(tXrX)):
-            tXrO[i] = self.apply(Float32(tXrX[i]), stats, tuple(ps))
+            vals = self.apply(Float32(tXrX[i]), stats, self._at_element(pv, i))
+            if const_expr(len(outs) == 1):
+                tXrO[0][i] = vals
+            else:
+                for j in cutlass.range_constexpr(len(outs)):
+                    tXrO[j][i] = vals[j]
         if const_expr(self._values_a_group(mO)):
             if ctx.row_ok & ctx.row_leader:
                 self._write_values(mO, g, stats)
-        R.store_row(ctx, tXrO.load(), _outs(mO)[0])
+        for j in cutlass.range_constexpr(len(outs)):
+            R.store_row(ctx, tXrO[j].load(), outs[j])
+
+    @cute.jit
+    def _row_params(self, ctx: R.RowContext, params: tuple, g: Int32, tXrX) -> list:
+        """Each parameter on the row path: registers in the row's partition (x-shaped, or one
+        value a column), or one value for the whole group."""
+        pv = []
+        for i, p in enumerate(params):
+            if const_expr(self._kind(i) == "full"):
+                v = cute.make_rmem_tensor_like(tXrX)
+                R.load_row_into(ctx, p, v, 0.0)
+            elif const_expr(self._row_vector(i)):
+                v = R.load_columns(ctx, p)
+            else:
+                v = Float32(0.0)
+                if ctx.row_ok:
+                    v = Float32(_at(p, (g % self.gpi) * self.param_mul, 1)[0])
+            pv.append(v)
+        return pv
+
+    def _at_element(self, pv: list, i: int) -> tuple:
+        """The parameters' values at element i of the thread's row slice."""
+        return tuple(Float32(v[i]) if self._row_vector(k) else v for k, v in enumerate(pv))
+
+    def _kind(self, i: int) -> str:
+        return self.param_kinds[i] if i < len(self.param_kinds) else "indexed"
+
+    def _column_params(self) -> bool:
+        """Indexed parameters looked up by the element's column alone (a weight over the row)."""
+        return self.param_div == 1 and (self.param_mul == 0 or self.gpi == 1)
+
+    def _row_vector(self, i: int) -> bool:
+        """Parameter i takes a value an element on the row path (not one a group)."""
+        return self._kind(i) == "full" or (self._column_params() and self.param_div % self.seg_len != 0)
 
     @cute.kernel
     def partials(
@@ -550,6 +598,7 @@ class GroupedNorm:
         t = self.tiling
         acc = tuple(Float32(v) for v in self.identity)
         for s in cutlass.range(Int32((stop - start + t.step - 1) // t.step), unroll=1):
+            terms = []
             for f, ok, r in self._loads(mX, g, start, stop, s, groups, tidx):
                 if const_expr(sX is not None):
                     if ok:
@@ -562,8 +611,8 @@ class GroupedNorm:
                         term = self.prologue(Float32(r[e]), shift, f + e)
                     else:
                         term = self.prologue(Float32(r[e]), shift)
-                    new = self.combine(acc, term)
-                    acc = tuple(cutlass.select_(ok, x, y) for x, y in zip(new, acc))
+                    terms.append((ok, term))
+            acc = R.fold_terms(self.combine, acc, terms)
         return acc
 
     @cute.jit
@@ -577,7 +626,7 @@ class GroupedNorm:
         pv = []
         for i, p in enumerate(params):
             v = cute.make_rmem_tensor(t.vec, p.element_type)
-            full = const_expr(i < len(self.param_kinds) and self.param_kinds[i] == "full")
+            full = const_expr(self._kind(i) == "full")
             if ok:
                 if const_expr(full):
                     cute.autovec_copy(_at(p, self._offset(g, f, groups), t.vec), v)

@@ -25,6 +25,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels import reduce as R
 from reference_kernels.reduce import count_mean_m2, max_sumexp, pick, vector_elems  # noqa: F401 - S.* combines
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.tuning import strided as T
@@ -174,15 +175,10 @@ class StridedReduce:
     @cute.jit
     def _fold(self, regs: list, acc: tuple) -> tuple:
         t = self.tiling
-        for rr, ok, reg in regs:
-            acc = tuple(
-                tuple(
-                    cutlass.select_(ok, nv, av)
-                    for nv, av in zip(self.combine(acc[j], self.prologue(Float32(reg[j]), rr)), acc[j])
-                )
-                for j in range(t.vec)
-            )
-        return acc
+        return tuple(
+            R.fold_terms(self.combine, acc[j], [(ok, self.prologue(Float32(reg[j]), rr)) for rr, ok, reg in regs])
+            for j in range(t.vec)
+        )
 
     @cute.jit
     def _fold_threads_r(self, acc: tuple, ti: Int32, tr: Int32) -> tuple:
@@ -210,6 +206,9 @@ class StridedReduce:
 
 
 # --------------------------------------------------------------------------- combines
+
+
+INF = float("inf")
 
 
 def first(x: Float32, r: Int32) -> tuple:
@@ -247,4 +246,25 @@ def argmin(a: tuple, b: tuple) -> tuple:
     return (cutlass.select_(take_b, b[0], a[0]), cutlass.select_(take_b, b[1], a[1]))
 
 
-INF = float("inf")
+def _extreme_block(pick: Callable, fill: float) -> Callable:
+    """A block merge of (value, index) terms in increasing index order: the extreme value, then
+    the first index holding it. An empty block (or one of NaNs alone, which the element-wise
+    merge never takes either) has index +inf, so that it never wins a merge."""
+
+    def block(terms: list) -> tuple:
+        xs = [cutlass.select_(ok, t[0], Float32(fill)) if ok is not True else t[0] for ok, t in terms]
+        m = xs[0]
+        for x in xs[1:]:
+            m = pick(m, x)
+        idx = Float32(INF)
+        for (ok, t), x in reversed(list(zip(terms, xs))):
+            hit = x == m if ok is True else ok & (x == m)
+            idx = cutlass.select_(hit, t[1], idx)
+        return (m, idx)
+
+    return block
+
+
+argmax.block = _extreme_block(cute.arch.fmax, -math.inf)
+argmin.block = _extreme_block(cute.arch.fmin, math.inf)
+

@@ -28,6 +28,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels import reduce as R
 from reference_kernels.reduce import WARP, block_fold, vector_elems
 from reference_kernels.reduce import vector_at as _at
 
@@ -162,10 +163,12 @@ class TotalReduce:
                         cute.autovec_copy(_at(ins[k], at, t.vec), r)
                     vals.append(r)
                 loaded.append((ok, vals))
-            for ok, vals in loaded:
-                for j in cutlass.range_constexpr(t.vec):
-                    new = self.combine(acc, self.prologue(tuple(Float32(v[j]) for v in vals), scalars))
-                    acc = tuple(cutlass.select_(ok, n, a) for n, a in zip(new, acc))
+            terms = [
+                (ok, self.prologue(tuple(Float32(v[j]) for v in vals), scalars))
+                for ok, vals in loaded
+                for j in range(t.vec)
+            ]
+            acc = R.fold_terms(self.combine, acc, terms)
         acc = block_fold(acc, self.combine, tidx, t.num_threads)
         if tidx == 0:
             for k in cutlass.range_constexpr(len(acc)):

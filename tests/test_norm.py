@@ -100,13 +100,16 @@ def test_groups_as_rows_launch_dependent_and_wait_first(tmp_path) -> None:
     assert_waits_before_global_access(body)
 
 
-def test_a_weight_per_element_keeps_the_split_path(tmp_path) -> None:
-    """A LayerNorm's weight over every normalized element: each group would read as many
-    parameters as elements again, so the on-chip path is not taken."""
-    seg = 4 * 24576
-    _compile(_norm(seg, 1, 0, 1, N.NormKnobs()), seg, seg, N.WORKSPACE, f"--keep-ptx --dump-dir={tmp_path}")
-    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
-    assert "kernel_cutlass_partials" in ptx and "kernel_cutlass_resident" not in ptx
+def test_a_weight_per_element_takes_the_row_path_or_the_split_path(tmp_path) -> None:
+    """A LayerNorm's weight over every normalized element: rows up to `row_max` hold it in
+    registers beside the row (one read of x, the weight from L2, as the reference LayerNorm);
+    longer groups would read as many parameters as elements again on the on-chip path, so they
+    take the split path."""
+    for seg, kernel in ((4 * 24576, "kernel_cutlass_rows"), (16 * 24576, "kernel_cutlass_partials")):
+        d = tmp_path / str(seg)
+        _compile(_norm(seg, 1, 0, 1, N.NormKnobs()), seg, seg, N.WORKSPACE, f"--keep-ptx --dump-dir={d}")
+        ptx = "\n".join(p.read_text() for p in d.rglob("*.ptx"))
+        assert kernel in ptx and "kernel_cutlass_resident" not in ptx and "kernel_cutlass_fused" not in ptx
 
 
 def _reference(x: Any, w: Any, b: Any, gpi: int, param_div: int) -> Any:

@@ -200,6 +200,11 @@ RESIDUAL = [
     ("x + y and its norm a row", "(x + y, torch.norm(x + y, dim=-1))", "(64, 8, 1024"),
     ("x + y normalized alone, rows of 64K", "(x + y) / torch.norm(x + y, dim=-1, keepdim=True)", "(16, 8, 65536"),
     (
+        "x + y and its RMSNorm, rows of 1000 (padding columns on the row path)",
+        "(x + y, (x + y) * torch.rsqrt((x + y).pow(2).mean(-1, keepdim=True) + 1e-6))",
+        "(64, 8, 1000",
+    ),
+    (
         "x + y and its RMSNorm, rows of 8M",
         "(x + y, (x + y) * torch.rsqrt((x + y).pow(2).mean(-1, keepdim=True) + 1e-6))",
         "(2, 1, 8 * 1024 * 1024",
@@ -213,7 +218,7 @@ def test_a_residual_sum_is_read_where_x_is(what: str, forward: str, shape: str, 
     the sum is an output of its own (`element_outputs`); compiled for sm_90a."""
     m, _ = compiled_match(residual_file(tmp_path, forward, shape + ")"), "float32", tmp_path, "norm")
     assert "param_kinds=('full',)" in m.source and "(x + p[0])" in m.source
-    assert ("element_outputs=2" in m.source) == what.endswith(("RMSNorm (one CTA a row)", "rows of 8M"))
+    assert ("element_outputs=2" in m.source) == forward.startswith("(x + y, (x + y) *")
 
 
 @pytest.mark.gpu
@@ -260,9 +265,10 @@ def test_a_parameter_of_another_shape_says_why(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(("what", "forward", "init"), AFFINE)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_parameters_of_a_rewrite_are_right(what: str, forward: str, init: str, dtype: str, tmp_path: Path) -> None:
-    init = init.replace("(1024)", f"(1024, dtype=torch.{dtype})")
-    f = problem_file(tmp_path, "affine", forward, f"(256, 8, 1024, dtype=torch.{dtype})", init)
+@pytest.mark.parametrize("n", [1024, 1000])  # 1000: padding columns, the weight's too
+def test_parameters_of_a_rewrite_are_right(what: str, forward: str, init: str, dtype: str, n: int, tmp_path: Path) -> None:
+    init = init.replace("(1024)", f"({n}, dtype=torch.{dtype})")
+    f = problem_file(tmp_path, "affine", forward, f"(256, 8, {n}, dtype=torch.{dtype})", init)
     right_on_gpu(f, dtype, tmp_path, 19)
 
 
@@ -290,5 +296,6 @@ def test_several_statistics_of_a_row_fold_together(what: str, forward: str, tmp_
 @pytest.mark.gpu
 @pytest.mark.parametrize(("what", "forward"), JOINT)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_several_statistics_of_a_row_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
-    right_on_gpu(problem_file(tmp_path, "joint", forward, f"(256, 8, 1024, dtype=torch.{dtype})"), dtype, tmp_path, 29)
+@pytest.mark.parametrize("n", [1024, 1000])
+def test_several_statistics_of_a_row_are_right(what: str, forward: str, dtype: str, n: int, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "joint", forward, f"(256, 8, {n}, dtype=torch.{dtype})"), dtype, tmp_path, 29)

@@ -267,4 +267,3 @@ def _extreme_block(pick: Callable, fill: float) -> Callable:
 
 argmax.block = _extreme_block(cute.arch.fmax, -math.inf)
 argmin.block = _extreme_block(cute.arch.fmin, math.inf)
-

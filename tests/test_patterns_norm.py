@@ -266,7 +266,9 @@ def test_a_parameter_of_another_shape_says_why(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("what", "forward", "init"), AFFINE)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n", [1024, 1000])  # 1000: padding columns, the weight's too
-def test_parameters_of_a_rewrite_are_right(what: str, forward: str, init: str, dtype: str, n: int, tmp_path: Path) -> None:
+def test_parameters_of_a_rewrite_are_right(
+    what: str, forward: str, init: str, dtype: str, n: int, tmp_path: Path
+) -> None:
     init = init.replace("(1024)", f"({n}, dtype=torch.{dtype})")
     f = problem_file(tmp_path, "affine", forward, f"(256, 8, {n}, dtype=torch.{dtype})", init)
     right_on_gpu(f, dtype, tmp_path, 19)

@@ -386,7 +386,9 @@ def count_mean_m2(a: tuple, b: tuple) -> tuple:
     n = a[0] + b[0]
     inv = cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
     delta = b[1] - a[1]
-    mean = a[1] + delta * b[0] * inv
+    # an empty side takes the other's mean as it is (b0 / n rounds for a count of 3): a constant
+    # group keeps its mean exactly, so its deviations stay 0 (torch's std of it is 0, x / it nan)
+    mean = cutlass.select_(a[0] == Float32(0.0), b[1], a[1] + delta * b[0] * inv)
     m2 = a[2] + b[2] + delta * delta * a[0] * b[0] * inv
     return (n, mean, m2)
 
@@ -414,12 +416,16 @@ def fold_terms(combine: Callable, acc: tuple, terms: list) -> tuple:
 
 def _count_mean_m2_block(terms: list) -> tuple:
     """(count, mean, m2) of the terms at once: their mean, then their squared deviations from
-    it (the parallel-axis form of Chan's merge, one division)."""
+    it (the parallel-axis form of Chan's merge, one division). The mean is taken relative to the
+    first term's, so equal terms give exactly their value and no deviation (a fold's terms are
+    in order and a masked term is followed only by masked ones: a first term masked leaves the
+    block empty)."""
     cs = [_masked(ok, t[0], 0.0) for ok, t in terms]
     ms = [_masked(ok, t[1], 0.0) for ok, t in terms]
     n = functools.reduce(lambda a, b: a + b, cs)
-    mean = functools.reduce(lambda a, b: a + b, [c * m for c, m in zip(cs, ms)])
-    mean = mean * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
+    shift = ms[0]
+    mean = functools.reduce(lambda a, b: a + b, [c * (m - shift) for c, m in zip(cs[1:], ms[1:])], Float32(0.0))
+    mean = shift + mean * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
     m2 = Float32(0.0)
     for (ok, t), c, m in zip(terms, cs, ms):
         d = m - mean

@@ -107,6 +107,7 @@ def test_a_weight_per_element_takes_the_row_path_or_the_split_path(tmp_path) -> 
     take the split path."""
     for seg, kernel in ((4 * 24576, "kernel_cutlass_rows"), (16 * 24576, "kernel_cutlass_partials")):
         d = tmp_path / str(seg)
+        d.mkdir()
         _compile(_norm(seg, 1, 0, 1, N.NormKnobs()), seg, seg, N.WORKSPACE, f"--keep-ptx --dump-dir={d}")
         ptx = "\n".join(p.read_text() for p in d.rglob("*.ptx"))
         assert kernel in ptx and "kernel_cutlass_resident" not in ptx and "kernel_cutlass_fused" not in ptx

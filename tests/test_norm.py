@@ -177,7 +177,8 @@ def test_on_chip_path_falls_back_where_the_workspace_is_short(monkeypatch) -> No
     import torch
 
     seg = 2 * 24576
-    monkeypatch.setattr(N, "WORKSPACE", 64)  # k = 2: 5 words a group, 12 groups fit
+    # k = 2: a group's partials and its arrival counter, then the ticket counter: 12 groups fit
+    monkeypatch.setattr(N, "WORKSPACE", 12 * (2 * N.MAX_ARITY + 1) + 1)
     fn = _compile(_norm(seg, 1, 1, seg // 2, N.NormKnobs()), seg, 2, 1 << 16)
     gen = torch.Generator(device="cuda").manual_seed(1)
     w = torch.randn(2, device="cuda", generator=gen)

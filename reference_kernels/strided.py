@@ -175,10 +175,18 @@ class StridedReduce:
     @cute.jit
     def _fold(self, regs: list, acc: tuple) -> tuple:
         t = self.tiling
-        return tuple(
-            R.fold_terms(self.combine, acc[j], [(ok, self.prologue(Float32(reg[j]), rr)) for rr, ok, reg in regs])
-            for j in range(t.vec)
-        )
+        if const_expr(getattr(self.combine, "block", None) is not None):
+            return tuple(
+                R.fold_terms(self.combine, acc[j], [(ok, self.prologue(Float32(reg[j]), rr)) for rr, ok, reg in regs])
+                for j in range(t.vec)
+            )
+        # Element-wise merges load by load, every column of a load together: taken column by column,
+        # a sum of a GELU over the batch dim ran at 87-90% of copy, not 99.6.
+        for rr, ok, reg in regs:
+            acc = tuple(
+                R.fold_terms(self.combine, acc[j], [(ok, self.prologue(Float32(reg[j]), rr))]) for j in range(t.vec)
+            )
+        return acc
 
     @cute.jit
     def _fold_threads_r(self, acc: tuple, ti: Int32, tr: Int32) -> tuple:

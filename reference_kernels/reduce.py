@@ -393,7 +393,7 @@ def count_mean_m2(a: tuple, b: tuple) -> tuple:
     return (n, mean, m2)
 
 
-def _masked(ok, value, fill) -> Float32:
+def masked(ok, value, fill) -> Float32:
     """`value` where `ok`, else `fill`: a term whose element lies outside the tensor (its
     registers were never loaded) contributes nothing."""
     return value if ok is True else cutlass.select_(ok, value, Float32(fill))
@@ -420,8 +420,8 @@ def _count_mean_m2_block(terms: list) -> tuple:
     first term's, so equal terms give exactly their value and no deviation (a fold's terms are
     in order and a masked term is followed only by masked ones: a first term masked leaves the
     block empty)."""
-    cs = [_masked(ok, t[0], 0.0) for ok, t in terms]
-    ms = [_masked(ok, t[1], 0.0) for ok, t in terms]
+    cs = [masked(ok, t[0], 0.0) for ok, t in terms]
+    ms = [masked(ok, t[1], 0.0) for ok, t in terms]
     n = functools.reduce(lambda a, b: a + b, cs)
     shift = ms[0]
     mean = functools.reduce(lambda a, b: a + b, [c * (m - shift) for c, m in zip(cs[1:], ms[1:])], Float32(0.0))
@@ -429,7 +429,7 @@ def _count_mean_m2_block(terms: list) -> tuple:
     m2 = Float32(0.0)
     for (ok, t), c, m in zip(terms, cs, ms):
         d = m - mean
-        m2 = m2 + _masked(ok, t[2], 0.0) + c * d * d
+        m2 = m2 + masked(ok, t[2], 0.0) + c * d * d
     return (n, mean, m2)
 
 
@@ -459,12 +459,12 @@ def _max_sumexp_block(terms: list) -> tuple:
     """(m, s) of the terms at once: their max, then each term's sum scaled to it (an
     exponential a term and none for the merges). A +inf max scales against 0, so the sum is
     inf and the log-sum-exp inf, as the element-wise merge gives."""
-    xs = [_masked(ok, t[0], -math.inf) for ok, t in terms]
+    xs = [masked(ok, t[0], -math.inf) for ok, t in terms]
     m = functools.reduce(cute.arch.fmax, xs)
     at = cutlass.select_(m == Float32.inf, Float32(0.0), safe_max(m))
     s = Float32(0.0)
     for (ok, t), x in zip(terms, xs):
-        s = s + _masked(ok, t[1], 0.0) * cute.math.exp2((x - at) * LOG2_E, fastmath=True)
+        s = s + masked(ok, t[1], 0.0) * cute.math.exp2((x - at) * LOG2_E, fastmath=True)
     return (m, s)
 
 

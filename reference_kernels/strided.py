@@ -260,7 +260,7 @@ def _extreme_block(pick: Callable, fill: float) -> Callable:
     merge never takes either) has index +inf, so that it never wins a merge."""
 
     def block(terms: list) -> tuple:
-        xs = [cutlass.select_(ok, t[0], Float32(fill)) if ok is not True else t[0] for ok, t in terms]
+        xs = [R.masked(ok, t[0], fill) for ok, t in terms]
         m = xs[0]
         for x in xs[1:]:
             m = pick(m, x)

@@ -129,11 +129,12 @@ def verify_runs(spec: OpSpec, source: str, dtype: str, tmp_path: Path, seed: int
             yield mm, n, fn, ins, outs
 
 
-def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int) -> None:
+def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int, kernelbench: bool = False) -> None:
     """The kernel the matcher writes for the problem file `src`, on the GPU against the float64
     reference at each of the judge's verify shapes (fresh random inputs and the generic cases
-    made from them, as the judge verifies; poisoned outputs)."""
-    from llmcompile.harness.verify import compare
+    made from them, as the judge verifies; poisoned outputs). `kernelbench`: also KernelBench's
+    check, allclose to the problem's own torch output in its dtype, on every one of those inputs."""
+    from llmcompile.harness.verify import KernelBenchTally, _kernelbench_check, compare, torch_own
     from llmcompile.specs.inputs import GENERIC_CASES
 
     spec = get_op(str(src))
@@ -142,3 +143,7 @@ def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int) -> None:
     for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, seed, GENERIC_CASES):
         bad = compare(spec, dtype, ins, outs)
         assert bad is None, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: {bad.describe()}"
+        if kernelbench:
+            tally = KernelBenchTally()
+            _kernelbench_check(outs, torch_own(spec, ins), tally)
+            assert tally.passed == 1, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: KernelBench's check failed"

@@ -221,11 +221,32 @@ def test_a_residual_sum_is_read_where_x_is(what: str, forward: str, shape: str, 
     assert ("element_outputs=2" in m.source) == forward.startswith("(x + y, (x + y) *")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_a_stored_sum_is_read_back_as_stored(dtype: str, tmp_path: Path) -> None:
+    """A 16-bit residual sum that is an output is read by its norm rounded to its dtype, as
+    torch's next op reads it; in fp32 the sum is read as computed. Compiled for sm_90a."""
+    f = residual_file(tmp_path, RESIDUAL[0][1], f"(64, 8, 1024, dtype=torch.{dtype})")
+    m, _ = compiled_match(f, dtype, tmp_path, "norm")
+    rounded = {
+        "float32": None,
+        "bfloat16": "Float32(cutlass.BFloat16((x + p[0])))",
+        "float16": "Float32(cutlass.Float16((x + p[0])))",
+    }[dtype]
+    prologue = next(line for line in m.source.splitlines() if line.strip().startswith("return (") and "*" in line)
+    if rounded is None:
+        assert "cutlass.BFloat16(" not in m.source and "cutlass.Float16(" not in m.source
+    else:
+        assert rounded in prologue and m.source.count(rounded) >= 2, m.source
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("what", "forward", "shape"), RESIDUAL)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_residual_sum_and_its_norm_are_right(what: str, forward: str, shape: str, dtype: str, tmp_path: Path) -> None:
-    right_on_gpu(residual_file(tmp_path, forward, f"{shape}, dtype=torch.{dtype})"), dtype, tmp_path, 17)
+    """Against float64 and, as KernelBench checks, against torch's own output in the dtype: the
+    16-bit norm must read the sum as torch stores it."""
+    src = residual_file(tmp_path, forward, f"{shape}, dtype=torch.{dtype})")
+    right_on_gpu(src, dtype, tmp_path, 17, kernelbench=True)
 
 
 # a model's parameters used by the rewrite, one value an element of a row (read as the norm

@@ -168,6 +168,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     if others and weights:
         raise Unsupported(f"{len(tens)} inputs and a model's parameters beside a reduction of each row")
     penv = {n: f"p[{i}]" for i, n in enumerate(others)}
+    penv.update(_as_stored(gm, spec, results, elements, {xnode: "x", **weights, **penv}))
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg, penv)
     env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}  # (what a rewrite reads)
     if values or len(elements) > 1:  # x rewritten (several ways), values of its rows beside it
@@ -254,6 +255,26 @@ def _outputs(
             f"a graph with {len(results)} outputs ({listed}) that are not x rewritten and values of its rows"
         )
     return [results[i] for i in rewrite], [results[i] for i in values], [names[i] for i in rewrite + values]
+
+
+# how a 16-bit value rounds where it is stored, read back as fp32
+_STORED = {"bfloat16": "Float32(cutlass.BFloat16({e}))", "float16": "Float32(cutlass.Float16({e}))"}
+
+
+def _as_stored(
+    gm: fx.GraphModule, spec: OpSpec, results: list, elements: list[fx.Node], env: dict
+) -> dict[fx.Node, str]:
+    """Rewrites of x that are outputs, as the rest of the graph reads them: rounded to their
+    output's dtype. torch stores `x + y` before it takes the norm of it (the next layer reads
+    the residual stream as stored); a norm of the unrounded sum differs by more than a 16-bit
+    tolerance where one element dominates its row."""
+    dtypes = [t.dtype for t in spec.outputs]
+    stored = {}
+    for e in elements:
+        fmt = _STORED.get(dtypes[results.index(e)])
+        if fmt is not None and e not in env and any(u.op != "output" for u in e.users):
+            stored[e] = fmt.format(e=Emitter(gm, dict(env), vector=False).expr(e))
+    return stored
 
 
 def _weights(gm: fx.GraphModule, shapes: dict, row: tuple) -> dict[fx.Node, str]:

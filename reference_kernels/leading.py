@@ -46,6 +46,11 @@ def workspace_elems(inner: int, arity: int) -> int:
 @dataclass(frozen=True)
 class LeadingKnobs(StridedKnobs):
     splits: int | None = None  # CTAs along R; None: enough for T.LEADING_TARGET_CTAS
+    unroll: int | None = None  # None: T.LEADING_UNROLL's value, else the strided default
+
+
+def leading_unroll(arity: int, width_bits: int) -> int:
+    return next((u for a, w, u in T.LEADING_UNROLL if arity >= a and width_bits <= w), StridedKnobs.unroll)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,8 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     splits = knobs.splits or max(1, min(T.LEADING_MAX_SPLITS, math.ceil(T.LEADING_TARGET_CTAS / col_tiles)))
     if not 1 <= splits <= fits:
         raise ValueError(f"splits={splits}: the workspace holds {fits} partials a column")
-    return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits)
+    unroll = knobs.unroll or leading_unroll(arity, width_bits)
+    return LeadingTiling(0, inner, vec, tr, threads, max(1, unroll), splits)
 
 
 class LeadingReduce(StridedReduce):

@@ -46,11 +46,6 @@ def workspace_elems(inner: int, arity: int) -> int:
 @dataclass(frozen=True)
 class LeadingKnobs(StridedKnobs):
     splits: int | None = None  # CTAs along R; None: enough for T.LEADING_TARGET_CTAS
-    unroll: int | None = None  # None: T.LEADING_UNROLL's value, else the strided default
-
-
-def leading_unroll(arity: int, width_bits: int) -> int:
-    return next((u for a, w, u in T.LEADING_UNROLL if arity >= a and width_bits <= w), StridedKnobs.unroll)
 
 
 @dataclass(frozen=True)
@@ -65,12 +60,9 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     vec = vector_elems(knobs.vec_bits, width_bits, inner)
     threads = knobs.num_threads or (T.SCALAR_THREADS if vec == 1 else T.LEADING_NUM_THREADS)
     tr = knobs.threads_r or 1
+    max_tr = next((m for a, m in T.LEADING_MAX_THREADS_R_BY_ARITY if arity >= a), T.LEADING_MAX_THREADS_R)
     # narrow columns: R over more of the CTA's threads, so that there are more CTAs
-    while (
-        knobs.threads_r is None
-        and tr < T.LEADING_MAX_THREADS_R
-        and math.ceil(inner / (threads // tr * vec)) < T.LEADING_TARGET_CTAS
-    ):
+    while knobs.threads_r is None and tr < max_tr and math.ceil(inner / (threads // tr * vec)) < T.LEADING_TARGET_CTAS:
         tr *= 2
     # (a warp may span rows here: each of its rows is still a whole run of 8 x 16 bytes)
     if tr & (tr - 1) or threads % tr or threads % 32 or not 32 <= threads <= 1024:
@@ -80,8 +72,7 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     splits = knobs.splits or max(1, min(T.LEADING_MAX_SPLITS, math.ceil(T.LEADING_TARGET_CTAS / col_tiles)))
     if not 1 <= splits <= fits:
         raise ValueError(f"splits={splits}: the workspace holds {fits} partials a column")
-    unroll = knobs.unroll or leading_unroll(arity, width_bits)
-    return LeadingTiling(0, inner, vec, tr, threads, max(1, unroll), splits)
+    return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits)
 
 
 class LeadingReduce(StridedReduce):

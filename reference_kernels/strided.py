@@ -203,13 +203,23 @@ class StridedReduce:
                 for k in cutlass.range_constexpr(arity):
                     s[tr, ti * t.vec + j, k] = acc[j][k]
             cute.arch.barrier()
-            totals = []
-            for j in cutlass.range_constexpr(t.vec):
-                total = tuple(s[0, ti * t.vec + j, k] for k in range(arity))
-                for q in cutlass.range_constexpr(1, t.threads_r):
-                    total = self.combine(total, tuple(s[q, ti * t.vec + j, k] for k in range(arity)))
-                totals.append(total)
-            acc = tuple(totals)
+            if const_expr(arity == 1):
+                totals = []
+                for j in cutlass.range_constexpr(t.vec):
+                    total = (s[0, ti * t.vec + j, 0],)
+                    for q in cutlass.range_constexpr(1, t.threads_r):
+                        total = self.combine(total, (s[q, ti * t.vec + j, 0],))
+                    totals.append(total)
+                acc = tuple(totals)
+            else:
+                # partials q = 1, 2, ... in a loop, every column of a partial together: unrolled,
+                # ptxas hoists every partial's loads (an argmax over 32 threads along R took 254
+                # registers, 51 at threads_r=1); column by column, each merge waits on its load
+                acc = tuple(tuple(s[0, ti * t.vec + j, k] for k in range(arity)) for j in range(t.vec))
+                for q in cutlass.range(1, t.threads_r, unroll=1):
+                    acc = tuple(
+                        self.combine(acc[j], tuple(s[q, ti * t.vec + j, k] for k in range(arity))) for j in range(t.vec)
+                    )
         return acc
 
 

@@ -29,12 +29,11 @@ def test_tiling() -> None:
         L.resolve_tiling(L.LeadingKnobs(splits=T.LEADING_MAX_SPLITS + 1), 32, 8192, 1, ws)
     with pytest.raises(ValueError, match="columns"):
         L.workspace_elems(1 << 22, 3)
-    # loads in flight: 8 for a Chan merge of 16-bit elements (T.LEADING_UNROLL), else the
-    # strided default, and a knob given wins over both
-    chan16 = L.resolve_tiling(L.LeadingKnobs(), 16, 8192, 3, L.workspace_elems(8192, 3))
-    chan32 = L.resolve_tiling(L.LeadingKnobs(), 32, 8192, 3, L.workspace_elems(8192, 3))
-    given = L.resolve_tiling(L.LeadingKnobs(unroll=2), 16, 8192, 3, L.workspace_elems(8192, 3))
-    assert (chan16.unroll, chan32.unroll, wide.unroll, given.unroll) == (8, 4, 4, 2)
+    # a Chan merge (3 values) spreads R over at most 16 threads (T.LEADING_MAX_THREADS_R_BY_ARITY),
+    # more CTAs instead; a knob given wins
+    chan = L.resolve_tiling(L.LeadingKnobs(), 16, 8192, 3, L.workspace_elems(8192, 3))
+    given = L.resolve_tiling(L.LeadingKnobs(threads_r=32), 16, 8192, 3, L.workspace_elems(8192, 3))
+    assert (chan.threads_r, given.threads_r) == (16, 32) and chan.col_tiles * chan.splits >= T.LEADING_TARGET_CTAS
 
 
 LEADING = [

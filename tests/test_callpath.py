@@ -211,6 +211,43 @@ def test_the_fast_call_matches_the_checked_one_and_falls_back_where_it_must() ->
     assert torch.equal(on_side, want)
 
 
+# a slice of wider rows, each op's inputs after x: (shape, dtype) given x's (M, N) and dtype
+_SLICED = {
+    "softmax": (),
+    "log_softmax": (),
+    "rmsnorm": (("N", None),),
+    "layernorm": (("N", None), ("N", None)),
+    "cross_entropy": (("M", torch.int64),),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("op", sorted(_SLICED))
+def test_a_slice_of_wider_rows_is_read_where_it_lies(op: str, dtype: torch.dtype) -> None:
+    """x[:, :N] of wider rows (and x[..., N:2N] of 3-D activations) takes the kernel compiled for
+    strided rows: the same bits as the dense call on a copy, no copy made, its C call kept."""
+    from llmcompile import kernels
+    from llmcompile.runtime import native_call
+
+    fn = kernels.BY_NAME[op]
+    m, n, width = 96, 1024, 3072
+    wide = torch.randn(m, width, device="cuda", dtype=dtype)
+    rest = [
+        torch.randint(0, n, (m,), device="cuda")
+        if d == torch.int64
+        else torch.rand(n, device="cuda", dtype=dtype) + 0.5
+        for _, d in _SLICED[op]
+    ]
+    dense = fn(wide[:, n : 2 * n].contiguous(), *rest)  # (plans the fast call too)
+    for x in (wide[:, n : 2 * n], wide[:, n : 2 * n], wide.view(8, 12, width)[..., n : 2 * n]):
+        got = fn(x, *([r.view(8, 12) for r in rest] if x.dim() == 3 and op == "cross_entropy" else rest))
+        assert torch.equal(got.reshape(dense.shape), dense), op
+    assert fn._strided.get((str(dtype).removeprefix("torch."), n)) is not None
+    if native_call.available():
+        assert native_call.is_caller(fn._fast[(dtype, n, 2)])
+
+
 @pytest.mark.gpu
 def test_torch_compile_fullgraph_calls_the_op() -> None:
     from llmcompile import kernels

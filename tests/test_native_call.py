@@ -377,6 +377,70 @@ def test_a_slice_is_copied_dense_and_takes_the_fast_call() -> None:
     assert ran == [] and calls == [4, 4]
 
 
+def _strided_doubling(calls: list[tuple[int, int]]) -> object:
+    """A stand-in softmax kernel at N = 16 compiled for strided rows: it reads x's rows at the row
+    stride it is handed (recorded with the row count), as the strided compile's kernel does."""
+
+    def kernel(x: object, out: object) -> None:
+        (m, n), (s0, s1) = tuple(x.shape), tuple(x.strides)
+        if n != 16 or s1 != 1:
+            raise ValueError("Mismatched Tensor on argument #0")
+        size = ((m - 1) * s0 + n) * 4
+        buf = torch.frombuffer((ctypes.c_byte * size).from_address(x.data_ptr()), dtype=torch.float32)
+        calls.append((m, s0))
+        _torch(out).copy_(buf.as_strided((m, n), (s0, 1)) * 2)
+
+    return tvm_ffi.convert(kernel)
+
+
+def test_a_slice_of_wider_rows_goes_to_the_call_made_for_strided_rows() -> None:
+    """set_strided: a slice whose rows are 16-byte aligned runs the second call, read where it
+    lies (no copy); dense rows keep the first; a row stride that breaks alignment is refused."""
+    dense_calls: list[int] = []
+    strided_calls: list[tuple[int, int]] = []
+    out = [OutputSpec(0, "all", "float32")]
+    dense = native_call.make_caller(_doubling(dense_calls), 1, out, flat=("rows",))
+    strided = native_call.make_caller(_strided_doubling(strided_calls), 1, out, flat=("rows",))
+    wide = torch.randn(4, 32)
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # none given yet
+        dense(wide[:, :16])
+    native_call.set_strided(dense, strided)
+    y = dense(wide[:, :16])
+    assert torch.equal(y, wide[:, :16] * 2) and y.is_contiguous() and strided_calls == [(4, 32)]
+    y3 = dense(torch.randn(2, 3, 32)[..., :16])  # leading dims that flatten to strided rows
+    assert y3.shape == (2, 3, 16) and strided_calls[-1] == (6, 32)
+    assert torch.equal(dense(wide[:, 8:24].contiguous()), wide[:, 8:24] * 2) and dense_calls == [4]
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # rows 72 bytes apart
+        dense(torch.randn(4, 18)[:, :16])
+    with pytest.raises(ValueError, match="rows that are not contiguous"):  # the first row off 16 bytes
+        dense(torch.randn(4, 32)[:, 1:17])
+    assert len(strided_calls) == 2
+    with pytest.raises(ValueError, match="another"):
+        native_call.set_strided(strided, strided)
+
+
+def test_a_slice_takes_the_strided_kernel_then_starts_in_c() -> None:
+    """KernelFunction: the first slice compiles the strided kernel (Python), and keeps its C call
+    beside the dense one; the next slice runs with no Python at all."""
+    dense_calls: list[int] = []
+    strided_calls: list[tuple[int, int]] = []
+    asked: list[tuple[str, int]] = []
+    fn = KernelFunction(
+        get_op("softmax"),
+        lambda dtype, n: _doubling(dense_calls),
+        compile_strided=lambda dtype, n: asked.append((dtype, n)) or _strided_doubling(strided_calls),
+    )
+    fn._plan("float32", 16)
+    wide = torch.randn(4, 32)
+    out, ran = _python_calls(fn, wide[:, :16])
+    assert torch.equal(out, wide[:, :16] * 2) and "_strided_call" in ran and "_dense_call" not in ran
+    out, ran = _python_calls(fn, wide[:, 16:])
+    assert ran == [] and torch.equal(out, wide[:, 16:] * 2)
+    assert asked == [("float32", 16)] and strided_calls == [(4, 32), (4, 32)] and dense_calls == []
+    out, ran = _python_calls(fn, torch.randn(4, 18)[:, :16])  # not 16-byte aligned rows: copied dense
+    assert "_dense_call" in ran and dense_calls == [4]
+
+
 def test_with_several_gpus_a_keyword_call_keeps_to_the_python_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """With several GPUs no fast call is planned (the C checks see a device's type, not which
     device): a call with scalars by keyword must not make one of its own either."""

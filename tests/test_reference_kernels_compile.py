@@ -75,6 +75,23 @@ def test_every_attention_tile_size_compiles_clean(op: str, knobs: str, capfd: py
     assert spills and max(spills) == 0 and not WGMMA_LOSS.search(text), text[-1500:]
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "rmsnorm", "layernorm", "cross_entropy"])
+def test_row_ops_compile_for_strided_rows(op: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """The variant a slice x[:, :N] of wider rows calls (`strided_rows`: x's row stride known at
+    run time, a multiple of 16 bytes) builds in both widths, short rows and long, without spills."""
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    entry, ws = contract.entry_of(mod), contract.workspace_of(mod)
+    for dtype in ("bfloat16", "float32"):
+        for n in (1024, 65536):
+            fn = contract.compile_entry(entry, spec, dtype, n, options="remarks{ptx}", workspace=ws, strided_rows=True)
+            text = "".join(capfd.readouterr())
+            spills = _spill_stores(text)
+            assert fn is not None and spills and max(spills) <= MAX_SPILL_BYTES, f"{op} {dtype} N={n}\n{text[-1500:]}"
+    with pytest.raises(ValueError, match="rows"):  # attention's first tensor is not rows
+        contract.fake_args(BUILTIN["attention"], "bfloat16", 1024, strided_rows=True)
+
+
 @pytest.mark.parametrize("mode", ["early", "late", "smem"])
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
 def test_every_column_mode_compiles(op: str, mode: str, capfd: pytest.CaptureFixture[str]) -> None:

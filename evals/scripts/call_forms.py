@@ -69,6 +69,7 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
         lambda: F.rms_norm(x2, (n,), w, 1e-6),
         q and (lambda: q.rmsnorm(x2, wf, eps=1e-6)),
     )
+    add("rmsnorm(x[:, :N], w) a slice", lambda: kernels.rmsnorm(xs, w), lambda: F.rms_norm(xs, (n,), w, 1e-6), None)
     for eps, said in ((1e-6, "1e-6) (the default)"), (1e-5, "1e-5)")):  # eps by keyword: its default, another
         add(
             f"rmsnorm(x, w, eps={said}",

@@ -222,9 +222,14 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         compile: Callable[[str, int], Any] | None = None,
         op_name: str | None = None,
         precompiled: dict[tuple[str, int], Any] | None = None,
+        compile_strided: Callable[[str, int], Any] | None = None,
     ) -> None:
         self.spec = spec if isinstance(spec, CallSpec) else CallSpec.of(spec)
         self.compiler = compile
+        # the kernel compiled for x's rows at a run-time stride (a slice of wider rows), per (dtype, N):
+        # None where it cannot be made (then such rows are copied dense first)
+        self.strided_compiler = compile_strided
+        self._strided: dict[tuple[str, int], Any] = {}
         self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
@@ -264,6 +269,19 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                     raise OpError(f"{self.spec.name}: this artifact has kernels for {have}, not {dtype} N={n}")
                 self._compiled[key] = self.compiler(dtype, n)
             return self._compiled[key]
+
+    def compiled_strided(self, dtype: str, n: int) -> Any:
+        """The kernel for rows at any 16-byte-aligned stride, or None where there is none (an
+        artifact's, or one whose compile refused such rows: those keep the dense copy)."""
+        key = (dtype, n)
+        with self._lock:
+            if key not in self._strided:
+                try:
+                    fn = self.strided_compiler(dtype, n) if self.strided_compiler is not None else None
+                except Exception:  # noqa: BLE001 - a speed path: the copy path still takes the call
+                    fn = None
+                self._strided[key] = fn
+            return self._strided[key]
 
     # ------------------------------------------------------------------ the fast call
 
@@ -357,6 +375,46 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         outs = [outs] if plan.one else list(outs)
         plan.fn(*ins, *outs, *values)
         return _shaped(outs, x.shape[:-1], self._row_outputs)
+
+    def _strided_call(
+        self, inputs: tuple[torch.Tensor, ...], scalars: dict
+    ) -> torch.Tensor | list[torch.Tensor] | None:
+        """x a slice of wider rows (x[:, :N]: each row dense and 16-byte aligned, the row stride
+        not N) and every other input dense: the kernel compiled for strided rows reads x where it
+        lies, one launch, where torch's row ops copy it first. Its C call is kept beside the dense
+        one's (`native_call.set_strided`), so the next such call starts and ends in C. None where
+        this does not take the call."""
+        x = inputs[0]
+        if self.strided_compiler is None or not isinstance(x, torch.Tensor) or x.dim() != 2:
+            return None
+        (m, n), (s0, s1) = x.shape, x.stride()
+        if (
+            m < 2
+            or s1 != 1
+            or s0 <= n
+            or s0 * x.element_size() % _ALIGN
+            or x.data_ptr() % _ALIGN
+            or m * s0 >= MAX_ELEMS
+        ):
+            return None
+        if not all(isinstance(t, torch.Tensor) and _dense(t) for t in inputs[1:]):
+            return None
+        plan = self._plans.get((x.dtype, n))
+        if plan is None or not scalars.keys() <= self.spec.scalars.keys():
+            return None
+        fn = self.compiled_strided(dtype_name(x.dtype), n)
+        if fn is None:
+            return None
+        strided = dataclasses.replace(plan, fn=bare_function(fn), values=self._values(scalars))
+        key = (x.dtype, n, 2)
+        fast = self._given(key, scalars) if scalars else self._fast.get(key)
+        try:
+            if native_call.is_caller(fast) and (call := _native_function(strided)) is not None:
+                native_call.set_strided(fast, call)
+                return call(*inputs)
+            return _fast_function(strided)(*inputs)
+        except (ValueError, TypeError, _NotFast):
+            return None
 
     def _dense_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor] | None:
         """A planned call on inputs laid out otherwise (a slice of wider rows, a broadcast
@@ -506,6 +564,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        if (done := self._strided_call(inputs, scalars)) is not None:
+            return done
         if (done := self._dense_call(inputs, scalars)) is not None:
             return done
         lead = inputs[0].shape[:-1]

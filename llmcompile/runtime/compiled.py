@@ -25,11 +25,12 @@ from llmcompile.specs import OpSpec, contract, get_op
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
 
 
-def compiler_of(spec: OpSpec, entry: Any, workspace: int = 0) -> Callable[[str, int], Any]:
-    """`entry` compiled on demand per (dtype, N), as `KernelFunction` asks for it."""
+def compiler_of(spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool = False) -> Callable[[str, int], Any]:
+    """`entry` compiled on demand per (dtype, N), as `KernelFunction` asks for it (`strided_rows`:
+    for x's rows at a run-time stride, a slice of wider rows)."""
 
     def compile_one(dtype: str, n: int) -> Any:
-        fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace)
+        fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace, strided_rows=strided_rows)
         check_launchable(launches_of(fn))
         return contract.with_workspace(fn, len(spec.tensors), workspace)
 
@@ -41,7 +42,10 @@ def reference_function(op: str, knobs: Any = None, register: bool = False) -> Ke
     spec = get_op(op)
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     entry = contract.entry_of(mod) if knobs is None else type(contract.entry_of(mod))(knobs)
-    return KernelFunction(spec, compiler_of(spec, entry, contract.workspace_of(mod)), op_name=op if register else None)
+    ws = contract.workspace_of(mod)
+    # (row ops only: attention's x is not rows)
+    strided = compiler_of(spec, entry, ws, strided_rows=True) if spec.flat_rows else None
+    return KernelFunction(spec, compiler_of(spec, entry, ws), op_name=op if register else None, compile_strided=strided)
 
 
 copy = reference_function("copy", register=True)

@@ -16,6 +16,9 @@
  * the kernel as one M, and outputs made like them come back in the caller's shape.
  * What it cannot take is refused before any allocation with a TypeError or ValueError, as the
  * kernel's own checks refuse, so the caller's Python path can take the call again.
+ * `set_strided(caller, other)` gives a Caller a second one, the same call compiled for x's rows at
+ * any 16-byte-aligned row stride: a slice x[:, :N] of wider rows goes there, read where it lies,
+ * not copied dense first.
  *
  * `Entry` is the base of the Python class of a torch-facing kernel function (callpath's
  * KernelFunction). Its call finds the Caller planned for x's (dtype, dims, N) in a small table and
@@ -94,6 +97,10 @@ typedef struct {
   DLDataType dtype[MAX_TENSORS];
   PyObject* bound[MAX_BOUND];
   TVMFFIAny vals[MAX_VALUES];
+  /* the same call compiled for x's rows at any 16-byte-aligned stride (a slice of wider rows):
+   * taken where x is such a slice; NULL until the first slice asked for it (set_strided) */
+  PyObject* strided;
+  int32_t any_row_stride; /* this is such a call: x's rows need not be dense */
 } Caller;
 
 static PyTypeObject CallerType;
@@ -148,6 +155,16 @@ static int flatten(DLTensor* t, int32_t how, int64_t* shape, int64_t* stride) {
   return 0;
 }
 
+/* Rows (M, N) each dense but apart, a row stride that keeps every row 16-byte aligned: a slice
+ * x[:, :N] of wider rows, which a call compiled for strided rows reads where it lies. */
+static int strided_rows(const DLTensor* t) {
+  int64_t bytes;
+  if (t->ndim != 2 || t->strides == NULL || t->strides[1] != 1 || t->strides[0] < t->shape[1]) return 0;
+  if (t->shape[0] * t->strides[0] >= MAX_ELEMS) return 0; /* (the kernels index with int32) */
+  bytes = t->strides[0] * (int64_t)t->dtype.bits / 8;
+  return bytes % 16 == 0 && ((uintptr_t)t->data + t->byte_offset) % 16 == 0;
+}
+
 /* Whether rows (FLAT_ROWS: (M, N)) or a value a row (FLAT_VALUES) lie densely, as the kernels are
  * compiled to read them: a slice of wider rows, or a vector broadcast with stride 0, is refused
  * here, at no cost, rather than by the kernel's own checks (whose error takes tens of us to make). */
@@ -176,8 +193,13 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
   for (i = 0; i < c->n_in; ++i) {
     if (flatten(&dl[i], c->flat[i], shapes[i], strides[i]) != 0)
       return refuse(PyExc_ValueError, "leading dims that are not one run of memory");
-    if (!compact(&dl[i], c->flat[i]))
+    if (!compact(&dl[i], c->flat[i])) {
+      if (i == 0 && c->flat[0] == FLAT_ROWS && strided_rows(&dl[0])) {
+        if (c->any_row_stride) continue;
+        if (c->strided != NULL) return caller_invoke((Caller*)c->strided, args, nargs);
+      }
       return refuse(PyExc_ValueError, "rows that are not contiguous");
+    }
   }
   {
     int64_t numel = 1;
@@ -276,6 +298,7 @@ static int caller_traverse(PyObject* self, visitproc visit, void* arg) {
   Caller* c = (Caller*)self;
   int32_t i;
   Py_VISIT(c->fn);
+  Py_VISIT(c->strided);
   for (i = 0; i < c->n_bound; ++i) Py_VISIT(c->bound[i]);
   return 0;
 }
@@ -284,6 +307,7 @@ static int caller_clear(PyObject* self) {
   Caller* c = (Caller*)self;
   int32_t i;
   Py_CLEAR(c->fn);
+  Py_CLEAR(c->strided);
   c->handle = NULL;
   for (i = 0; i < c->n_bound; ++i) Py_CLEAR(c->bound[i]);
   c->n_bound = 0;
@@ -375,6 +399,8 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
     if (c == NULL) return NULL;
     c->vectorcall = caller_vectorcall;
     c->handle = h;
+    c->strided = NULL;
+    c->any_row_stride = 0;
   }
   Py_INCREF(fn);
   c->fn = fn;
@@ -440,6 +466,22 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
   }
   PyObject_GC_Track((PyObject*)c);
   return (PyObject*)c;
+}
+
+/* set_strided(caller, strided): calls of `caller` on a slice of wider rows run `strided`, the same
+ * call made for a kernel compiled for x's rows at any aligned stride. */
+static PyObject* set_strided(PyObject* module, PyObject* args) {
+  PyObject *dense, *strided;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "O!O!", &CallerType, &dense, &CallerType, &strided)) return NULL;
+  if (dense == strided || ((Caller*)strided)->strided != NULL)
+    return refuse(PyExc_ValueError, "set_strided: the strided call must be another, without one of its own");
+  if (((Caller*)dense)->n_in != ((Caller*)strided)->n_in || ((Caller*)dense)->n_out != ((Caller*)strided)->n_out)
+    return refuse(PyExc_ValueError, "set_strided: the two calls must take and make the same tensors");
+  ((Caller*)strided)->any_row_stride = 1;
+  Py_INCREF(strided);
+  Py_XSETREF(((Caller*)dense)->strided, strided);
+  Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------ Entry */
@@ -646,6 +688,7 @@ static PyObject* install(PyObject* module, PyObject* args) {
 static PyMethodDef methods[] = {
     {"make_caller", make_caller, METH_VARARGS, "make_caller(fn, n_in, specs, values, bound) -> Caller"},
     {"install", install, METH_VARARGS, "install(cls, torch.is_grad_enabled): cls instances call through C"},
+    {"set_strided", set_strided, METH_VARARGS, "set_strided(caller, strided): slices of wider rows call strided"},
     {NULL, NULL, 0, NULL},
 };
 

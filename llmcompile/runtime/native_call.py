@@ -159,6 +159,15 @@ def register(entry: Any, dtype: str, n: int, ndim: int, caller: Any) -> bool:
     return bool(entry._set_call(dt.type_code, dt.bits, ndim, n, caller))
 
 
+def set_strided(caller: Any, strided: Any) -> None:
+    """Calls of `caller` on a slice of wider rows (x's row stride not N, every row 16-byte aligned)
+    run `strided`: the same call made for the kernel compiled for such rows."""
+    module = _module()
+    if module is None:
+        raise OSError(f"the C call is not available: {reason()}")
+    module.set_strided(caller, strided)
+
+
 def make_caller(
     fn: Any,
     n_in: int,

@@ -104,8 +104,12 @@ def workspace_of(module: ModuleType) -> int:
     return check_workspace(getattr(module, WORKSPACE, 0))
 
 
-def fake_args(spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0) -> list[Any]:
-    """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed."""
+def fake_args(
+    spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0, strided_rows: bool = False
+) -> list[Any]:
+    """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed.
+    `strided_rows`: the first tensor's rows (M, N) lie at a run-time stride that keeps each row
+    16-byte aligned (a slice x[:, :N] of wider rows), not densely."""
     import cutlass.cute as cute
 
     m = cute.sym_int()
@@ -115,7 +119,13 @@ def fake_args(spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0) 
     ]
     if workspace:
         shapes.append(((workspace,), "float32"))
-    for shape, dt in shapes:
+    for i, (shape, dt) in enumerate(shapes):
+        if strided_rows and i == 0:
+            if spec.tensors[0].dims != ("M", "N"):
+                raise ValueError("strided rows need a first tensor of rows (M, N)")
+            per_row = cute.sym_int(divisibility=128 // cute_type(dt).width)  # (elements in 16 bytes)
+            args.append(cute.runtime.make_fake_tensor(cute_type(dt), shape, (per_row, 1), assumed_align=16))
+            continue
         args.append(
             cute.runtime.make_fake_compact_tensor(
                 cute_type(dt), shape, stride_order=tuple(reversed(range(len(shape)))), assumed_align=16
@@ -127,7 +137,13 @@ def fake_args(spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0) 
 
 
 def compile_entry(
-    entry: Any, spec: OpSpec | Signature, dtype: str, n: int, options: str = "", workspace: int = 0
+    entry: Any,
+    spec: OpSpec | Signature,
+    dtype: str,
+    n: int,
+    options: str = "",
+    workspace: int = 0,
+    strided_rows: bool = False,
 ) -> Any:
     """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars
     (and, with a workspace, the workspace tensor after the outputs: see `with_workspace`).
@@ -138,7 +154,7 @@ def compile_entry(
     import cutlass.cute as cute
 
     opts = " ".join(o for o in ("--enable-tvm-ffi", options) if o)
-    return cute.compile(entry, *fake_args(spec, dtype, n, workspace), options=opts)
+    return cute.compile(entry, *fake_args(spec, dtype, n, workspace, strided_rows), options=opts)
 
 
 class WithWorkspace:

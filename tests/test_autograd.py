@@ -199,6 +199,51 @@ def test_norm_gradients_match_torch(dtype: torch.dtype, bias: bool, shape: tuple
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("shape", [(3, 5, 1000), (512, 4096)])
+def test_fp32_weights_beside_bf16_rows(op: str, shape: tuple[int, ...]) -> None:
+    """Mixed precision as training keeps it: bf16 activations, fp32 weight (and bias). The
+    output is bf16 and the weights' gradients fp32; each against float64 (forward, dx, dw, db),
+    without autograd and through it, with eps by keyword, taking the kernels compiled for fp32
+    (N,) tensors (`KernelFunction.vectors32`) and, from the second call, their C call."""
+    from llmcompile import kernels
+    from llmcompile.runtime import native_call
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    n = shape[-1]
+    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.rand(n, device="cuda", generator=gen) + 0.5
+    b = torch.randn(n, device="cuda", generator=gen)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    params = [w] if op == "rmsnorm" else [w, b]
+    ref = (
+        (lambda t, *p: F.rms_norm(t, (n,), p[0], 1e-5))
+        if op == "rmsnorm"
+        else (lambda t, *p: F.layer_norm(t, (n,), *p, 1e-5))
+    )
+    leaves = [t.double().requires_grad_() for t in (x, *params)]
+    want = ref(*leaves)
+    want.backward(dy.double())
+    fn = getattr(kernels, op)
+    for _ in range(2):  # the second call: our C call's alternate
+        got = fn(x, *params, eps=1e-5)
+        assert got.dtype == torch.bfloat16 and got.shape == x.shape
+        torch.testing.assert_close(got.double(), want.detach(), atol=2e-2, rtol=2e-2)
+    assert fn.vectors32 is not None and fn.vectors32._plans
+    if native_call.available():
+        assert native_call.is_caller(fn.vectors32._fast_given.get((torch.bfloat16, n, x.dim(), (1e-5,))))
+    grads = [t.clone().requires_grad_() for t in (x, *params)]
+    out = fn(*grads, eps=1e-5)
+    out.backward(dy)
+    torch.testing.assert_close(out.double(), want.detach(), atol=2e-2, rtol=2e-2)
+    assert grads[0].grad.dtype == torch.bfloat16 and all(g.grad.dtype == torch.float32 for g in grads[1:])
+    torch.testing.assert_close(grads[0].grad.double(), leaves[0].grad, atol=3e-2, rtol=3e-2)
+    for g, leaf in zip(grads[1:], leaves[1:]):
+        scale = leaf.grad.abs().max().item()
+        torch.testing.assert_close(g.grad.double(), leaf.grad, atol=2e-3 * scale, rtol=1e-2)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: str) -> None:

@@ -188,8 +188,8 @@ def _doubling(calls: list[int]) -> object:
     return tvm_ffi.convert(kernel)
 
 
-def _python_calls(fn: object, *args: object) -> tuple[object, list[str]]:
-    """fn(*args), and the Python functions of llmcompile that ran during the call."""
+def _python_calls(fn: object, *args: object, **kwargs: object) -> tuple[object, list[str]]:
+    """fn(*args, **kwargs), and the Python functions of llmcompile that ran during the call."""
     ran: list[str] = []
 
     def profile(frame, event, arg) -> None:  # noqa: ANN001
@@ -198,7 +198,7 @@ def _python_calls(fn: object, *args: object) -> tuple[object, list[str]]:
 
     sys.setprofile(profile)
     try:
-        out = fn(*args)
+        out = fn(*args, **kwargs)
     except OpError as e:  # (the checked path's word on a CPU tensor)
         out = e
     finally:
@@ -439,6 +439,56 @@ def test_a_slice_takes_the_strided_kernel_then_starts_in_c() -> None:
     assert asked == [("float32", 16)] and strided_calls == [(4, 32), (4, 32)] and dense_calls == []
     out, ran = _python_calls(fn, torch.randn(4, 18)[:, :16])  # not 16-byte aligned rows: copied dense
     assert "_dense_call" in ran and dense_calls == [4]
+
+
+def test_an_input_of_another_dtype_is_refused_in_c_or_taken_by_the_alternate() -> None:
+    """in_dtypes: a weight of another dtype than the call was made for never reaches its kernel
+    (refused at no cost); with an alternate (the op made for that dtype) the alternate runs."""
+    ours, theirs = _Kernel(n_in=2), _Kernel(n_in=2)
+    out = [OutputSpec(0, "all", "float32")]
+    first = native_call.make_caller(tvm_ffi.convert(ours), 2, out, in_dtypes=("float32", "float32"))
+    other = native_call.make_caller(tvm_ffi.convert(theirs), 2, out, in_dtypes=("float32", "float64"))
+    x, w, w64 = torch.randn(3, 8), torch.randn(8), torch.randn(8, dtype=torch.float64)
+    assert torch.equal(first(x, w), x * 2) and len(ours.calls) == 1
+    with pytest.raises(TypeError, match="dtype this kernel was not compiled for"):
+        first(x, w64)
+    with pytest.raises(TypeError, match="dtype this kernel was not compiled for"):
+        first(x.double(), w)  # x's dtype is checked too
+    assert len(ours.calls) == 1 and not theirs.calls
+    native_call.set_alternate(first, other)
+    assert torch.equal(first(x, w64), x * 2) and len(theirs.calls) == 1 and len(ours.calls) == 1
+    assert torch.equal(first(x, w), x * 2) and len(ours.calls) == 2
+    with pytest.raises(TypeError, match="dtype this kernel"):  # neither takes it: the last one says so
+        first(x.double(), w64)
+    with pytest.raises(ValueError, match="leads back"):
+        native_call.set_alternate(other, first)
+
+
+def test_fp32_weights_beside_16bit_rows_take_the_fp32_weight_kernel_then_start_in_c() -> None:
+    """KernelFunction.vectors32: the first call with fp32 weights (eps by keyword or not) goes to
+    the op compiled for fp32 (N,) tensors and makes its C call our alternate; the next runs with
+    no Python at all. bf16 weights keep our own kernel."""
+    from llmcompile.runtime.compiled import vectors_in_fp32
+
+    ours, theirs = _Kernel(n_in=2), _Kernel(n_in=2)
+    spec = get_op("rmsnorm")
+    fn = KernelFunction(spec, lambda dtype, n: tvm_ffi.convert(ours))
+    fn.vectors32 = KernelFunction(vectors_in_fp32(spec), lambda dtype, n: tvm_ffi.convert(theirs))
+    fn._plan("bfloat16", 16)
+    fn.vectors32._plan("bfloat16", 16)
+    x, w = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.rand(16) + 0.5
+    out, ran = _python_calls(fn, x, w)
+    assert "_vectors32_call" in ran and torch.equal(out, x * 2 + 1e-6) and len(theirs.calls) == 1
+    out, ran = _python_calls(fn, x, w)
+    assert ran == [] and len(theirs.calls) == 2 and not ours.calls
+    out, ran = _python_calls(fn, x, w.bfloat16())
+    assert ran == [] and len(ours.calls) == 1
+    out, ran = _python_calls(fn, x, w, eps=1e-5)  # a keyword: its own fast call, its own alternate
+    assert "_vectors32_call" in ran and theirs.calls[-1][-1] == pytest.approx(1e-5)
+    out, ran = _python_calls(fn, x, w, eps=1e-5)
+    assert "_checked_call" not in ran and len(theirs.calls) == 4
+    assert vectors_in_fp32(get_op("softmax")) is None
+    assert [t.dtype for t in vectors_in_fp32(get_op("layernorm_bwd")).tensors if t.dims == ("N",)] == ["float32"] * 3
 
 
 def test_with_several_gpus_a_keyword_call_keeps_to_the_python_checks(monkeypatch: pytest.MonkeyPatch) -> None:

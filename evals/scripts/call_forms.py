@@ -1,6 +1,6 @@
 """Host time per eager call of each form a model calls an op in (GPU): scalars by keyword (the
 default value and another), 3-D activations (batch, sequence, hidden), a slice of a wider tensor
-(rows contiguous, the tensor not), and as a training step calls it (autograd, the upstream
+(rows contiguous, the tensor not), fp32 weights beside bf16 rows, and as a training step calls it (autograd, the upstream
 gradient of `.sum()`, expanded), ours beside torch eager and QuACK on the same tensors.
 
     python -m evals.scripts.call_forms [--dtype bfloat16] [--n 1024] [--out DIR]
@@ -82,6 +82,12 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
         lambda: kernels.rmsnorm(x3, w, eps=1e-5),
         lambda: F.rms_norm(x3, (n,), w, 1e-5),
         None,
+    )
+    add(
+        "rmsnorm(x, w fp32, eps=1e-5) 8 x N",
+        lambda: kernels.rmsnorm(x2, wf, eps=1e-5),
+        lambda: F.rms_norm(x2, (n,), wf, 1e-5),
+        q and (lambda: q.rmsnorm(x2, wf, eps=1e-5)),
     )
     add(
         "layernorm(x, w, b, eps=1e-5) 2 x 4 x N",

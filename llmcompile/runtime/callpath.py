@@ -86,6 +86,7 @@ class _Plan:
     alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
     arity: int  # inputs a call takes
     one: bool  # one output: alloc makes a tensor, not a tuple
+    dtype: torch.dtype | None = None  # x's
 
 
 def _maker(kind: str, dt: torch.dtype, like: dict[str, int]) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
@@ -144,8 +145,11 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
     dims = {"M": "first", "N": "last"}
     outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
     flat = ("rows", *({"MN": "rows", "M": "values"}.get(kind, "none") for kind, _ in plan.rest))
+    dtypes = tuple(
+        None if dt is None else str(dt).removeprefix("torch.") for dt in (plan.dtype, *(d for _, d in plan.rest))
+    )
     try:
-        return native_call.make_caller(fn, plan.arity, outs, plan.values, bound, flat)
+        return native_call.make_caller(fn, plan.arity, outs, plan.values, bound, flat, dtypes)
     except (OSError, TypeError, ValueError):  # a dtype or scalar TVM-FFI cannot carry: Python allocates
         return None
 
@@ -230,6 +234,9 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         # None where it cannot be made (then such rows are copied dense first)
         self.strided_compiler = compile_strided
         self._strided: dict[tuple[str, int], Any] = {}
+        # the same op compiled with its (N,) tensors (weight, bias, their gradients) in fp32 beside
+        # 16-bit rows, as mixed-precision training keeps weights (compiled.py sets it)
+        self.vectors32: KernelFunction | None = None
         self._compiled: dict[tuple[str, int], Any] = dict(precompiled or {})
         self._plans: dict[tuple[torch.dtype, int], _Plan] = {}
         self._unplanned: set[tuple[torch.dtype, int]] = set()  # (dtype, N) decided: no plan
@@ -376,6 +383,27 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         plan.fn(*ins, *outs, *values)
         return _shaped(outs, x.shape[:-1], self._row_outputs)
 
+    def _vectors32_call(
+        self, inputs: tuple[torch.Tensor, ...], scalars: dict
+    ) -> torch.Tensor | list[torch.Tensor] | None:
+        """16-bit rows with fp32 weights (and bias): the op compiled for fp32 (N,) tensors takes the
+        call, and its C call becomes the alternate of ours (`native_call.set_alternate`), so the
+        next such call starts and ends in C. None where this does not take the call."""
+        other, x = self.vectors32, inputs[0]
+        if other is None or not isinstance(x, torch.Tensor) or x.dtype not in (torch.bfloat16, torch.float16):
+            return None
+        vectors = [t for t, d in zip(inputs, self.spec.inputs) if d.dims == ("N",) and isinstance(t, torch.Tensor)]
+        if not vectors or not all(t.dtype == torch.float32 for t in vectors):
+            return None
+        out = other(*inputs, **scalars)
+        if x.dim() >= 2:
+            key = (x.dtype, x.shape[-1], x.dim())
+            ours = self._given(key, scalars) if scalars else self._fast.get(key)
+            theirs = other._given(key, scalars) if scalars else other._fast.get(key)
+            if native_call.is_caller(ours) and native_call.is_caller(theirs):
+                native_call.set_alternate(ours, theirs)
+        return out
+
     def _strided_call(
         self, inputs: tuple[torch.Tensor, ...], scalars: dict
     ) -> torch.Tensor | list[torch.Tensor] | None:
@@ -458,6 +486,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             _allocator(rest, outs),
             n_in,
             len(outs) == 1,
+            DTYPES[dtype],
         )
         self._plans[(DTYPES[dtype], n)] = plan
         # with several GPUs each tensor's device is checked in Python (`_rows_call`): the C
@@ -564,6 +593,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        if (done := self._vectors32_call(inputs, scalars)) is not None:
+            return done
         if (done := self._strided_call(inputs, scalars)) is not None:
             return done
         if (done := self._dense_call(inputs, scalars)) is not None:

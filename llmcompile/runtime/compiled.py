@@ -10,6 +10,7 @@ reaches the kernel (a lean path, decided once per (dtype, N)): `runtime/callpath
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from collections.abc import Callable
@@ -37,6 +38,15 @@ def compiler_of(spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool
     return compile_one
 
 
+def vectors_in_fp32(spec: OpSpec) -> OpSpec | None:
+    """`spec` with its (N,) tensors (a norm's weight and bias, their gradients) in fp32 whatever
+    x's dtype, as mixed-precision training keeps weights; None for an op without them."""
+    if not any(t.dims == ("N",) and t.dtype is None for t in spec.tensors):
+        return None
+    tensors = tuple(dataclasses.replace(t, dtype="float32") if t.dims == ("N",) else t for t in spec.tensors)
+    return dataclasses.replace(spec, tensors=tensors, dtypes=tuple(d for d in spec.dtypes if d != "float32"))
+
+
 def reference_function(op: str, knobs: Any = None, register: bool = False) -> KernelFunction:
     """The reference kernel of `op` (optionally with tuning knobs) as a torch function."""
     spec = get_op(op)
@@ -45,7 +55,13 @@ def reference_function(op: str, knobs: Any = None, register: bool = False) -> Ke
     ws = contract.workspace_of(mod)
     # (row ops only: attention's x is not rows)
     strided = compiler_of(spec, entry, ws, strided_rows=True) if spec.flat_rows else None
-    return KernelFunction(spec, compiler_of(spec, entry, ws), op_name=op if register else None, compile_strided=strided)
+    fn = KernelFunction(spec, compiler_of(spec, entry, ws), op_name=op if register else None, compile_strided=strided)
+    mixed = vectors_in_fp32(spec) if spec.flat_rows else None
+    if mixed is not None:
+        fn.vectors32 = KernelFunction(
+            mixed, compiler_of(mixed, entry, ws), compile_strided=compiler_of(mixed, entry, ws, strided_rows=True)
+        )
+    return fn
 
 
 copy = reference_function("copy", register=True)

@@ -18,7 +18,9 @@
  * kernel's own checks refuse, so the caller's Python path can take the call again.
  * `set_strided(caller, other)` gives a Caller a second one, the same call compiled for x's rows at
  * any 16-byte-aligned row stride: a slice x[:, :N] of wider rows goes there, read where it lies,
- * not copied dense first.
+ * not copied dense first. `make_caller(..., in_dtypes)` says which dtype each input must have
+ * (an input of another is refused at no cost), and `set_alternate(caller, other)` gives it the call
+ * of the same op made for other dtypes (fp32 weights beside 16-bit rows), taken instead.
  *
  * `Entry` is the base of the Python class of a torch-facing kernel function (callpath's
  * KernelFunction). Its call finds the Caller planned for x's (dtype, dims, N) in a small table and
@@ -101,6 +103,11 @@ typedef struct {
    * taken where x is such a slice; NULL until the first slice asked for it (set_strided) */
   PyObject* strided;
   int32_t any_row_stride; /* this is such a call: x's rows need not be dense */
+  /* each input's dtype as the kernel was compiled for it (code 255: not checked here), and the
+   * call of the same op compiled for other input dtypes (fp32 weights beside bf16 rows), taken
+   * where an input's dtype is not this call's; NULL until set_alternate */
+  DLDataType in_dtype[MAX_TENSORS];
+  PyObject* alternate;
 } Caller;
 
 static PyTypeObject CallerType;
@@ -188,6 +195,14 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
   if (nargs != c->n_in) return refuse(PyExc_TypeError, "wrong number of inputs for this kernel");
   for (i = 0; i < c->n_in; ++i)
     if (view_of(args[i], &dl[i]) != 0) return NULL;
+  for (i = 0; i < c->n_in; ++i) {
+    const DLDataType want = c->in_dtype[i];
+    if (want.code != 255 && (dl[i].dtype.code != want.code || dl[i].dtype.bits != want.bits)) {
+      if (c->alternate != NULL) return caller_invoke((Caller*)c->alternate, args, nargs);
+      /* refused here at no cost: the kernel's own dtype check makes an error of tens of us */
+      return refuse(PyExc_TypeError, "an input of a dtype this kernel was not compiled for");
+    }
+  }
   lead_shape = dl[0].shape;
   lead_ndim = dl[0].ndim - 1;
   for (i = 0; i < c->n_in; ++i) {
@@ -299,6 +314,7 @@ static int caller_traverse(PyObject* self, visitproc visit, void* arg) {
   int32_t i;
   Py_VISIT(c->fn);
   Py_VISIT(c->strided);
+  Py_VISIT(c->alternate);
   for (i = 0; i < c->n_bound; ++i) Py_VISIT(c->bound[i]);
   return 0;
 }
@@ -308,6 +324,7 @@ static int caller_clear(PyObject* self) {
   int32_t i;
   Py_CLEAR(c->fn);
   Py_CLEAR(c->strided);
+  Py_CLEAR(c->alternate);
   c->handle = NULL;
   for (i = 0; i < c->n_bound; ++i) Py_CLEAR(c->bound[i]);
   c->n_bound = 0;
@@ -373,15 +390,17 @@ static int as_int32(PyObject* o, int32_t* out) {
 }
 
 static PyObject* make_caller(PyObject* module, PyObject* args) {
-  PyObject *fn, *specs, *values, *bound, *chandle, *flat = NULL;
+  PyObject *fn, *specs, *values, *bound, *chandle, *flat = NULL, *in_dtypes = NULL;
   int n_in;
   Caller* c;
   Py_ssize_t i, n;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OiO!O!O!|O!", &fn, &n_in, &PyTuple_Type, &specs, &PyTuple_Type, &values, &PyTuple_Type,
-                        &bound, &PyTuple_Type, &flat))
+  if (!PyArg_ParseTuple(args, "OiO!O!O!|O!O!", &fn, &n_in, &PyTuple_Type, &specs, &PyTuple_Type, &values, &PyTuple_Type,
+                        &bound, &PyTuple_Type, &flat, &PyTuple_Type, &in_dtypes))
     return NULL;
   if (flat != NULL && PyTuple_GET_SIZE(flat) != n_in) return refuse(PyExc_ValueError, "make_caller: a flat kind an input");
+  if (in_dtypes != NULL && PyTuple_GET_SIZE(in_dtypes) != n_in)
+    return refuse(PyExc_ValueError, "make_caller: a dtype (or None) an input");
   if (find_api() != 0) return NULL;
   chandle = PyObject_CallMethod(fn, "__chandle__", NULL);
   if (chandle == NULL) return NULL;
@@ -401,6 +420,7 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
     c->handle = h;
     c->strided = NULL;
     c->any_row_stride = 0;
+    c->alternate = NULL;
   }
   Py_INCREF(fn);
   c->fn = fn;
@@ -409,6 +429,17 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
   c->n_bound = 0;
   c->n_vals = 0;
   for (i = 0; i < n_in; ++i) {
+    PyObject* d = in_dtypes != NULL ? PyTuple_GET_ITEM(in_dtypes, i) : Py_None;
+    int32_t code = 255, bits = 0;
+    if (d != Py_None && (!PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 2 || as_int32(PyTuple_GET_ITEM(d, 0), &code) ||
+                         as_int32(PyTuple_GET_ITEM(d, 1), &bits))) {
+      PyErr_Clear();
+      Py_DECREF(c);
+      return refuse(PyExc_ValueError, "make_caller: an input's dtype is (code, bits) or None");
+    }
+    c->in_dtype[i].code = (uint8_t)code;
+    c->in_dtype[i].bits = (uint8_t)bits;
+    c->in_dtype[i].lanes = 1;
     c->flat[i] = FLAT_NONE;
     if (flat != NULL && (as_int32(PyTuple_GET_ITEM(flat, i), &c->flat[i]) || c->flat[i] < FLAT_NONE ||
                          c->flat[i] > FLAT_VALUES)) {
@@ -481,6 +512,21 @@ static PyObject* set_strided(PyObject* module, PyObject* args) {
   ((Caller*)strided)->any_row_stride = 1;
   Py_INCREF(strided);
   Py_XSETREF(((Caller*)dense)->strided, strided);
+  Py_RETURN_NONE;
+}
+
+/* set_alternate(caller, other): calls of `caller` with an input of another dtype than it was made
+ * for run `other`, the same op compiled for those dtypes (which may have an alternate of its own). */
+static PyObject* set_alternate(PyObject* module, PyObject* args) {
+  PyObject *first, *other;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "O!O!", &CallerType, &first, &CallerType, &other)) return NULL;
+  if (first == other || ((Caller*)other)->alternate == first)
+    return refuse(PyExc_ValueError, "set_alternate: the alternate must be another call, not one that leads back");
+  if (((Caller*)first)->n_in != ((Caller*)other)->n_in)
+    return refuse(PyExc_ValueError, "set_alternate: the two calls must take the same inputs");
+  Py_INCREF(other);
+  Py_XSETREF(((Caller*)first)->alternate, other);
   Py_RETURN_NONE;
 }
 
@@ -689,6 +735,7 @@ static PyMethodDef methods[] = {
     {"make_caller", make_caller, METH_VARARGS, "make_caller(fn, n_in, specs, values, bound) -> Caller"},
     {"install", install, METH_VARARGS, "install(cls, torch.is_grad_enabled): cls instances call through C"},
     {"set_strided", set_strided, METH_VARARGS, "set_strided(caller, strided): slices of wider rows call strided"},
+    {"set_alternate", set_alternate, METH_VARARGS, "set_alternate(caller, other): other dtypes call other"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -168,6 +168,15 @@ def set_strided(caller: Any, strided: Any) -> None:
     module.set_strided(caller, strided)
 
 
+def set_alternate(caller: Any, other: Any) -> None:
+    """Calls of `caller` with an input of another dtype than it was made for (`in_dtypes`) run
+    `other`: the same op's call made for those dtypes (fp32 weights beside 16-bit rows)."""
+    module = _module()
+    if module is None:
+        raise OSError(f"the C call is not available: {reason()}")
+    module.set_alternate(caller, other)
+
+
 def make_caller(
     fn: Any,
     n_in: int,
@@ -175,11 +184,14 @@ def make_caller(
     values: tuple[float | int, ...] = (),
     bound: tuple[Any, ...] = (),
     flat: tuple[str, ...] | None = None,
+    in_dtypes: tuple[str | None, ...] | None = None,
 ) -> Any:
     """`fn(*inputs, *outputs, *bound, *values)` as `caller(*inputs) -> output | list of outputs`;
     `bound` tensors (a workspace) are held by the caller for its lifetime. `flat` (one of FLAT an
     input): inputs whose leading dims the kernel sees as one M, as a view; outputs made like x
-    then come back in x's shape (a value a row: in its leading dims' shape)."""
+    then come back in x's shape (a value a row: in its leading dims' shape). `in_dtypes` (a torch
+    dtype's name or None an input): an input of another dtype is refused in C, before the
+    kernel's own check, or taken by the alternate call (`set_alternate`)."""
     import tvm_ffi
 
     module = _module()
@@ -192,4 +204,7 @@ def make_caller(
         dt = tvm_ffi.dtype(o.dtype)
         specs.append((o.src, DIMS.index(o.dims), dt.type_code, dt.bits))
     kinds = tuple(FLAT.index(k) for k in flat) if flat is not None else (0,) * n_in
-    return module.make_caller(fn, n_in, tuple(specs), tuple(values), tuple(bound), kinds)
+    dts = tuple(
+        None if d is None else (tvm_ffi.dtype(d).type_code, tvm_ffi.dtype(d).bits) for d in in_dtypes or (None,) * n_in
+    )
+    return module.make_caller(fn, n_in, tuple(specs), tuple(values), tuple(bound), kinds, dts)

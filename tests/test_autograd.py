@@ -231,7 +231,7 @@ def test_fp32_weights_beside_bf16_rows(op: str, shape: tuple[int, ...]) -> None:
         torch.testing.assert_close(got.double(), want.detach(), atol=2e-2, rtol=2e-2)
     assert fn.vectors32 is not None and fn.vectors32._plans
     if native_call.available():
-        assert native_call.is_caller(fn.vectors32._fast_given.get((torch.bfloat16, n, x.dim(), (1e-5,))))
+        assert native_call.is_caller(fn.vectors32._given((torch.bfloat16, n, x.dim()), {"eps": 1e-5}))
     grads = [t.clone().requires_grad_() for t in (x, *params)]
     out = fn(*grads, eps=1e-5)
     out.backward(dy)

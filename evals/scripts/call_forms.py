@@ -1,7 +1,8 @@
 """Host time per eager call of each form a model calls an op in (GPU): scalars by keyword (the
 default value and another), 3-D activations (batch, sequence, hidden), a slice of a wider tensor
-(rows contiguous, the tensor not), fp32 weights beside bf16 rows, and as a training step calls it (autograd, the upstream
-gradient of `.sum()`, expanded), ours beside torch eager and QuACK on the same tensors.
+(rows contiguous, the tensor not), an fp32 weight beside bf16 rows, and as a training step calls
+it (autograd, the upstream gradient of `.sum()`, expanded), ours beside torch eager and QuACK on
+the same tensors.
 
     python -m evals.scripts.call_forms [--dtype bfloat16] [--n 1024] [--out DIR]
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from llmcompile.runtime import autograd_native
 from llmcompile.runtime import compiled as kernels
 from llmcompile.specs import BUILTIN
 
@@ -176,14 +177,32 @@ _CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
 LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
+# the forward kernels' own defaults: a C++ node passes eps to them by keyword only where it differs
+_FWD_EPS = {op: BUILTIN[op].scalars["eps"] for op in ("rmsnorm_fwd", "layernorm_fwd")}
+
+
+def _nodes(*tensors: torch.Tensor) -> Any:
+    """The C++ autograd nodes (`autograd_native`), or None where the Python Functions take the
+    call: the extension is not built here, torch.compile traces, functorch transforms run, or an
+    input is a functorch-wrapped tensor."""
+    if _is_compiling() or _functorch_active() or autograd_native.module() is None:
+        return None
+    for t in tensors:
+        if _wrapped(t):
+            return None
+    return autograd_native.module()
 
 
 # softmax takes no scalars: a keyword given is refused here as on the lean call, not ignored
 def softmax(x: torch.Tensor) -> torch.Tensor:
+    if (ext := _nodes(x)) is not None:
+        return ext.softmax(x, ext.SOFTMAX)
     return _SoftmaxFunction(x, False)
 
 
 def log_softmax(x: torch.Tensor) -> torch.Tensor:
+    if (ext := _nodes(x)) is not None:
+        return ext.softmax(x, ext.LOG_SOFTMAX)
     return _SoftmaxFunction(x, True)
 
 
@@ -192,10 +211,14 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, ignore_index: int = -10
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    if (ext := _nodes(x, weight)) is not None:
+        return ext.rmsnorm(x, weight, float(eps), eps != _FWD_EPS["rmsnorm_fwd"])
     return _RMSNormFunction(x, weight, float(eps))
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYERNORM_EPS) -> torch.Tensor:
+    if (ext := _nodes(x, weight, bias)) is not None:
+        return ext.layernorm(x, weight, bias, float(eps), eps != _FWD_EPS["layernorm_fwd"])
     return _LayerNormFunction(x, weight, bias, float(eps))
 
 

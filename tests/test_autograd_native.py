@@ -15,9 +15,10 @@ from llmcompile.specs import references as ops
 
 
 @pytest.fixture
-def ext() -> Iterator[object]:
+def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """The extension with stand-in kernel functions (float64 references on the CPU, which record
     their calls); the real kernel functions registered again afterwards."""
+    monkeypatch.setattr(autograd, "NATIVE_NODES", True)  # (off by default until run on the H100)
     m = autograd_native.module()
     if m is None:
         pytest.fail(f"the C++ autograd nodes did not build on this machine: {autograd_native.reason()}")
@@ -124,9 +125,10 @@ def test_norm_nodes_give_torchs_gradients(ext: object, eps: float | None) -> Non
         torch.testing.assert_close(ours(xt, *params, **kw), theirs(x, *params))
 
 
-def test_functorch_and_compile_keep_the_python_functions() -> None:
+def test_functorch_and_compile_keep_the_python_functions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under functorch transforms (and while torch.compile traces) the Python Functions take the
     call: they are what those systems know how to see through."""
+    monkeypatch.setattr(autograd, "NATIVE_NODES", True)
     seen: list[object] = []
 
     def f(t: torch.Tensor) -> torch.Tensor:
@@ -136,3 +138,5 @@ def test_functorch_and_compile_keep_the_python_functions() -> None:
     torch.func.grad(f)(torch.randn(3))
     assert seen == [None]
     assert autograd._nodes(torch.randn(3)) is autograd_native.module() is not None
+    monkeypatch.setattr(autograd, "NATIVE_NODES", False)  # the default: the Python Functions
+    assert autograd._nodes(torch.randn(3)) is None

@@ -8,6 +8,7 @@ and the kernels inside them are the torch.library ops.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -181,11 +182,17 @@ LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
 _FWD_EPS = {op: BUILTIN[op].scalars["eps"] for op in ("rmsnorm_fwd", "layernorm_fwd")}
 
 
+# The C++ nodes are taken only with LLMCOMPILE_NATIVE_AUTOGRAD=1 until they have run on the H100:
+# they are built and tested on the CPU (tests/test_autograd_native.py), not yet on a GPU, whose
+# backward runs on the autograd engine's device thread.
+NATIVE_NODES = os.environ.get("LLMCOMPILE_NATIVE_AUTOGRAD", "0") == "1"
+
+
 def _nodes(*tensors: torch.Tensor) -> Any:
     """The C++ autograd nodes (`autograd_native`), or None where the Python Functions take the
-    call: the extension is not built here, torch.compile traces, functorch transforms run, or an
-    input is a functorch-wrapped tensor."""
-    if _is_compiling() or _functorch_active() or autograd_native.module() is None:
+    call: not asked for (NATIVE_NODES), the extension is not built here, torch.compile traces,
+    functorch transforms run, or an input is a functorch-wrapped tensor."""
+    if not NATIVE_NODES or _is_compiling() or _functorch_active() or autograd_native.module() is None:
         return None
     for t in tensors:
         if _wrapped(t):

@@ -8,6 +8,10 @@ Python. The nodes here are C++ and call the same kernel functions. Where the ext
 built (no C++ compiler or no torch headers), `module()` is None, `reason()` says why, and
 `runtime/autograd.py` keeps its Python Functions. They are also what torch.compile traces and
 what functorch transforms see.
+
+`runtime/autograd.py` takes these nodes only with LLMCOMPILE_NATIVE_AUTOGRAD=1 until they have run
+on the H100 (`bash .ci/gpu backward` runs the gradient tests both ways, `bash .ci/gpu train` the
+host times): they were built and tested on the CPU alone.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels.reduce import pick, vector_elems
 from reference_kernels.reduce import vector_at as _at
-from reference_kernels.reduce import vector_elems
 from reference_kernels.strided import StridedKnobs, StridedReduce, StridedTiling
 from reference_kernels.tuning import strided as T
 
@@ -60,7 +60,7 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     vec = vector_elems(knobs.vec_bits, width_bits, inner)
     threads = knobs.num_threads or (T.SCALAR_THREADS if vec == 1 else T.LEADING_NUM_THREADS)
     tr = knobs.threads_r or 1
-    max_tr = next((m for a, m in T.LEADING_MAX_THREADS_R_BY_ARITY if arity >= a), T.LEADING_MAX_THREADS_R)
+    max_tr = pick(T.LEADING_MAX_THREADS_R, arity)
     # narrow columns: R over more of the CTA's threads, so that there are more CTAs
     while knobs.threads_r is None and tr < max_tr and math.ceil(inner / (threads // tr * vec)) < T.LEADING_TARGET_CTAS:
         tr *= 2

@@ -16,12 +16,16 @@ from tests.level1 import compiled_match, problem_file, right_on_gpu
 
 def test_tiling() -> None:
     from reference_kernels import leading as L
+    from reference_kernels.reduce import pick
     from reference_kernels.tuning import strided as T
 
     ws = L.workspace_elems(8192, 1)
     wide = L.resolve_tiling(L.LeadingKnobs(), 32, 8192, 1, ws)
     # few columns: R over 32 threads of a CTA, then over CTAs until the GPU is full
-    assert wide.threads_r == T.LEADING_MAX_THREADS_R and wide.col_tiles * wide.splits >= T.LEADING_TARGET_CTAS
+    assert (
+        wide.threads_r == pick(T.LEADING_MAX_THREADS_R, 1) == 32
+        and wide.col_tiles * wide.splits >= T.LEADING_TARGET_CTAS
+    )
     # many columns fill the GPU alone: one CTA along R, no partial crossing CTAs but the final fold's
     many = L.resolve_tiling(L.LeadingKnobs(), 32, 3 << 19, 1, L.workspace_elems(3 << 19, 1))
     assert (many.threads_r, many.splits) == (1, 1)
@@ -29,7 +33,7 @@ def test_tiling() -> None:
         L.resolve_tiling(L.LeadingKnobs(splits=T.LEADING_MAX_SPLITS + 1), 32, 8192, 1, ws)
     with pytest.raises(ValueError, match="columns"):
         L.workspace_elems(1 << 22, 3)
-    # a Chan merge (3 values) spreads R over at most 16 threads (T.LEADING_MAX_THREADS_R_BY_ARITY),
+    # a Chan merge (3 values) spreads R over at most 16 threads (T.LEADING_MAX_THREADS_R),
     # more CTAs instead; a knob given wins
     chan = L.resolve_tiling(L.LeadingKnobs(), 16, 8192, 3, L.workspace_elems(8192, 3))
     given = L.resolve_tiling(L.LeadingKnobs(threads_r=32), 16, 8192, 3, L.workspace_elems(8192, 3))

@@ -16,14 +16,13 @@ REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more 
 # 132 SMs x 8 CTAs of 256 threads: the H100 full at once, as the whole-tensor template fills it
 LEADING_TARGET_CTAS = 1056
 LEADING_NUM_THREADS = 256
-# Up to 32 threads along R before R is split over CTAs: a warp then still loads 8 columns of
-# 16 bytes, whole 128-byte lines of four rows
-LEADING_MAX_THREADS_R = 32
+# Threads along R before R is split over CTAs, by the values a fold carries: up to 32 (a warp
+# then still loads 8 columns of 16 bytes, whole 128-byte lines of four rows); 16 for a Chan merge
+# (count, mean, m2), which folds a CTA's threads_r partials one after another at its end, a
+# division each: at 32 that tail held a bf16 std over 32768 rows at 88.8% of copy (93.7% at 16,
+# 94.6% at 8).
+LEADING_MAX_THREADS_R: tuple[tuple[int | None, int], ...] = ((2, 32), (None, 16))
 # CTAs along R at most: each adds a partial a column to the workspace and to the final fold
 LEADING_MAX_SPLITS = 64
 LEADING_FINAL_THREADS = 256
-# Threads along R at most, by the values a fold carries (at least): a Chan merge (count, mean,
-# m2) folds a CTA's threads_r partials one after another at its end, a division each, and at 32
-# that tail held a bf16 std over 32768 rows at 88.8% of copy (93.7% at 16, 94.6% at 8).
-LEADING_MAX_THREADS_R_BY_ARITY: tuple[tuple[int, int], ...] = ((3, 16),)
 LEADING_MAX_WORKSPACE = 1 << 23  # fp32 elements: the kernel contract's limit (llmcompile.specs.contract)

@@ -441,6 +441,26 @@ def test_a_slice_takes_the_strided_kernel_then_starts_in_c() -> None:
     assert "_dense_call" in ran and dense_calls == [4]
 
 
+def test_a_strided_compile_that_fails_leaves_slices_to_the_dense_copy() -> None:
+    """The strided kernel is a speed path: where its compile refuses (an op whose kernel takes no
+    row stride), a slice is copied dense and called fast, as before, and the compile is not
+    tried again."""
+    dense_calls: list[int] = []
+    tried: list[tuple[str, int]] = []
+
+    def refuse(dtype: str, n: int) -> object:
+        tried.append((dtype, n))
+        raise ValueError("this kernel takes dense rows only")
+
+    fn = KernelFunction(get_op("softmax"), lambda dtype, n: _doubling(dense_calls), compile_strided=refuse)
+    fn._plan("float32", 16)
+    wide = torch.randn(4, 32)
+    for _ in range(2):
+        out, ran = _python_calls(fn, wide[:, :16])
+        assert torch.equal(out, wide[:, :16] * 2) and "_dense_call" in ran
+    assert tried == [("float32", 16)] and dense_calls == [4, 4]
+
+
 def test_an_input_of_another_dtype_is_refused_in_c_or_taken_by_the_alternate() -> None:
     """in_dtypes: a weight of another dtype than the call was made for never reaches its kernel
     (refused at no cost); with an alternate (the op made for that dtype) the alternate runs."""
@@ -487,6 +507,21 @@ def test_fp32_weights_beside_16bit_rows_take_the_fp32_weight_kernel_then_start_i
     assert "_vectors32_call" in ran and theirs.calls[-1][-1] == pytest.approx(1e-5)
     out, ran = _python_calls(fn, x, w, eps=1e-5)
     assert "_checked_call" not in ran and len(theirs.calls) == 4
+    # a slice with an fp32 weight: our call hands it to theirs, which takes its own strided kernel
+    strided_calls: list[tuple[int, int]] = []
+
+    def strided_norm(dtype: str, n: int) -> object:
+        def kernel(x: object, w: object, out: object, eps: float) -> None:
+            (m, _), (s0, _) = tuple(x.shape), tuple(x.strides)
+            strided_calls.append((m, s0))
+
+        return tvm_ffi.convert(kernel)
+
+    fn.vectors32.strided_compiler = strided_norm
+    wide = torch.randn(6, 32, dtype=torch.bfloat16)
+    fn(wide[:, :16], w)
+    out, ran = _python_calls(fn, wide[:, :16], w)
+    assert ran == [] and strided_calls == [(6, 32), (6, 32)]
     assert vectors_in_fp32(get_op("softmax")) is None
     assert [t.dtype for t in vectors_in_fp32(get_op("layernorm_bwd")).tensors if t.dims == ("N",)] == ["float32"] * 3
 

@@ -203,7 +203,7 @@ class StridedReduce:
                 for k in cutlass.range_constexpr(arity):
                     s[tr, ti * t.vec + j, k] = acc[j][k]
             cute.arch.barrier()
-            if const_expr(arity == 1):
+            if const_expr(arity == 1):  # (one value a partial: unrolled, its loads are few)
                 totals = []
                 for j in cutlass.range_constexpr(t.vec):
                     total = (s[0, ti * t.vec + j, 0],)

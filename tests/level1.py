@@ -134,16 +134,17 @@ def right_on_gpu(src: Path, dtype: str, tmp_path: Path, seed: int, kernelbench: 
     reference at each of the judge's verify shapes (fresh random inputs and the generic cases
     made from them, as the judge verifies; poisoned outputs). `kernelbench`: also KernelBench's
     check, allclose to the problem's own torch output in its dtype, on every one of those inputs."""
-    from llmcompile.harness.verify import KernelBenchTally, _kernelbench_check, compare, torch_own
+    from llmcompile.harness.verify import KernelBenchTally, compare
     from llmcompile.specs.inputs import GENERIC_CASES
 
     spec = get_op(str(src))
     m = patterns.match(spec)
     assert isinstance(m, patterns.Match), m
     for mm, n, _, ins, outs in verify_runs(spec, m.source, dtype, tmp_path, seed, GENERIC_CASES):
-        bad = compare(spec, dtype, ins, outs)
+        tally = KernelBenchTally()
+        bad = compare(spec, dtype, ins, outs, tally=tally if kernelbench else None)
         assert bad is None, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: {bad.describe()}"
         if kernelbench:
-            tally = KernelBenchTally()
-            _kernelbench_check(outs, torch_own(spec, ins), tally)
-            assert tally.passed == 1, f"{m.pattern} kernel of {src.name}, M={mm} N={n}: KernelBench's check failed"
+            assert (tally.checked, tally.passed) == (1, 1), (
+                f"{m.pattern} kernel of {src.name}, M={mm} N={n}: KernelBench's check failed"
+            )

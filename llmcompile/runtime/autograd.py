@@ -192,7 +192,7 @@ def _nodes(*tensors: torch.Tensor) -> Any:
     """The C++ autograd nodes (`autograd_native`), or None where the Python Functions take the
     call: not asked for (NATIVE_NODES), the extension is not built here, torch.compile traces,
     functorch transforms run, or an input is a functorch-wrapped tensor."""
-    if not NATIVE_NODES or _is_compiling() or _functorch_active() or autograd_native.module() is None:
+    if not NATIVE_NODES or _is_compiling() or _functorch_active():
         return None
     for t in tensors:
         if _wrapped(t):

@@ -17,9 +17,6 @@ host times): they were built and tested on the CPU alone.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.machinery
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -28,21 +25,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from llmcompile.runtime.native_call import cache_dir
+from llmcompile.runtime.native_call import library_path, load
 
 SOURCE = Path(__file__).resolve().parent / "autograd_nodes.cpp"
 MODULE = "llmcompile_autograd"
 _failure: list[str] = []
-
-
-def _library_path() -> Path:
-    import torch
-
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + torch.__version__.encode() + sysconfig.get_platform().encode() + suffix.encode()
-    ).hexdigest()[:16]
-    return cache_dir() / f"{MODULE}-{key}{suffix}"
 
 
 def build(path: Path) -> None:
@@ -80,15 +67,12 @@ def build(path: Path) -> None:
 def module() -> Any:
     """The extension with every op's kernel functions registered, or None (`reason()` says why)."""
     try:
-        path = _library_path()
+        import torch
+
+        path = library_path(SOURCE, MODULE, torch.__version__)
         if not path.is_file():
             build(path)
-        loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
-        spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
-        if spec is None:
-            raise OSError(f"cannot load {path}")
-        ext = importlib.util.module_from_spec(spec)
-        loader.exec_module(ext)
+        ext = load(path, MODULE)
     except Exception as e:  # any failure means the Python Functions, never a failed call
         _failure.append(f"{type(e).__name__}: {e}")
         return None

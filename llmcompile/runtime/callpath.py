@@ -86,7 +86,7 @@ class _Plan:
     alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
     arity: int  # inputs a call takes
     one: bool  # one output: alloc makes a tensor, not a tuple
-    dtype: torch.dtype | None = None  # x's
+    dtype: torch.dtype  # x's
 
 
 def _maker(kind: str, dt: torch.dtype, like: dict[str, int]) -> Callable[[tuple[torch.Tensor, ...]], torch.Tensor]:
@@ -145,9 +145,7 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
     dims = {"M": "first", "N": "last"}
     outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
     flat = ("rows", *({"MN": "rows", "M": "values"}.get(kind, "none") for kind, _ in plan.rest))
-    dtypes = tuple(
-        None if dt is None else str(dt).removeprefix("torch.") for dt in (plan.dtype, *(d for _, d in plan.rest))
-    )
+    dtypes = tuple(str(dt).removeprefix("torch.") for dt in (plan.dtype, *(d for _, d in plan.rest)))
     try:
         return native_call.make_caller(fn, plan.arity, outs, plan.values, bound, flat, dtypes)
     except (OSError, TypeError, ValueError):  # a dtype or scalar TVM-FFI cannot carry: Python allocates
@@ -315,6 +313,10 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             # call before its launch: that call is taken again on the checked path
             return self._checked_call(inputs, scalars)
 
+    def _fast_for(self, key: tuple[torch.dtype, int, int], scalars: dict) -> Callable[..., Any] | None:
+        """The fast call for x's (dtype, N, dims) and these scalars, or None where none is planned."""
+        return self._given(key, scalars) if scalars else self._fast.get(key)
+
     def _values(self, scalars: dict) -> tuple[float | int, ...]:
         """The op's scalars in order: those given by keyword, the defaults for the rest, each
         in its default's type."""
@@ -398,8 +400,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         out = other(*inputs, **scalars)
         if x.dim() >= 2:
             key = (x.dtype, x.shape[-1], x.dim())
-            ours = self._given(key, scalars) if scalars else self._fast.get(key)
-            theirs = other._given(key, scalars) if scalars else other._fast.get(key)
+            ours, theirs = self._fast_for(key, scalars), other._fast_for(key, scalars)
             if native_call.is_caller(ours) and native_call.is_caller(theirs):
                 native_call.set_alternate(ours, theirs)
         return out
@@ -434,8 +435,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if fn is None:
             return None
         strided = dataclasses.replace(plan, fn=bare_function(fn), values=self._values(scalars))
-        key = (x.dtype, n, 2)
-        fast = self._given(key, scalars) if scalars else self._fast.get(key)
+        fast = self._fast_for((x.dtype, n, 2), scalars)
         try:
             if native_call.is_caller(fast) and (call := _native_function(strided)) is not None:
                 native_call.set_strided(fast, call)
@@ -453,8 +453,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             return None
         if not all(isinstance(t, torch.Tensor) for t in inputs) or all(map(_dense, inputs)):
             return None  # (dense already: the call was refused for another reason)
-        key = (x.dtype, x.shape[-1], x.dim())
-        fast = self._given(key, scalars) if scalars else self._fast.get(key)
+        fast = self._fast_for((x.dtype, x.shape[-1], x.dim()), scalars)
         if fast is None:
             return None
         dense = tuple(t if _dense(t) else t.clone(memory_format=torch.contiguous_format) for t in inputs)

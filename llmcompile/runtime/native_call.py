@@ -52,14 +52,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LLMCOMPILE_CACHE", Path.home() / ".cache" / "llmcompile"))
 
 
+def library_path(source: Path, module: str, version: str) -> Path:
+    """Where an extension built from `source` against `version` (of what it links) is cached: a
+    new source, version, platform or interpreter ABI is a new file."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter's ABI, e.g. .cpython-312-x86_64-linux-gnu.so
+    key = hashlib.sha256(
+        source.read_bytes() + version.encode() + sysconfig.get_platform().encode() + suffix.encode()
+    ).hexdigest()[:16]
+    return cache_dir() / f"{module}-{key}{suffix}"
+
+
 def _library_path() -> Path:
     import tvm_ffi
 
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter's ABI, e.g. .cpython-312-x86_64-linux-gnu.so
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + tvm_ffi.__version__.encode() + sysconfig.get_platform().encode() + suffix.encode()
-    ).hexdigest()[:16]
-    return cache_dir() / f"{MODULE}-{key}{suffix}"
+    return library_path(SOURCE, MODULE, tvm_ffi.__version__)
 
 
 def build(path: Path) -> None:
@@ -86,10 +92,10 @@ def build(path: Path) -> None:
         os.replace(out, path)
 
 
-def load(path: Path) -> Any:
-    """The extension module at `path`."""
-    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
-    spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+def load(path: Path, name: str = MODULE) -> Any:
+    """The extension module `name` at `path`."""
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     if spec is None:
         raise OSError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -159,22 +165,24 @@ def register(entry: Any, dtype: str, n: int, ndim: int, caller: Any) -> bool:
     return bool(entry._set_call(dt.type_code, dt.bits, ndim, n, caller))
 
 
-def set_strided(caller: Any, strided: Any) -> None:
-    """Calls of `caller` on a slice of wider rows (x's row stride not N, every row 16-byte aligned)
-    run `strided`: the same call made for the kernel compiled for such rows."""
+def _required() -> Any:
+    """The extension, or OSError saying why it is not here."""
     module = _module()
     if module is None:
         raise OSError(f"the C call is not available: {reason()}")
-    module.set_strided(caller, strided)
+    return module
+
+
+def set_strided(caller: Any, strided: Any) -> None:
+    """Calls of `caller` on a slice of wider rows (x's row stride not N, every row 16-byte aligned)
+    run `strided`: the same call made for the kernel compiled for such rows."""
+    _required().set_strided(caller, strided)
 
 
 def set_alternate(caller: Any, other: Any) -> None:
     """Calls of `caller` with an input of another dtype than it was made for (`in_dtypes`) run
     `other`: the same op's call made for those dtypes (fp32 weights beside 16-bit rows)."""
-    module = _module()
-    if module is None:
-        raise OSError(f"the C call is not available: {reason()}")
-    module.set_alternate(caller, other)
+    _required().set_alternate(caller, other)
 
 
 def make_caller(
@@ -194,9 +202,7 @@ def make_caller(
     kernel's own check, or taken by the alternate call (`set_alternate`)."""
     import tvm_ffi
 
-    module = _module()
-    if module is None:
-        raise OSError(f"the C call is not available: {reason()}")
+    module = _required()
     if not is_function(fn):
         raise TypeError(f"make_caller: fn must be a TVM-FFI function, got {type(fn).__name__}")
     specs = []

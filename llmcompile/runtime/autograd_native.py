@@ -17,15 +17,10 @@ host times): they were built and tested on the CPU alone.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import subprocess
-import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from llmcompile.runtime.native_call import library_path, load
+from llmcompile.runtime.native_call import compile_into, compiler, library_path, load, python_include
 
 SOURCE = Path(__file__).resolve().parent / "autograd_nodes.cpp"
 MODULE = "llmcompile_autograd"
@@ -33,34 +28,21 @@ _failure: list[str] = []
 
 
 def build(path: Path) -> None:
-    """Compile autograd_nodes.cpp against this torch into `path` (written whole, then renamed)."""
+    """Compile autograd_nodes.cpp against this torch into `path`."""
     import torch
     from torch.utils import cpp_extension
 
-    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
-    if cxx is None:
-        raise OSError("no C++ compiler (c++ or g++ on PATH, or CXX)")
-    python = Path(sysconfig.get_paths()["include"])
-    if not (python / "Python.h").is_file():
-        raise OSError(f"no Python.h in {python} (the Python development headers)")
+    cxx = compiler("CXX", ("c++", "g++"), "C++ compiler")
+    python = python_include()
     includes = [Path(p) for p in cpp_extension.include_paths()]
     if not (includes[0] / "torch" / "extension.h").is_file():
         raise OSError(f"no torch/extension.h under {includes[0]} (this torch has no C++ headers)")
     libs = cpp_extension.library_paths()
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        out = Path(tmp) / path.name
-        cmd = [cxx, "-shared", "-fPIC", "-O2", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-        cmd += [f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-        cmd += [f"-I{p}" for p in (*includes, python)]
-        cmd += ["-o", str(out), str(SOURCE)]
-        cmd += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
-        cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise OSError(f"c++ failed: {(done.stderr or done.stdout)[-800:]}")
-        os.replace(out, path)
+    flags = ["-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    flags += [f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    flags += [f"-I{p}" for p in (*includes, python)]
+    link = [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
+    compile_into(path, cxx, flags, SOURCE, [*link, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"])
 
 
 @functools.cache

@@ -68,28 +68,43 @@ def _library_path() -> Path:
     return library_path(SOURCE, MODULE, tvm_ffi.__version__)
 
 
-def build(path: Path) -> None:
-    """Compile native_call.c into `path` (written whole, then renamed: concurrent builds agree)."""
-    import tvm_ffi.libinfo
+def compiler(env: str, names: tuple[str, ...], what: str) -> str:
+    """The compiler to build an extension with: $`env`, else the first of `names` on PATH."""
+    found = shutil.which(os.environ.get(env, names[0])) or next(filter(None, map(shutil.which, names[1:])), None)
+    if found is None:
+        raise OSError(f"no {what} ({' or '.join(names)} on PATH, or {env})")
+    return found
 
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if cc is None:
-        raise OSError("no C compiler (cc or gcc on PATH, or CC)")
+
+def python_include() -> Path:
+    """The Python headers' directory, which every extension includes."""
     python = Path(sysconfig.get_paths()["include"])
     if not (python / "Python.h").is_file():
         raise OSError(f"no Python.h in {python} (the Python development headers)")
-    lib = Path(tvm_ffi.libinfo.find_libtvm_ffi())
-    include = Path(tvm_ffi.libinfo.find_include_path())
-    dlpack = Path(tvm_ffi.libinfo.find_dlpack_include_path())
+    return python
+
+
+def compile_into(path: Path, cc: str, flags: list[str], source: Path, link: list[str]) -> None:
+    """`source` built as a shared library into `path`, written whole then renamed (concurrent
+    builds agree); OSError with the compiler's last words where it fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = Path(tmp) / path.name
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c11", f"-I{python}", f"-I{include}", f"-I{dlpack}"]
-        cmd += ["-o", str(out), str(SOURCE), str(lib), f"-Wl,-rpath,{lib.parent}"]
+        cmd = [cc, "-shared", "-fPIC", "-O2", *flags, "-o", str(out), str(source), *link]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
-            raise OSError(f"cc failed: {(done.stderr or done.stdout)[-800:]}")
+            raise OSError(f"{Path(cc).name} failed: {(done.stderr or done.stdout)[-800:]}")
         os.replace(out, path)
+
+
+def build(path: Path) -> None:
+    """Compile native_call.c into `path`."""
+    import tvm_ffi.libinfo
+
+    cc = compiler("CC", ("cc", "gcc"), "C compiler")
+    includes = (python_include(), tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path())
+    lib = Path(tvm_ffi.libinfo.find_libtvm_ffi())
+    compile_into(path, cc, ["-std=c11", *(f"-I{p}" for p in includes)], SOURCE, [str(lib), f"-Wl,-rpath,{lib.parent}"])
 
 
 def load(path: Path, name: str = MODULE) -> Any:

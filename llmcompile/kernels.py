@@ -22,15 +22,19 @@ from llmcompile.runtime.compiled import (
     cross_entropy_fwd,
     layernorm,
     layernorm_bwd,
+    layernorm_bwd_scalar,
     layernorm_fwd,
     log_softmax,
     log_softmax_bwd,
+    log_softmax_bwd_scalar,
     reference_function,
     rmsnorm,
     rmsnorm_bwd,
+    rmsnorm_bwd_scalar,
     rmsnorm_fwd,
     softmax,
     softmax_bwd,
+    softmax_bwd_scalar,
 )
 
 # differentiable where x requires grad: the forward kernel saving what the backward kernel reads
@@ -43,6 +47,6 @@ layernorm.grad_fn = autograd.layernorm
 __all__ = [
     "BY_NAME", "READ_PROBES", "attention", "attention_causal", "attention_causal_d64", "attention_d64", "copy",
     "copy_probe", "cross_entropy", "cross_entropy_loss", "cross_entropy_bwd", "cross_entropy_fused", "cross_entropy_fwd", "layernorm",
-    "layernorm_bwd", "layernorm_fwd", "log_softmax", "log_softmax_bwd", "reference_function", "rmsnorm",
-    "rmsnorm_bwd", "rmsnorm_fwd", "softmax", "softmax_bwd",
+    "layernorm_bwd", "layernorm_bwd_scalar", "layernorm_fwd", "log_softmax", "log_softmax_bwd", "log_softmax_bwd_scalar", "reference_function",
+    "rmsnorm", "rmsnorm_bwd", "rmsnorm_bwd_scalar", "rmsnorm_fwd", "softmax", "softmax_bwd", "softmax_bwd_scalar",
 ]  # fmt: skip

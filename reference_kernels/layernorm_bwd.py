@@ -60,4 +60,28 @@ class LayerNormBackward(NormBackward):
         self._launch(mdY, mX, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream)
 
 
+class LayerNormBackwardScalar(LayerNormBackward):
+    """LayerNorm's backward for an upstream gradient that is one value everywhere, read as that
+    value (rmsnorm_bwd.NormBackwardScalar's). Contract entry:
+    `launch(mX, mdY, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream)`, mdY (1,) in x's dtype."""
+
+    one_dy = True
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,
+        mdY: cute.Tensor,
+        mW: cute.Tensor,
+        mMean: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor,
+        mdB: cute.Tensor,
+        mWork: cute.Tensor,
+        stream,
+    ):
+        self._launch(mdY, mX, mW, mMean, mRstd, mdX, mdW, mdB, mWork, stream)
+
+
 launch = LayerNormBackward(R.RowKnobs())

@@ -31,6 +31,10 @@ WORKSPACE = 1 << 23
 
 
 class NormBackward:
+    # dy is one value everywhere, read from a (1,) tensor (the *_bwd_scalar ops, below): the
+    # upstream gradient of `.sum()`, expanded, which the rows kernel needs made dense first
+    one_dy = False
+
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs(), bias: bool = False) -> None:
         self.knobs = knobs
         self.bias = bias  # LayerNorm: subtract the mean, and write db
@@ -226,7 +230,8 @@ class NormBackward:
         sX = sdY = None
         if const_expr(t.stage_smem):
             sX = R.allocate_staging(smem, t, mX.element_type, depth)
-            sdY = R.allocate_staging(smem, t, mdY.element_type, depth)
+            # (one value: dy's "staging" is that value's tensor; the plan still counts a buffer)
+            sdY = mdY if const_expr(self.one_dy) else R.allocate_staging(smem, t, mdY.element_type, depth)
         first = R.RowContext.make(t, copy, mX, tidx, bidx)
         # w in registers for every tile ("early"), or staged once and read from shared memory
         # each tile ("smem"), or loaded from L2 each tile ("late")
@@ -268,20 +273,22 @@ class NormBackward:
             rows, staging = (mX, mdY), (sX, sdY)
             if const_expr(t.stage_smem):
                 for k in cutlass.range_constexpr(depth if early else max(depth - 1, 1)):
-                    _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k, self.chunks)
+                    _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k, self.chunks, self.one_dy)
             for i in cutlass.range((tiles - bidx + grid_m - 1) // grid_m, unroll=1):
                 ctx = R.RowContext.make(t, copy, mX, tidx, bidx + i * grid_m, i % 2, (i // 2) % 2)
                 sXi = sdYi = None
                 if const_expr(t.stage_smem):
-                    sXi, sdYi = R.staged_tile(sX, depth, i % depth), R.staged_tile(sdY, depth, i % depth)
+                    sXi, sdYi = R.staged_tile(sX, depth, i % depth), self.dy_tile(sdY, depth, i % depth)
                 if const_expr(t.stage_smem and depth > 1 and not early):
                     # tile i + depth - 1 into the buffer tile i - 1 was read from (by this thread
                     # alone: each thread reads back only what its own copies wrote)
                     j = i + depth - 1
-                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth, self.chunks)
+                    _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth, self.chunks,
+                               self.one_dy)  # fmt: skip
                 if const_expr(not t.stage_smem):
                     tXrX = R.load_row(ctx, mX, None, 0.0)
-                    tXrdY = R.load_row(ctx, mdY, None, 0.0)
+                    if const_expr(not self.one_dy):
+                        tXrdY = R.load_row(ctx, mdY, None, 0.0)
                 if const_expr(ahead):
                     rstd, mean = stats[0], stats[1]
                     _load_stats(mRstd, mMean, stats, ctx.row + grid_m * t.rows_per_cta, mX.shape[0], self.bias)
@@ -296,14 +303,18 @@ class NormBackward:
                         # (two commit groups a tile: those of the tiles still ahead may stay in flight)
                         cute.arch.cp_async_wait_group(2 * (depth - 1))
                         tXrX = R.read_staged_row(ctx, sXi, 0.0)
-                        tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
+                        if const_expr(not self.one_dy):
+                            tXrdY = R.read_staged_row(ctx, sdYi, 0.0)
                     x = R.widen(tXrX, self.widen_bits)
-                    dy = R.widen(tXrdY, self.widen_bits)
+                    if const_expr(self.one_dy):
+                        dy = self.one_value(ctx, x, mdY)
+                    else:
+                        dy = R.widen(tXrdY, self.widen_bits)
                     if const_expr(early):
                         # the tile is in registers: its buffer takes tile i + depth through the
                         # reduction (each thread overwrites only what it has read itself)
                         j = i + depth
-                        _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+                        _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth, 1, self.one_dy)
                     # padding columns: dy reads 0, so g and every sum below get nothing from them
                     xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW)
                     self.accumulate(ctx, dy, xhat, acc_w, acc_b)
@@ -356,15 +367,14 @@ class NormBackward:
         for c in cutlass.range_constexpr(parts):
             part = c if const_expr(parts > 1) else None
             x = self.staged_values(ctx, buffers[0], part, parts)
-            dy = self.staged_values(ctx, buffers[1], part, parts)
+            dy = self.dy_values(ctx, x, buffers[1], part, parts)
             if const_expr(parts > 1):
                 nxt = R.RowContext.make(t, ctx.copy, rows[0], ctx.tidx, next_tile)
-                for m, s in zip(rows, staging):
-                    R.copy_row_async(nxt, m, s, parts, part)
+                _copy_rows(nxt, rows, staging, parts, part, self.one_dy)
             dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, part, parts)
             if const_expr(self.depth == 1 and parts == 1):
                 # the next tile's rows stream in while this one's dx is written
-                _copy_tile(t, ctx.copy, ctx.tidx, next_tile, rows, staging, 1, 0)
+                _copy_tile(t, ctx.copy, ctx.tidx, next_tile, rows, staging, 1, 0, 1, self.one_dy)
             R.store_row(ctx, dx, mdX, parts, part)
 
     @cute.jit
@@ -372,6 +382,27 @@ class NormBackward:
         """The thread's slice of a staged row (chunk `c` of `parts`, or of T.TILE_CHUNKS'), in fp32 (0
         in the padding columns)."""
         return R.widen(R.read_staged_row(ctx, sX, 0.0, parts or self.chunks, c), self.widen_bits)
+
+    @cute.jit
+    def dy_values(self, ctx: R.RowContext, x, sdY: cute.Tensor, c: int | None = None, parts: int = 0):
+        """dy beside x (chunk `c` of `parts`): a staged row's, or with `one_dy`, the one value."""
+        if const_expr(self.one_dy):
+            return self.one_value(ctx, x, sdY)
+        return self.staged_values(ctx, sdY, c, parts)
+
+    @cute.jit
+    def one_value(self, ctx: R.RowContext, x, mdY: cute.Tensor):
+        """dy = mdY[0] in the row's columns and 0 in its padding, as a loaded row reads: the sums
+        take nothing from the padding (where w may be unwritten shared memory, and xhat of
+        LayerNorm is not 0). A chunked row has no padding (R.fitting_chunks)."""
+        dy = cute.full_like(x, Float32(mdY[0]))
+        if const_expr(not self.tiling.even_n):
+            dy = R.zero_padding(ctx, dy)
+        return dy
+
+    def dy_tile(self, sdY: cute.Tensor, depth: int, k: Int32 | int) -> cute.Tensor:
+        """Buffer `k` of dy's staging (with `one_dy`, the one value's tensor)."""
+        return sdY if self.one_dy else R.staged_tile(sdY, depth, k)
 
     @cute.jit
     def weight(self, ctx: R.RowContext, mW: cute.Tensor, tXrW: cute.Tensor, c: int | None = None, parts: int = 0):
@@ -409,19 +440,20 @@ class NormBackward:
         for c in cutlass.range_constexpr(chunks):
             # (this tile's later chunks, and each tile still ahead, may stay in flight)
             cute.arch.cp_async_wait_group(2 * chunks * (depth - 1) + 2 * (chunks - 1 - c))
-            x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
+            x = self.staged_values(ctx, sX, c)
+            dy = self.dy_values(ctx, x, sdY, c)
             xhat, g = self.xhat_g(first, x, dy, rstd, mean, mW, tXrW, c)
             self.accumulate(ctx, dy, xhat, R.chunk_of(acc_w, chunks, c), R.chunk_of(acc_b, chunks, c))
             sums = R.add(sums, self.partials(g, xhat))
         c1, c2 = self.row_totals(sums, scratch.at(ctx))
         for c in cutlass.range_constexpr(chunks):
-            x, dy = self.staged_values(ctx, sX, c), self.staged_values(ctx, sdY, c)
+            x = self.staged_values(ctx, sX, c)
+            dy = self.dy_values(ctx, x, sdY, c)
             dx = self.dx_of_rows(first, x, dy, rstd, mean, c1, c2, mW, tXrW, c)
             if const_expr(depth == 1):
                 # (each thread overwrites only what it has read itself)
                 nxt = R.RowContext.make(t, copy, rows[0], ctx.tidx, next_tile)
-                for m, s in zip(rows, staging):
-                    R.copy_row_async(nxt, m, s, chunks, c)
+                _copy_rows(nxt, rows, staging, chunks, c, self.one_dy)
             R.store_row(ctx, dx, mdX, chunks, c)
 
     @cute.jit
@@ -538,7 +570,7 @@ class NormBackward:
         step = grid_m * t.rows_per_cta
         count = (tiles - bidx + grid_m - 1) // grid_m
         for k in cutlass.range_constexpr(depth - 1):
-            _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k)
+            _copy_tile(t, copy, tidx, bidx + k * grid_m, rows, staging, depth, k, 1, self.one_dy)
         stats = cute.make_rmem_tensor(2, Float32)  # rstd and mean of tile i
         stats_next = cute.make_rmem_tensor(2, Float32)  # of tile i + 1
         stats_after = cute.make_rmem_tensor(2, Float32)  # of tile i + 2
@@ -551,7 +583,7 @@ class NormBackward:
             ctx = R.RowContext.make(t, copy, rows[0], tidx, bidx + i * grid_m, i % 4, (i // 4) % 2)
             # into the buffer tile i - 1 was read from (by this thread alone, see _copy_tile)
             j = i + depth - 1
-            _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth)
+            _copy_tile(t, copy, tidx, bidx + j * grid_m, rows, staging, depth, j % depth, 1, self.one_dy)
             _load_stats(mRstd, mMean, stats_after, ctx.row + 2 * step, m, self.bias)
             if i + 1 < count:
                 k = i + 1
@@ -560,7 +592,7 @@ class NormBackward:
                 self.send_partials(after, staging, k % depth, stats_next, mW, tXrW, scratch, acc_w, acc_b)
             c1, c2 = self.c1_c2(R.row_reduce_wait(R.add, t, scratch.at(ctx)))
             x = self.staged_values(ctx, R.staged_tile(staging[0], depth, i % depth))
-            dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, i % depth))
+            dy = self.dy_values(ctx, x, self.dy_tile(staging[1], depth, i % depth))
             R.store_row(ctx, self.dx_of_rows(first, x, dy, stats[0], stats[1], c1, c2, mW, tXrW), mdX)
             stats.store(stats_next.load())
             stats_next.store(stats_after.load())
@@ -582,7 +614,7 @@ class NormBackward:
         way to the cluster (`R.row_reduce_send`)."""
         depth = self.depth
         x = self.staged_values(ctx, R.staged_tile(staging[0], depth, buffer))
-        dy = self.staged_values(ctx, R.staged_tile(staging[1], depth, buffer))
+        dy = self.dy_values(ctx, x, self.dy_tile(staging[1], depth, buffer))
         xhat, g = self.xhat_g(ctx, x, dy, stats[0], stats[1], mW, tXrW)
         self.accumulate(ctx, dy, xhat, acc_w, acc_b)
         R.row_reduce_send(self.partials(g, xhat), R.add, self.tiling, scratch.at(ctx))
@@ -608,6 +640,29 @@ class NormBackward:
             for w in cutlass.range_constexpr(self.finish_warps):
                 total += sSum[lane, w]
             mOut[col] = total.to(mOut.element_type)
+
+
+class NormBackwardScalar(NormBackward):
+    """RMSNorm's backward for an upstream gradient that is one value c everywhere, read as that
+    value (a `.sum()`'s, expanded: the rows kernel needs it dense first, one more launch a
+    training step, issue 47). The same kernel, dy's loads and staging left out. Contract entry:
+    `launch(mX, mdY, mW, mRstd, mdX, mdW, mWork, stream)`, mdY (1,) in x's dtype."""
+
+    one_dy = True
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,
+        mdY: cute.Tensor,
+        mW: cute.Tensor,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor,
+        mWork: cute.Tensor,
+        stream,
+    ):
+        self._launch(mdY, mX, mW, mRstd, mRstd, mdX, mdW, mdW, mWork, stream)
 
 
 @cute.jit
@@ -637,13 +692,25 @@ def _copy_tile(
     depth: int,
     k: Int32 | int,
     chunks: int = 1,
+    one_dy: bool = False,
 ) -> None:
     """cp.async row tile `tile` of each of `rows` into buffer `k` of its staging (one commit group
-    a tensor and chunk, chunk by chunk: see T.TILE_CHUNKS)."""
+    a tensor and chunk, chunk by chunk: see T.TILE_CHUNKS; with `one_dy`, dy's an empty group)."""
     ctx = R.RowContext.make(t, copy, rows[0], tidx, tile)
+    buffers = (R.staged_tile(staging[0], depth, k), staging[1] if one_dy else R.staged_tile(staging[1], depth, k))
     for c in range(chunks):
-        for m, s in zip(rows, staging):
-            R.copy_row_async(ctx, m, R.staged_tile(s, depth, k), chunks, c if chunks > 1 else None)
+        _copy_rows(ctx, rows, buffers, chunks, c if chunks > 1 else None, one_dy)
+
+
+def _copy_rows(ctx: R.RowContext, rows: tuple, buffers: tuple, chunks: int, c: int | None, one_dy: bool) -> None:
+    """R.copy_row_async of x's row and dy's into their buffers (chunk `c` of `chunks`); with
+    `one_dy`, dy is one value: an empty commit group in its place, since every wait of the loop
+    counts two groups a tile."""
+    R.copy_row_async(ctx, rows[0], buffers[0], chunks, c)
+    if one_dy:
+        cute.arch.cp_async_commit_group()
+    else:
+        R.copy_row_async(ctx, rows[1], buffers[1], chunks, c)
 
 
 launch = NormBackward(R.RowKnobs())

@@ -66,6 +66,44 @@ class SoftmaxBackward:
             R.store_row(ctx, y * (dy - total), mdX)
 
 
+class SoftmaxBackwardScalar(SoftmaxBackward):
+    """The backward for an upstream gradient that is one value c everywhere, read as that value:
+    dx = y * (c - sum(c * y)) (with `log`, c - exp(y) * c N). `loss.sum().backward()` hands the
+    backward its gradient expanded from one element, every stride 0; the rows kernel above needs
+    it dense first, one more launch a training step (issue 47). Contract entry:
+    `launch(mY, mdY, mdX, stream)`, mdY (1,) in y's dtype."""
+
+    @cute.jit
+    def __call__(self, mY: cute.Tensor, mdY: cute.Tensor, mdX: cute.Tensor, stream):
+        widest = max(mY.element_type.width, mdX.element_type.width)
+        # one row in registers (y), as in the forward
+        self.tiling = R.resolve_tiling(self.knobs, mY.element_type.width, mY.shape[1], widest)
+        copy = R.row_tiled_copy(mY.element_type, self.tiling)
+        R.launch_rows(self.kernel(mY, mdY, mdX, copy), self.tiling, mY.shape[0], stream, waits=True)
+
+    @cute.kernel
+    def kernel(self, mY: cute.Tensor, mdY: cute.Tensor, mdX: cute.Tensor, copy: cute.TiledCopy):
+        tidx, _, sY, (scratch,) = R.begin_rows(self.tiling, mY.element_type, 1)
+        R.for_each_row(self.tiling, copy, mY, sY, tidx, 0.0, functools.partial(self.row, mdY, mdX, scratch))
+
+    @cute.jit
+    def row(self, mdY: cute.Tensor, mdX: cute.Tensor, scratch: R.ReductionScratch, ctx: R.RowContext, tXrY):
+        c = Float32(mdY[0])
+        y = tXrY.load().to(Float32)
+        # padding columns: y reads 0 (softmax's product adds nothing), and the log's sum of c
+        # counts only the columns inside the row
+        if const_expr(self.log):
+            part = c * R.valid_count(ctx)
+        else:
+            part = (y * c).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        # (the reduction runs either way: with row_loop > 1 it keeps the row tiles in step)
+        (total,) = R.row_reduce((part,), R.add, self.tiling, scratch.at(ctx))
+        if const_expr(self.log):
+            R.store_row(ctx, c - cute.math.exp2(y * R.LOG2_E, fastmath=True) * total, mdX)
+        else:
+            R.store_row(ctx, y * (c - total), mdX)
+
+
 def _exp2_here(v: Float32) -> Float32:
     """2^v where it is written: as inline PTX, which the compiler keeps in order with the
     reduction's own (a plain exp2 was sunk past the reduction's wait to its one use). CuTe DSL's

@@ -88,11 +88,90 @@ def test_the_builtin_forward_ops_are_differentiable_and_their_backward_ops_exist
     for op in ("softmax", "log_softmax", "cross_entropy", "rmsnorm", "layernorm"):
         assert kernels.BY_NAME[op].grad_fn is not None
     backward = ("softmax_bwd", "log_softmax_bwd", "cross_entropy_bwd", "rmsnorm_bwd", "layernorm_bwd")
+    backward += ("softmax_bwd_scalar", "log_softmax_bwd_scalar")
     for op in (*backward, "cross_entropy_fwd", "rmsnorm_fwd", "layernorm_fwd"):
         assert kernels.BY_NAME[op].spec.name == op
     x = torch.randn(2, 8, requires_grad=True)
     with pytest.raises(TypeError, match="beta"):  # refused before any kernel, as the lean call refuses it
         kernels.softmax(x, beta=1.0)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_a_sums_gradient_reaches_the_python_function_as_its_one_value(
+    monkeypatch: pytest.MonkeyPatch, log: bool
+) -> None:
+    """The Python Function (what functorch and torch.compile see, and the C++ nodes' fallback):
+    .sum()'s expanded gradient goes to the one-value backward as a (1,) view, a dense gradient
+    to the rows backward, and each gives torch's gradient (stand-in kernels on the CPU)."""
+    from llmcompile.specs import references as ops
+
+    monkeypatch.setattr(autograd, "NATIVE_NODES", False)
+    calls: list[str] = []
+    name = "log_softmax" if log else "softmax"
+    forward = torch.log_softmax if log else torch.softmax
+    rows = ops.ref_log_softmax_bwd if log else ops.ref_softmax_bwd
+    one = ops.ref_log_softmax_bwd_scalar if log else ops.ref_softmax_bwd_scalar
+
+    def rec(op: str, fn: object) -> object:
+        def call(*args: torch.Tensor) -> torch.Tensor:
+            calls.append(op)
+            if op.endswith("_scalar"):
+                assert args[1].shape == (1,)
+            return fn(*args)
+
+        return call
+
+    monkeypatch.setattr(autograd.kernels, name, rec(name, lambda x: forward(x, -1)))
+    monkeypatch.setattr(autograd.kernels, f"{name}_bwd", rec("rows", lambda dy, y: rows(dy, y)[0]))
+    monkeypatch.setattr(autograd.kernels, f"{name}_bwd_scalar", rec("one", lambda y, c: one(y, c)[0]))
+    x = torch.randn(3, 4, 33, dtype=torch.float64)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ours, want = getattr(autograd, name)(a), forward(b, -1)
+    torch.testing.assert_close(torch.autograd.grad(ours.sum() * 3.0, a, retain_graph=True)[0],
+                               torch.autograd.grad(want.sum() * 3.0, b, retain_graph=True)[0])  # fmt: skip
+    dy = torch.randn_like(x)
+    torch.testing.assert_close(torch.autograd.grad(ours, a, dy)[0], torch.autograd.grad(want, b, dy)[0])
+    assert calls == [name, "one", "rows"]
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["rmsnorm", "layernorm"])
+def test_a_sums_gradient_reaches_the_norm_functions_as_its_one_value(
+    monkeypatch: pytest.MonkeyPatch, bias: bool
+) -> None:
+    """The norms' Python Functions: .sum()'s expanded gradient goes to the one-value backward as a
+    (1,) view, and dx, dw (and db) are torch's (stand-in kernels on the CPU)."""
+    from llmcompile.specs import references as ops
+
+    monkeypatch.setattr(autograd, "NATIVE_NODES", False)
+    name = "layernorm" if bias else "rmsnorm"
+    calls: list[str] = []
+
+    def rec(op: str, fn: object) -> object:
+        def call(*args: torch.Tensor, **kw: float) -> object:
+            calls.append(op)
+            return fn(*args, **kw)
+
+        return call
+
+    def one(x: torch.Tensor, c: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+        assert c.shape == (1,) and c.dtype == x.dtype
+        return getattr(ops, f"ref_{name}_bwd_scalar")(x, c, *rest)
+
+    fwd = getattr(ops, f"ref_{name}_fwd")
+    monkeypatch.setattr(
+        autograd.kernels, f"{name}_fwd", rec("fwd", lambda *a, eps=1e-6 if not bias else 1e-5: fwd(*a, eps))
+    )
+    monkeypatch.setattr(autograd.kernels, f"{name}_bwd", rec("rows", getattr(ops, f"ref_{name}_bwd")))
+    monkeypatch.setattr(autograd.kernels, f"{name}_bwd_scalar", rec("one", one))
+    x = torch.randn(6, 40, dtype=torch.float64)
+    params = (torch.rand(40, dtype=torch.float64) + 0.5, torch.randn(40, dtype=torch.float64))[: 2 if bias else 1]
+    mine = [t.clone().requires_grad_() for t in (x, *params)]
+    ref = [t.clone().requires_grad_() for t in (x, *params)]
+    out = getattr(autograd, name)(*mine, eps=1e-5)
+    want = F.layer_norm(ref[0], (40,), *ref[1:], 1e-5) if bias else F.rms_norm(ref[0], (40,), ref[1], 1e-5)
+    for g, r in zip(torch.autograd.grad(out.sum() * 3.0, mine), torch.autograd.grad(want.sum() * 3.0, ref)):
+        torch.testing.assert_close(g, r)
+    assert calls == ["fwd", "one"]
 
 
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}
@@ -119,6 +198,12 @@ def test_softmax_gradients_match_torch(dtype: torch.dtype, log: bool) -> None:
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(ours, want, atol=atol, rtol=rtol)
         torch.testing.assert_close(a.grad, b.grad, atol=atol, rtol=rtol)
+        # .sum()'s gradient, expanded from one value (here 3): read as that value
+        # (softmax_bwd_scalar), not made dense; torch reads it in place too
+        a.grad = b.grad = None
+        (ours_fn(a).sum() * 3.0).backward()
+        (torch_fn(b, -1).sum() * 3.0).backward()
+        torch.testing.assert_close(a.grad, b.grad, atol=atol * 3, rtol=rtol)
 
 
 @pytest.mark.gpu
@@ -196,6 +281,16 @@ def test_norm_gradients_match_torch(dtype: torch.dtype, bias: bool, shape: tuple
         a.grad = None
     (kernels.layernorm(*ours) if bias else kernels.rmsnorm(*ours)).backward(dy)
     assert all(torch.equal(a.grad, f) for a, f in zip(ours, first))
+    # .sum()'s gradient, expanded from one value (here 3), read as that value (*_bwd_scalar)
+    for t in (*ours, *want):
+        t.grad = None
+    ((kernels.layernorm(*ours) if bias else kernels.rmsnorm(*ours)).sum() * 3.0).backward()
+    (
+        (F.layer_norm(want[0], (n,), *want[1:], 1e-5) if bias else F.rms_norm(want[0], (n,), want[1], 1e-6)).sum() * 3.0
+    ).backward()
+    for a, e in zip(ours, want):
+        scale = max(1.0, e.grad.abs().max().item()) if a.dim() == 1 else 1.0
+        torch.testing.assert_close(a.grad, e.grad.to(dtype), atol=atol * scale * 3, rtol=rtol)
 
 
 @pytest.mark.gpu

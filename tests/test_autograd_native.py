@@ -18,7 +18,7 @@ from llmcompile.specs import references as ops
 def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """The extension with stand-in kernel functions (float64 references on the CPU, which record
     their calls); the real kernel functions registered again afterwards."""
-    monkeypatch.setattr(autograd, "NATIVE_NODES", True)  # (off by default until run on the H100)
+    monkeypatch.setattr(autograd, "NATIVE_NODES", True)  # (the default, unless LLMCOMPILE_NATIVE_AUTOGRAD=0)
     m = autograd_native.module()
     if m is None:
         pytest.fail(f"the C++ autograd nodes did not build on this machine: {autograd_native.reason()}")
@@ -32,12 +32,47 @@ def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
 
         return call
 
+    class Forward:
+        """A norm's forward kernel function: its fast call with eps bound (`fast_call`) exists once a
+        call with that eps by keyword planned it, and refuses one row, as a fast call refuses what
+        does not fit (ValueError), for the keyword call to take."""
+
+        def __init__(self, name: str, fn: object) -> None:
+            self.name, self.fn, self.planned = name, fn, set()
+
+        def __call__(self, *args: torch.Tensor, **kw: float) -> object:
+            assert not torch.is_grad_enabled()
+            calls.append((self.name, kw))
+            self.planned.add(tuple(kw.items()))
+            return self.fn(*args, **kw)
+
+        def fast_call(self, x: torch.Tensor, **kw: float) -> object:
+            if tuple(kw.items()) not in self.planned:
+                return None
+
+            def fast(*args: torch.Tensor) -> object:
+                if args[0].shape[0] == 1:
+                    raise ValueError("refused")
+                calls.append((f"{self.name} fast", kw))
+                return self.fn(*args, **kw)
+
+            return fast
+
     def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         assert dy.is_contiguous() and dy.dtype == y.dtype  # (an expanded gradient is made dense first)
         return y * (dy - (dy * y).sum(-1, keepdim=True))
 
     def log_softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return dy - y.exp() * dy.sum(-1, keepdim=True)
+
+    # .sum()'s gradient reaches these as its one value, (1,), never made dense
+    def softmax_bwd_scalar(y: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        assert c.shape == (1,) and c.dtype == y.dtype
+        return softmax_bwd(c.expand(y.shape).contiguous(), y)
+
+    def log_softmax_bwd_scalar(y: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        assert c.shape == (1,) and c.dtype == y.dtype
+        return log_softmax_bwd(c.expand(y.shape), y)
 
     # the kernel functions see leading dims as rows and give outputs back in the caller's shape
     def rows(ref: object, n_rows: int) -> object:
@@ -55,31 +90,53 @@ def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
 
         return call
 
-    m.register_op(m.SOFTMAX, rec("softmax", lambda x: torch.softmax(x, -1)), rec("softmax_bwd", softmax_bwd))
     m.register_op(
-        m.LOG_SOFTMAX, rec("log_softmax", lambda x: torch.log_softmax(x, -1)), rec("log_softmax_bwd", log_softmax_bwd)
+        m.SOFTMAX,
+        rec("softmax", lambda x: torch.softmax(x, -1)),
+        rec("softmax_bwd", softmax_bwd),
+        rec("softmax_bwd_scalar", softmax_bwd_scalar),
+    )
+    m.register_op(
+        m.LOG_SOFTMAX,
+        rec("log_softmax", lambda x: torch.log_softmax(x, -1)),
+        rec("log_softmax_bwd", log_softmax_bwd),
+        rec("log_softmax_bwd_scalar", log_softmax_bwd_scalar),
     )
     fwd_defaults = ({"eps": 1e-6}, {"eps": 1e-5})
     rms = rows(lambda x, w, eps=fwd_defaults[0]["eps"]: ops.ref_rmsnorm_fwd(x, w, eps), 1)
     ln = rows(lambda x, w, b, eps=fwd_defaults[1]["eps"]: ops.ref_layernorm_fwd(x, w, b, eps), 1)
-    m.register_op(m.RMSNORM, rec("rmsnorm_fwd", rms), rec("rmsnorm_bwd", rows(ops.ref_rmsnorm_bwd, 1)))
-    m.register_op(m.LAYERNORM, rec("layernorm_fwd", ln), rec("layernorm_bwd", rows(ops.ref_layernorm_bwd, 1)))
+
+    def one(ref: object) -> object:  # (c is x's dtype, shape (1,): the one value of .sum()'s gradient)
+        def call(x: torch.Tensor, c: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+            assert c.shape == (1,) and c.dtype == x.dtype
+            return rows(ref, 1)(x, c, *rest)
+
+        return call
+
+    for op, fwd, name, bwd, bwd_one in (
+        (m.RMSNORM, rms, "rmsnorm", ops.ref_rmsnorm_bwd, ops.ref_rmsnorm_bwd_scalar),
+        (m.LAYERNORM, ln, "layernorm", ops.ref_layernorm_bwd, ops.ref_layernorm_bwd_scalar),
+    ):
+        m.register_op(
+            op, Forward(f"{name}_fwd", fwd), rec(f"{name}_bwd", rows(bwd, 1)), rec(f"{name}_bwd_scalar", one(bwd_one))
+        )
     m.calls = calls
     try:
         yield m
     finally:
         from llmcompile.runtime import compiled as kernels
 
-        m.register_op(m.SOFTMAX, kernels.softmax, kernels.softmax_bwd)
-        m.register_op(m.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd)
-        m.register_op(m.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd)
-        m.register_op(m.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd)
+        m.register_op(m.SOFTMAX, kernels.softmax, kernels.softmax_bwd, kernels.softmax_bwd_scalar)
+        m.register_op(m.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd, kernels.log_softmax_bwd_scalar)
+        m.register_op(m.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd, kernels.rmsnorm_bwd_scalar)
+        m.register_op(m.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar)
 
 
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_nodes_give_torchs_gradients(ext: object, log: bool) -> None:
     """A C++ node, not a Python Function: its gradient is torch's, for a dense upstream gradient and
-    for .sum()'s expanded one, through leading dims."""
+    for .sum()'s expanded one (read as its one value), through leading dims; an
+    upstream gradient expanded along the rows alone is made dense."""
     x = torch.randn(2, 3, 33, dtype=torch.float64)
     dy = torch.randn(2, 3, 33, dtype=torch.float64)
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -90,17 +147,26 @@ def test_softmax_nodes_give_torchs_gradients(ext: object, log: bool) -> None:
     (ga,) = torch.autograd.grad(y, a, dy, retain_graph=True)
     (gb,) = torch.autograd.grad(want, b, dy, retain_graph=True)
     torch.testing.assert_close(ga, gb)
-    (ga,) = torch.autograd.grad(y.sum(), a)
-    (gb,) = torch.autograd.grad(want.sum(), b)
+    (ga,) = torch.autograd.grad(y.sum(), a, retain_graph=True)
+    (gb,) = torch.autograd.grad(want.sum(), b, retain_graph=True)
+    torch.testing.assert_close(ga, gb)
+    (ga,) = torch.autograd.grad(y.sum() * 3.0, a, retain_graph=True)  # (one value, not 1)
+    (gb,) = torch.autograd.grad(want.sum() * 3.0, b, retain_graph=True)
+    torch.testing.assert_close(ga, gb)
+    per_row = torch.randn(2, 3, dtype=torch.float64)  # (expanded along each row only: strides (3, 1, 0))
+    (ga,) = torch.autograd.grad(y.sum(-1), a, per_row)
+    (gb,) = torch.autograd.grad(want.sum(-1), b, per_row)
     torch.testing.assert_close(ga, gb)
     name = "log_softmax" if log else "softmax"
-    assert [c for c, _ in ext.calls] == [name, f"{name}_bwd", f"{name}_bwd"]
+    assert [c for c, _ in ext.calls] == [name, f"{name}_bwd", *[f"{name}_bwd_scalar"] * 2, f"{name}_bwd"]
 
 
 @pytest.mark.parametrize("eps", [None, 1e-5])
 def test_norm_nodes_give_torchs_gradients(ext: object, eps: float | None) -> None:
-    """RMSNorm and LayerNorm nodes: out, dx, dw (and db) against torch's autograd in float64; eps
-    reaches the forward kernel by keyword only where it is not the kernel's default."""
+    """RMSNorm and LayerNorm nodes: out, dx, dw (and db) against torch's autograd in float64, for a
+    dense upstream gradient and for .sum()'s (read as its one value); eps reaches the forward kernel
+    by keyword only where it is not the kernel's default, and from the second call of a shape, bound
+    in the kernel function's fast call (a refused fast call goes to the keyword call)."""
     x = torch.randn(4, 5, 40, dtype=torch.float64)
     w, b = torch.rand(40, dtype=torch.float64) + 0.5, torch.randn(40, dtype=torch.float64)
     dy = torch.randn(4, 5, 40, dtype=torch.float64)
@@ -115,14 +181,23 @@ def test_norm_nodes_give_torchs_gradients(ext: object, eps: float | None) -> Non
         out = ours(*mine, **kw)
         want = theirs(*ref)
         torch.testing.assert_close(out, want)
-        for g, r in zip(torch.autograd.grad(out, mine, dy), torch.autograd.grad(want, ref, dy)):
+        for g, r in zip(
+            torch.autograd.grad(out, mine, dy, retain_graph=True), torch.autograd.grad(want, ref, dy, retain_graph=True)
+        ):
             torch.testing.assert_close(g, r)
-        (fwd_name, fwd_kw), (bwd_name, _) = ext.calls
-        assert fwd_name.endswith("_fwd") and bwd_name.endswith("_bwd")
+        for g, r in zip(torch.autograd.grad(out.sum() * 3.0, mine), torch.autograd.grad(want.sum() * 3.0, ref)):
+            torch.testing.assert_close(g, r)
+        (fwd_name, fwd_kw), (bwd_name, _), (one_name, _) = ext.calls
+        assert fwd_name.endswith("_fwd") and bwd_name.endswith("_bwd") and one_name.endswith("_bwd_scalar")
         assert fwd_kw == ({} if eps in (None, default) else {"eps": eps}), (fwd_name, fwd_kw)
         # a non-contiguous x is saved dense, as the kernels read it
         xt = x.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
         torch.testing.assert_close(ours(xt, *params, **kw), theirs(x, *params))
+        given = eps not in (None, default)
+        assert ext.calls[-1][0] == fwd_name + (" fast" if given else "")
+        torch.testing.assert_close(ours(x[:, :1], *params, **kw), theirs(x[:, :1], *params))
+        torch.testing.assert_close(ours(x[:1], *params, **kw), theirs(x[:1], *params))  # (refused by the fast call)
+        assert [c for c, _ in ext.calls[-2:]] == [fwd_name + (" fast" if given else ""), fwd_name]
 
 
 def test_functorch_and_compile_keep_the_python_functions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,5 +213,5 @@ def test_functorch_and_compile_keep_the_python_functions(monkeypatch: pytest.Mon
     torch.func.grad(f)(torch.randn(3))
     assert seen == [None]
     assert autograd._nodes(torch.randn(3)) is autograd_native.module() is not None
-    monkeypatch.setattr(autograd, "NATIVE_NODES", False)  # the default: the Python Functions
+    monkeypatch.setattr(autograd, "NATIVE_NODES", False)  # LLMCOMPILE_NATIVE_AUTOGRAD=0: the Python Functions
     assert autograd._nodes(torch.randn(3)) is None

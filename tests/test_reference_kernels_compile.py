@@ -19,7 +19,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 MAX_SPILL_BYTES = 64  # layernorm fp32 N=151936 spills 52 B at its 128-register cap (512 threads)
 # The norms' backward past 64K (512-thread CTAs, 128 registers): two fp32 column sums and the
 # row's fp32 temporaries. LayerNorm's spills 178 B at bf16 N=151936 and 116 B at fp32 (w read
-# from L2 twice a tile there); 204 and 920 B before its second pass took two FMAs a value.
+# from L2 twice a tile there); 204 and 920 B before its second pass took two FMAs a value. Their
+# one-value variants (*_bwd_scalar: dy read as one value) are the same kernel and spill the same.
 MAX_SPILL_BYTES_BWD_LONG = 256
 
 # ptxas's warnings on warpgroup MMAs (C75xx: "Potential Performance Loss", serialised or waited on)
@@ -32,7 +33,7 @@ def _spill_stores(text: str) -> list[int]:
 
 
 def spill_budget(op: str, n: int) -> int:
-    if op not in ("rmsnorm_bwd", "layernorm_bwd") or n < 65536:
+    if op.removesuffix("_scalar") not in ("rmsnorm_bwd", "layernorm_bwd") or n < 65536:
         return MAX_SPILL_BYTES
     return MAX_SPILL_BYTES_BWD_LONG
 
@@ -810,3 +811,22 @@ def assert_waits_before_global_access(body: str) -> None:
     assert first is not None, name
     assert body.count("griddepcontrol.wait") == 1, name
     assert body.index("griddepcontrol.wait") < first.start(), f"{name}: {first.group(0)} before the wait"
+
+
+@pytest.mark.parametrize("op", sorted(op for op, spec in BUILTIN.items() if spec.flat_rows))
+def test_an_entry_rebuilt_from_its_knobs_is_the_same_kernel(op: str) -> None:
+    """Swept and tested knobs make `type(launch)(knobs)` (runtime/compiled.reference_function): the
+    class alone must say which kernel it is (a log-softmax's combine, a LayerNorm's bias), not an
+    argument only the module's own `launch` was given. (Attention's entries take `causal` first:
+    reference_function refuses knobs for them.)"""
+    entry = contract.entry_of(importlib.import_module(f"reference_kernels.{BUILTIN[op].reference_module}"))
+    assert vars(type(entry)(entry.knobs)) == vars(entry)
+
+
+def test_knobs_for_an_op_that_is_not_rows_are_refused() -> None:
+    from llmcompile.kernels import reference_function
+    from llmcompile.specs import OpError
+    from reference_kernels.reduce import RowKnobs
+
+    with pytest.raises(OpError, match="RowKnobs"):
+        reference_function("attention_causal", RowKnobs())

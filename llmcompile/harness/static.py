@@ -32,6 +32,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.rmsnorm",  # a norm's forward that also saves its statistics
     "reference_kernels.layernorm",
     "reference_kernels.rmsnorm_bwd",  # a norm's backward, or with LayerNorm's mean and db
+    "reference_kernels.layernorm_bwd",  # LayerNorm's backward with its own tables (and for one dy value)
     "reference_kernels.attention",  # attention forward, causal or not
     "reference_kernels.attention_tf32",  # fp32 attention for wide heads (two phases, TF32 MMA)
 )

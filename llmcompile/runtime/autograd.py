@@ -55,9 +55,18 @@ class SoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
         (y,) = ctx.saved_tensors
+        if _one_value(dy):  # read as that value, not made dense first
+            one = kernels.log_softmax_bwd_scalar if ctx.log else kernels.softmax_bwd_scalar
+            return one(y, _like(dy, y).as_strided((1,), (1,))), None
         bwd = kernels.log_softmax_bwd if ctx.log else kernels.softmax_bwd
-        # (an upstream gradient from .sum() arrives expanded, stride 0: the kernel reads rows)
         return bwd(_like(dy, y).contiguous(), y), None
+
+
+def _one_value(g: torch.Tensor) -> bool:
+    """Whether an upstream gradient is one value expanded (every stride 0), as `.sum()` hands it:
+    the backward kernels for one value (*_bwd_scalar) read it in place, where the rows kernels
+    need it dense first (one more launch a training step)."""
+    return g.numel() > 1 and not any(g.stride())
 
 
 def _like(t: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -87,7 +96,7 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         x, target, lse = ctx.saved_tensors
-        if dloss.dim() and not any(dloss.stride()):
+        if _one_value(dloss):
             # loss.sum().backward() hands dloss expanded from one value g (every stride 0): dx is
             # g * (softmax(x) - onehot), what the fused kernel writes for the scale g, read in
             # place. Making dloss a dense vector first was one more launch a step (0.963x QuACK's
@@ -123,7 +132,10 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = kernels.rmsnorm_bwd(_rows(_like(dout, x)), x, weight, rstd)
+        if _one_value(dout):
+            dx, dw = kernels.rmsnorm_bwd_scalar(x, _like(dout, x).as_strided((1,), (1,)), weight, rstd)
+        else:
+            dx, dw = kernels.rmsnorm_bwd(_rows(_like(dout, x)), x, weight, rstd)
         return dx, dw, None
 
 
@@ -140,7 +152,11 @@ class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
         x, weight, mean, rstd = ctx.saved_tensors
-        dx, dw, db = kernels.layernorm_bwd(_rows(_like(dout, x)), x, weight, mean, rstd)
+        if _one_value(dout):
+            c = _like(dout, x).as_strided((1,), (1,))
+            dx, dw, db = kernels.layernorm_bwd_scalar(x, c, weight, mean, rstd)
+        else:
+            dx, dw, db = kernels.layernorm_bwd(_rows(_like(dout, x)), x, weight, mean, rstd)
         return dx, dw, db, None
 
 
@@ -182,15 +198,14 @@ LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
 _FWD_EPS = {op: BUILTIN[op].scalars["eps"] for op in ("rmsnorm_fwd", "layernorm_fwd")}
 
 
-# The C++ nodes are taken only with LLMCOMPILE_NATIVE_AUTOGRAD=1 until they have run on the H100:
-# they are built and tested on the CPU (tests/test_autograd_native.py), not yet on a GPU, whose
-# backward runs on the autograd engine's device thread.
-NATIVE_NODES = os.environ.get("LLMCOMPILE_NATIVE_AUTOGRAD", "0") == "1"
+# The C++ nodes take the differentiable calls (their gradient tests passed on the H100 through them,
+# tests/test_autograd.py); LLMCOMPILE_NATIVE_AUTOGRAD=0 keeps the Python Functions.
+NATIVE_NODES = os.environ.get("LLMCOMPILE_NATIVE_AUTOGRAD", "1") != "0"
 
 
 def _nodes(*tensors: torch.Tensor) -> Any:
     """The C++ autograd nodes (`autograd_native`), or None where the Python Functions take the
-    call: not asked for (NATIVE_NODES), the extension is not built here, torch.compile traces,
+    call: turned off (NATIVE_NODES), the extension is not built here, torch.compile traces,
     functorch transforms run, or an input is a functorch-wrapped tensor."""
     if not NATIVE_NODES or _is_compiling() or _functorch_active():
         return None

@@ -9,14 +9,16 @@ built (no C++ compiler or no torch headers), `module()` is None, `reason()` says
 `runtime/autograd.py` keeps its Python Functions. They are also what torch.compile traces and
 what functorch transforms see.
 
-`runtime/autograd.py` takes these nodes only with LLMCOMPILE_NATIVE_AUTOGRAD=1 until they have run
-on the H100 (`bash .ci/gpu backward` runs the gradient tests both ways, `bash .ci/gpu train` the
-host times): they were built and tested on the CPU alone.
+`runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0. On the H100 the
+gradient tests passed through them, and they cut a softmax forward with grad from 1.62x torch's
+host time to 1.33x, an rmsnorm one from 2.46x to 1.56x (`bash .ci/gpu backward` runs the gradient
+tests both ways, `bash .ci/gpu train` the host times).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ def module() -> Any:
 
         path = library_path(SOURCE, MODULE, torch.__version__)
         if not path.is_file():
+            print("llmcompile: building the C++ autograd nodes for this torch (once, about 30 s)", file=sys.stderr)
             build(path)
         ext = load(path, MODULE)
     except Exception as e:  # any failure means the Python Functions, never a failed call
@@ -60,10 +63,10 @@ def module() -> Any:
         return None
     from llmcompile.runtime import compiled as kernels
 
-    ext.register_op(ext.SOFTMAX, kernels.softmax, kernels.softmax_bwd)
-    ext.register_op(ext.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd)
-    ext.register_op(ext.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd)
-    ext.register_op(ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd)
+    ext.register_op(ext.SOFTMAX, kernels.softmax, kernels.softmax_bwd, kernels.softmax_bwd_scalar)
+    ext.register_op(ext.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd, kernels.log_softmax_bwd_scalar)
+    ext.register_op(ext.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd, kernels.rmsnorm_bwd_scalar)
+    ext.register_op(ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar)
     return ext
 
 

@@ -6,10 +6,12 @@
  * backward call our kernel functions (`KernelFunction` instances, whose call starts and ends in
  * C, native_call.c) through the CPython API: no Python line runs on a planned shape.
  *
- * `register_op(op, forward, backward)` gives op number `op` its two kernel functions (the
- * forward that also writes what the backward reads, and the backward), once per process. The
+ * `register_op(op, forward, backward, backward_scalar)` gives op number `op` its kernel functions
+ * (the forward that also writes what the backward reads, the backward, and, where the op has one,
+ * the backward for an upstream gradient of one value everywhere), once per process. The
  * scalars reach a kernel function as keywords only where they differ from its defaults (a call
- * with keywords goes through Python; one without stays in C).
+ * with keywords goes through Python; one without stays in C), and after the first such call of a
+ * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
  */
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/extension.h>
@@ -24,8 +26,18 @@ namespace {
 
 enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, N_OPS };
 
+/* A forward's fast call with a non-default eps bound (KernelFunction.fast_call), by what it was
+ * made for: x's dtype, last dim and rank, and eps. */
+struct Given {
+  at::ScalarType dtype;
+  int64_t n, dim;
+  double eps;
+  py::object call;
+};
+
 struct Kernels {
-  py::object forward, backward;
+  py::object forward, backward, backward_scalar;  // backward_scalar: None where the op has none
+  std::vector<Given> given;                        // (a model passes one or two eps: a short list)
 };
 
 std::vector<Kernels>& registry() {
@@ -33,8 +45,8 @@ std::vector<Kernels>& registry() {
   return *ops;
 }
 
-const Kernels& kernels_of(int64_t op) {
-  const Kernels& k = registry().at(op);
+Kernels& kernels_of(int64_t op) {
+  Kernels& k = registry().at(op);
   TORCH_CHECK(k.forward && k.backward, "llmcompile autograd node: op ", op, " has no kernels registered");
   return k;
 }
@@ -51,6 +63,21 @@ at::Tensor rows_like(const at::Tensor& g, const at::Tensor& like) {
   return (g.scalar_type() == like.scalar_type() ? g : g.to(like.scalar_type())).contiguous();
 }
 
+/* `.sum()` hands the backward its gradient expanded from one element (every stride
+ * 0): that element as a (1,) tensor in `like`'s dtype, or an undefined tensor where g is anything
+ * else. Read in place, it saves the dense copy (one more launch, and most of a small step's host
+ * time beyond torch's on the H100). */
+at::Tensor one_value(const at::Tensor& g, const at::Tensor& like) {
+  if (g.numel() < 2) return at::Tensor();
+  for (int64_t s : g.strides())
+    if (s != 0) return at::Tensor();
+  at::Tensor c = g.as_strided({1}, {1});
+  return c.scalar_type() == like.scalar_type() ? c : c.to(like.scalar_type());
+}
+
+/* (reads a py::object's pointer alone: no GIL needed) */
+bool has(const py::object& fn) { return fn && !fn.is_none(); }
+
 struct SoftmaxNode : public torch::autograd::Function<SoftmaxNode> {
   /* (forward runs in the caller's thread, which holds the GIL; backward in the autograd engine's,
    * which does not: it takes it to call the kernel function) */
@@ -63,31 +90,65 @@ struct SoftmaxNode : public torch::autograd::Function<SoftmaxNode> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor y = ctx->get_saved_variables()[0];
     const int64_t op = ctx->saved_data["op"].toInt();
+    const Kernels& k = kernels_of(op);
+    at::Tensor c = one_value(grads[0], y);
+    if (c.defined() && has(k.backward_scalar)) {
+      py::gil_scoped_acquire gil;
+      return {k.backward_scalar(y, c).cast<at::Tensor>(), at::Tensor()};
+    }
     at::Tensor dy = rows_like(grads[0], y);
     py::gil_scoped_acquire gil;
-    at::Tensor dx = kernels_of(op).backward(dy, y).cast<at::Tensor>();
-    return {dx, at::Tensor()};
+    return {k.backward(dy, y).cast<at::Tensor>(), at::Tensor()};
   }
 };
 
-/* `eps` by keyword where it is not the kernel's default, so the default's call stays in C */
-py::object call_with_eps(const py::object& fn, double eps, bool given, py::args args) {
-  if (!given) return fn(*args);
-  return fn(*args, py::arg("eps") = eps);
+/* The forward with `eps`: the kernel function's own call where eps is its default (it stays in
+ * C); else its fast call with eps bound, kept in `k.given` once made, and where there is none yet,
+ * or it refuses these tensors, the call with eps by keyword (which plans the shape, or says
+ * what is wrong). Runs in the caller's thread, which holds the GIL. */
+py::object call_with_eps(Kernels& k, double eps, bool given, py::args args) {
+  if (!given) return k.forward(*args);
+  const at::Tensor x = args[0].cast<at::Tensor>();
+  Given* hit = nullptr;
+  for (Given& g : k.given)
+    if (g.dtype == x.scalar_type() && g.n == x.size(-1) && g.dim == x.dim() && g.eps == eps) hit = &g;
+  if (hit == nullptr && py::hasattr(k.forward, "fast_call")) {
+    py::object call = k.forward.attr("fast_call")(args[0], py::arg("eps") = eps);
+    if (!call.is_none()) {
+      if (k.given.size() >= 16) k.given.clear();
+      k.given.push_back(Given{x.scalar_type(), x.size(-1), x.dim(), eps, call});
+      hit = &k.given.back();
+    }
+  }
+  if (hit != nullptr) {
+    try {
+      return hit->call(*args);
+    } catch (py::error_already_set&) {  // refused before its launch: the checked call takes it
+    }
+  }
+  return k.forward(*args, py::arg("eps") = eps);
 }
 
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x0, const at::Tensor& w, double eps, bool given) {
     at::Tensor x = x0.contiguous();
-    auto outs = outputs(call_with_eps(kernels_of(RMSNORM).forward, eps, given, py::make_tuple(x, w)));
+    auto outs = outputs(call_with_eps(kernels_of(RMSNORM), eps, given, py::make_tuple(x, w)));
     ctx->save_for_backward({x, w, outs.at(1)});
     return outs.at(0);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor dy = rows_like(grads[0], saved[0]);
-    py::gil_scoped_acquire gil;
-    auto d = outputs(kernels_of(RMSNORM).backward(dy, saved[0], saved[1], saved[2]));
+    const Kernels& k = kernels_of(RMSNORM);
+    at::Tensor c = one_value(grads[0], saved[0]);
+    std::vector<at::Tensor> d;
+    if (c.defined() && has(k.backward_scalar)) {
+      py::gil_scoped_acquire gil;
+      d = outputs(k.backward_scalar(saved[0], c, saved[1], saved[2]));
+    } else {
+      at::Tensor dy = rows_like(grads[0], saved[0]);
+      py::gil_scoped_acquire gil;
+      d = outputs(k.backward(dy, saved[0], saved[1], saved[2]));
+    }
     return {d.at(0), d.at(1), at::Tensor(), at::Tensor()};
   }
 };
@@ -96,22 +157,30 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x0, const at::Tensor& w, const at::Tensor& b,
                             double eps, bool given) {
     at::Tensor x = x0.contiguous();
-    auto outs = outputs(call_with_eps(kernels_of(LAYERNORM).forward, eps, given, py::make_tuple(x, w, b)));
+    auto outs = outputs(call_with_eps(kernels_of(LAYERNORM), eps, given, py::make_tuple(x, w, b)));
     ctx->save_for_backward({x, w, outs.at(1), outs.at(2)});
     return outs.at(0);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor dy = rows_like(grads[0], saved[0]);
-    py::gil_scoped_acquire gil;
-    auto d = outputs(kernels_of(LAYERNORM).backward(dy, saved[0], saved[1], saved[2], saved[3]));
+    const Kernels& k = kernels_of(LAYERNORM);
+    at::Tensor c = one_value(grads[0], saved[0]);
+    std::vector<at::Tensor> d;
+    if (c.defined() && has(k.backward_scalar)) {
+      py::gil_scoped_acquire gil;
+      d = outputs(k.backward_scalar(saved[0], c, saved[1], saved[2], saved[3]));
+    } else {
+      at::Tensor dy = rows_like(grads[0], saved[0]);
+      py::gil_scoped_acquire gil;
+      d = outputs(k.backward(dy, saved[0], saved[1], saved[2], saved[3]));
+    }
     return {d.at(0), d.at(1), d.at(2), at::Tensor(), at::Tensor()};
   }
 };
 
-void register_op(int64_t op, py::object forward, py::object backward) {
+void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar) {
   TORCH_CHECK(op >= 0 && op < N_OPS, "llmcompile autograd node: no op ", op);
-  registry()[op] = Kernels{std::move(forward), std::move(backward)};
+  registry()[op] = Kernels{std::move(forward), std::move(backward), std::move(backward_scalar), {}};
 }
 
 }  // namespace
@@ -122,7 +191,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("LOG_SOFTMAX") = static_cast<int>(LOG_SOFTMAX);
   m.attr("RMSNORM") = static_cast<int>(RMSNORM);
   m.attr("LAYERNORM") = static_cast<int>(LAYERNORM);
-  m.def("register_op", &register_op, "register_op(op, forward, backward): the op's kernel functions");
+  m.def("register_op", &register_op, py::arg("op"), py::arg("forward"), py::arg("backward"),
+        py::arg("backward_scalar") = py::none(),
+        "register_op(op, forward, backward, backward_scalar=None): the op's kernel functions");
   m.def(
       "softmax", [](const at::Tensor& x, int64_t op) { return SoftmaxNode::apply(x, op); },
       "softmax(x, op): SOFTMAX or LOG_SOFTMAX through autograd");

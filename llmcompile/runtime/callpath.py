@@ -317,6 +317,15 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         """The fast call for x's (dtype, N, dims) and these scalars, or None where none is planned."""
         return self._given(key, scalars) if scalars else self._fast.get(key)
 
+    def fast_call(self, x: torch.Tensor, **scalars: float | int) -> Callable[..., Any] | None:
+        """The fast call for rows like x's with these scalars bound (made once and kept), called with
+        the tensors alone; None where none is planned yet (the first call of a (dtype, N) plans it).
+        A C++ autograd node keeps it, so a call with eps given stays in C (runtime/autograd_nodes.cpp);
+        like any fast call it refuses (ValueError, TypeError) what does not fit."""
+        if x.dim() < 2:
+            return None
+        return self._fast_for((x.dtype, x.shape[-1], x.dim()), scalars)
+
     def _values(self, scalars: dict) -> tuple[float | int, ...]:
         """The op's scalars in order: those given by keyword, the defaults for the rest, each
         in its default's type."""

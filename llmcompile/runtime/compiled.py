@@ -21,7 +21,7 @@ import torch
 
 from llmcompile.runtime.callpath import KernelFunction
 from llmcompile.runtime.launches import check_launchable, launches_of
-from llmcompile.specs import OpSpec, contract, get_op
+from llmcompile.specs import OpError, OpSpec, contract, get_op
 
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
 
@@ -48,8 +48,11 @@ def vectors_in_fp32(spec: OpSpec) -> OpSpec | None:
 
 
 def reference_function(op: str, knobs: Any = None, register: bool = False) -> KernelFunction:
-    """The reference kernel of `op` (optionally with tuning knobs) as a torch function."""
+    """The reference kernel of `op` (a row op optionally with RowKnobs) as a torch function."""
     spec = get_op(op)
+    if knobs is not None and not spec.flat_rows:
+        # (an attention entry's first argument is `causal`: its knobs go to its own constructor)
+        raise OpError(f"{op}: knobs here are a row op's RowKnobs; build {op}'s entry with its own knobs")
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     entry = contract.entry_of(mod) if knobs is None else type(contract.entry_of(mod))(knobs)
     ws = contract.workspace_of(mod)
@@ -73,11 +76,15 @@ cross_entropy = reference_function("cross_entropy", register=True)
 cross_entropy_fwd = reference_function("cross_entropy_fwd", register=True)
 softmax_bwd = reference_function("softmax_bwd", register=True)
 log_softmax_bwd = reference_function("log_softmax_bwd", register=True)
+softmax_bwd_scalar = reference_function("softmax_bwd_scalar", register=True)
+log_softmax_bwd_scalar = reference_function("log_softmax_bwd_scalar", register=True)
 cross_entropy_bwd = reference_function("cross_entropy_bwd", register=True)
 rmsnorm_fwd = reference_function("rmsnorm_fwd", register=True)
 rmsnorm_bwd = reference_function("rmsnorm_bwd", register=True)
+rmsnorm_bwd_scalar = reference_function("rmsnorm_bwd_scalar", register=True)
 layernorm_fwd = reference_function("layernorm_fwd", register=True)
 layernorm_bwd = reference_function("layernorm_bwd", register=True)
+layernorm_bwd_scalar = reference_function("layernorm_bwd_scalar", register=True)
 cross_entropy_fused = reference_function("cross_entropy_fused", register=True)
 # (M, N, D) = (batch x heads, sequence, head dim); compute-bound, rated in TFLOP/s
 attention = reference_function("attention", register=True)
@@ -94,11 +101,15 @@ BY_NAME: dict[str, KernelFunction] = {
     "cross_entropy_fwd": cross_entropy_fwd,
     "softmax_bwd": softmax_bwd,
     "log_softmax_bwd": log_softmax_bwd,
+    "softmax_bwd_scalar": softmax_bwd_scalar,
+    "log_softmax_bwd_scalar": log_softmax_bwd_scalar,
     "cross_entropy_bwd": cross_entropy_bwd,
     "rmsnorm_fwd": rmsnorm_fwd,
     "rmsnorm_bwd": rmsnorm_bwd,
+    "rmsnorm_bwd_scalar": rmsnorm_bwd_scalar,
     "layernorm_fwd": layernorm_fwd,
     "layernorm_bwd": layernorm_bwd,
+    "layernorm_bwd_scalar": layernorm_bwd_scalar,
     "cross_entropy_fused": cross_entropy_fused,
     "attention": attention,
     "attention_causal": attention_causal,

@@ -12,8 +12,10 @@ from llmcompile.specs.inputs import (
     ce_fused_inputs,
     ce_inputs,
     norm_bwd_inputs,
+    norm_bwd_scalar_inputs,
     norm_inputs,
     softmax_bwd_inputs,
+    softmax_bwd_scalar_inputs,
     softmax_inputs,
 )
 from llmcompile.specs.references import (
@@ -24,26 +26,34 @@ from llmcompile.specs.references import (
     ref_cross_entropy_fwd,
     ref_layernorm,
     ref_layernorm_bwd,
+    ref_layernorm_bwd_scalar,
     ref_layernorm_fwd,
     ref_log_softmax,
     ref_log_softmax_bwd,
+    ref_log_softmax_bwd_scalar,
     ref_rmsnorm,
     ref_rmsnorm_bwd,
+    ref_rmsnorm_bwd_scalar,
     ref_rmsnorm_fwd,
     ref_softmax,
     ref_softmax_bwd,
+    ref_softmax_bwd_scalar,
     t_cross_entropy,
     t_cross_entropy_bwd,
     t_cross_entropy_fused,
     t_cross_entropy_fwd,
     t_layernorm,
     t_layernorm_bwd,
+    t_layernorm_bwd_scalar,
     t_layernorm_fwd,
     t_log_softmax_bwd,
+    t_log_softmax_bwd_scalar,
     t_rmsnorm,
     t_rmsnorm_bwd,
+    t_rmsnorm_bwd_scalar,
     t_rmsnorm_fwd,
     t_softmax_bwd,
+    t_softmax_bwd_scalar,
 )
 from llmcompile.specs.types import DEFAULT_TOL, DTYPES, OpSpec, TensorDesc, Tolerance
 
@@ -68,6 +78,25 @@ def _softmax_bwd_spec(log: bool) -> OpSpec:
     )
 
 
+def _softmax_bwd_scalar_spec(log: bool) -> OpSpec:
+    name = "log_softmax_bwd_scalar" if log else "softmax_bwd_scalar"
+    row = ("M", "N")
+    return OpSpec(
+        name,
+        f"{name[:-11].replace('_', '-')} backward for an upstream gradient of one value everywhere "
+        "(a .sum()'s, expanded), read as that value",
+        (TensorDesc("y", row), _ONE_DY, TensorDesc("dx", row, output=True)),
+        ref_log_softmax_bwd_scalar if log else ref_softmax_bwd_scalar,
+        softmax_bwd_scalar_inputs(log),
+        cases=("random", "peaked", "large"),
+        reference_module=name,
+        torch_expr=(
+            "dx = dy[0] - torch.exp(y) * dy[0] * N" if log else "dx = y * (dy[0] - (dy[0] * y).sum(-1, keepdim=True))"
+        ),
+        torch_fn=t_log_softmax_bwd_scalar if log else t_softmax_bwd_scalar,
+    )
+
+
 # eps large enough to move every output (rsqrt(1 + 0.5) against rsqrt(1)); the cross-entropy ops
 # with 30% of their targets at IGNORE_CASE and that as ignore_index
 EPS_CASES = (("random", {"eps": 0.5}),)
@@ -78,6 +107,7 @@ _OUT = TensorDesc("out", ("M", "N"), output=True)
 _W = TensorDesc("weight", ("N",))
 _DY = TensorDesc("dy", ("M", "N"))
 _DX = TensorDesc("dx", ("M", "N"), output=True)
+_ONE_DY = TensorDesc("dy", ("1",))  # an upstream gradient of one value everywhere, in x's dtype
 
 
 def _STAT(name: str, output: bool = True) -> TensorDesc:  # noqa: N802 - a descriptor maker beside _X, _OUT
@@ -187,6 +217,8 @@ BUILTIN: dict[str, OpSpec] = {
         ),
         _softmax_bwd_spec(log=False),
         _softmax_bwd_spec(log=True),
+        _softmax_bwd_scalar_spec(log=False),
+        _softmax_bwd_scalar_spec(log=True),
         OpSpec(
             "cross_entropy_bwd",
             "cross-entropy backward per row: dlogits from the logits, targets, the forward's lse and dloss",
@@ -277,6 +309,49 @@ BUILTIN: dict[str, OpSpec] = {
                 "keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]; dw = (dy * xhat).sum(0); db = dy.sum(0)"
             ),
             torch_fn=t_layernorm_bwd,
+            independent_rows=False,
+        ),
+        OpSpec(
+            "rmsnorm_bwd_scalar",
+            "RMSNorm backward for an upstream gradient of one value everywhere (a .sum()'s, expanded), read as "
+            "that value: dx, and dw summed over rows, from the forward's rstd",
+            (_X, _ONE_DY, _W, _STAT("rstd", output=False), _DX, TensorDesc("dw", ("N",), output=True)),
+            ref_rmsnorm_bwd_scalar,
+            norm_bwd_scalar_inputs(False),
+            cases=("random", "large", "shifted"),
+            reference_module="rmsnorm_bwd_scalar",
+            torch_expr=(
+                "xhat = x * rstd[:, None]; g = dy[0] * weight; "
+                "dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[:, None]; dw = dy[0] * xhat.sum(0)"
+            ),
+            torch_fn=t_rmsnorm_bwd_scalar,
+            independent_rows=False,
+        ),
+        OpSpec(
+            "layernorm_bwd_scalar",
+            "LayerNorm backward for an upstream gradient of one value everywhere (a .sum()'s, expanded), read as "
+            "that value: dx, and dw, db summed over rows, from the forward's mean and rstd",
+            (
+                _X,
+                _ONE_DY,
+                _W,
+                _STAT("mean", output=False),
+                _STAT("rstd", output=False),
+                _DX,
+                TensorDesc("dw", ("N",), output=True),
+                TensorDesc("db", ("N",), output=True),
+            ),
+            ref_layernorm_bwd_scalar,
+            norm_bwd_scalar_inputs(True),
+            cases=("random", "large", "shifted"),
+            tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
+            reference_module="layernorm_bwd_scalar",
+            torch_expr=(
+                "xhat = (x - mean[:, None]) * rstd[:, None]; g = dy[0] * weight; dx = (g - xhat * (g * xhat).mean(-1, "
+                "keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]; dw = dy[0] * xhat.sum(0); "
+                "db = dy[0] * M"
+            ),
+            torch_fn=t_layernorm_bwd_scalar,
             independent_rows=False,
         ),
         OpSpec(

@@ -1,18 +1,18 @@
 """The row ops' autograd nodes in C++ (`autograd_nodes.cpp`, a torch extension), built once per
 machine and torch version with its C++ compiler into the llmcompile cache.
 
-A Python `torch.autograd.Function` costs a training step what torch's C++ nodes do not: at 2 x 4 x
-1024 bf16 on the H100 a softmax step took 1.24x torch's host time and an rmsnorm step 1.15x
-(`evals/results/host-time`), most of it the backward, which the autograd engine runs through
-Python. The nodes here are C++ and call the same kernel functions. Where the extension cannot be
-built (no C++ compiler or no torch headers), `module()` is None, `reason()` says why, and
+A Python `torch.autograd.Function` costs a training step what torch's C++ nodes do not: its
+forward's `Function.apply` and its backward, which the autograd engine runs through Python. The
+nodes here are C++ and call the same kernel functions. Where the extension cannot be built (no
+C++ compiler or no torch headers), `module()` is None, `reason()` says why, and
 `runtime/autograd.py` keeps its Python Functions. They are also what torch.compile traces and
 what functorch transforms see.
 
 `runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0. On the H100 the
-gradient tests passed through them, and they cut a softmax forward with grad from 1.62x torch's
-host time to 1.33x, an rmsnorm one from 2.46x to 1.56x (`bash .ci/gpu backward` runs the gradient
-tests both ways, `bash .ci/gpu train` the host times).
+gradient tests passed through them, and a small training step took 0.97x (softmax) and 1.02x
+(rmsnorm) torch's host time through them, 1.15x each through the Python Functions
+(`evals/results/host-time/step-breakdown.md`; `bash .ci/gpu backward` runs the gradient tests
+both ways, `bash .ci/gpu train` the host times).
 """
 
 from __future__ import annotations

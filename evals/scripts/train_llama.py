@@ -97,6 +97,16 @@ class OurOps(TorchOps):
         return self.k.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
+class OurOpsTorchAttention(OurOps):
+    """Ours less the attention (torch's SDPA forward and backward): which of our ops a difference in
+    tokens/s comes from."""
+
+    name = "llmcompile-no-attention"
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return TorchOps.attention(self, q, k, v)
+
+
 def _rope(x: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding over (B, H, S, D), in torch for both runs."""
     s, d = x.shape[-2], x.shape[-1]
@@ -245,14 +255,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=Config.steps)
-    p.add_argument("--ops", nargs="+", default=["torch", "llmcompile"], choices=["torch", "llmcompile"])
+    ops = {"torch": TorchOps, "llmcompile": OurOps, "llmcompile-no-attention": OurOpsTorchAttention}
+    p.add_argument("--ops", nargs="+", default=["torch", "llmcompile"], choices=list(ops))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="a model and data small enough for a CPU (a smoke test)")
     args = p.parse_args(argv)
     cfg = Config(steps=args.steps)
     if args.tiny:
         cfg = Config(vocab=256, dim=64, layers=2, heads=2, ffn=128, seq=32, batch=2, steps=args.steps, warmup=1)
-    ops = {"torch": TorchOps, "llmcompile": OurOps}
     made = [ops[name]() for name in args.ops]  # (ours refuses here, before any training, without a GPU)
     tokens = markov_tokens(cfg, args.device)
     runs = {}

@@ -820,7 +820,9 @@ def test_an_entry_rebuilt_from_its_knobs_is_the_same_kernel(op: str) -> None:
     argument only the module's own `launch` was given. (Attention's entries take `causal` first:
     reference_function refuses knobs for them.)"""
     entry = contract.entry_of(importlib.import_module(f"reference_kernels.{BUILTIN[op].reference_module}"))
-    assert vars(type(entry)(entry.knobs)) == vars(entry)
+    rebuilt = vars(type(entry)(entry.knobs))
+    # (what the constructor set; a compile adds what it traced, as the tiling, to the module's own)
+    assert rebuilt == {k: v for k, v in vars(entry).items() if k in rebuilt}
 
 
 def test_knobs_for_an_op_that_is_not_rows_are_refused() -> None:

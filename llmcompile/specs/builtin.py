@@ -3,6 +3,9 @@ cross-entropy, each with its reference kernel, and the attention ops."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import torch
 
 from llmcompile.specs.attention import attention_spec
@@ -75,25 +78,6 @@ def _softmax_bwd_spec(log: bool) -> OpSpec:
             else "dx = y * (dy - (dy * y).sum(-1, keepdim=True))"
         ),
         torch_fn=t_log_softmax_bwd if log else t_softmax_bwd,
-    )
-
-
-def _softmax_bwd_scalar_spec(log: bool) -> OpSpec:
-    name = "log_softmax_bwd_scalar" if log else "softmax_bwd_scalar"
-    row = ("M", "N")
-    return OpSpec(
-        name,
-        f"{name[:-11].replace('_', '-')} backward for an upstream gradient of one value everywhere "
-        "(a .sum()'s, expanded), read as that value",
-        (TensorDesc("y", row), _ONE_DY, TensorDesc("dx", row, output=True)),
-        ref_log_softmax_bwd_scalar if log else ref_softmax_bwd_scalar,
-        softmax_bwd_scalar_inputs(log),
-        cases=("random", "peaked", "large"),
-        reference_module=name,
-        torch_expr=(
-            "dx = dy[0] - torch.exp(y) * dy[0] * N" if log else "dx = y * (dy[0] - (dy[0] * y).sum(-1, keepdim=True))"
-        ),
-        torch_fn=t_log_softmax_bwd_scalar if log else t_softmax_bwd_scalar,
     )
 
 
@@ -217,8 +201,6 @@ BUILTIN: dict[str, OpSpec] = {
         ),
         _softmax_bwd_spec(log=False),
         _softmax_bwd_spec(log=True),
-        _softmax_bwd_scalar_spec(log=False),
-        _softmax_bwd_scalar_spec(log=True),
         OpSpec(
             "cross_entropy_bwd",
             "cross-entropy backward per row: dlogits from the logits, targets, the forward's lse and dloss",
@@ -312,49 +294,6 @@ BUILTIN: dict[str, OpSpec] = {
             independent_rows=False,
         ),
         OpSpec(
-            "rmsnorm_bwd_scalar",
-            "RMSNorm backward for an upstream gradient of one value everywhere (a .sum()'s, expanded), read as "
-            "that value: dx, and dw summed over rows, from the forward's rstd",
-            (_X, _ONE_DY, _W, _STAT("rstd", output=False), _DX, TensorDesc("dw", ("N",), output=True)),
-            ref_rmsnorm_bwd_scalar,
-            norm_bwd_scalar_inputs(False),
-            cases=("random", "large", "shifted"),
-            reference_module="rmsnorm_bwd_scalar",
-            torch_expr=(
-                "xhat = x * rstd[:, None]; g = dy[0] * weight; "
-                "dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd[:, None]; dw = dy[0] * xhat.sum(0)"
-            ),
-            torch_fn=t_rmsnorm_bwd_scalar,
-            independent_rows=False,
-        ),
-        OpSpec(
-            "layernorm_bwd_scalar",
-            "LayerNorm backward for an upstream gradient of one value everywhere (a .sum()'s, expanded), read as "
-            "that value: dx, and dw, db summed over rows, from the forward's mean and rstd",
-            (
-                _X,
-                _ONE_DY,
-                _W,
-                _STAT("mean", output=False),
-                _STAT("rstd", output=False),
-                _DX,
-                TensorDesc("dw", ("N",), output=True),
-                TensorDesc("db", ("N",), output=True),
-            ),
-            ref_layernorm_bwd_scalar,
-            norm_bwd_scalar_inputs(True),
-            cases=("random", "large", "shifted"),
-            tolerance={**DEFAULT_TOL, "float32": Tolerance(1e-4, 1e-4)},
-            reference_module="layernorm_bwd_scalar",
-            torch_expr=(
-                "xhat = (x - mean[:, None]) * rstd[:, None]; g = dy[0] * weight; dx = (g - xhat * (g * xhat).mean(-1, "
-                "keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]; dw = dy[0] * xhat.sum(0); "
-                "db = dy[0] * M"
-            ),
-            torch_fn=t_layernorm_bwd_scalar,
-            independent_rows=False,
-        ),
-        OpSpec(
             "cross_entropy_fused",
             "cross-entropy forward and backward in one pass: each row's loss (fp32) and dlogits for an upstream scale",
             (
@@ -382,3 +321,30 @@ BUILTIN: dict[str, OpSpec] = {
 
 
 BUILTIN.update({s.name: s for s in (attention_spec(d, c) for d in (128, 64) for c in (False, True))})
+
+
+def _one_dy(rows: OpSpec, reference: Callable, make_inputs: Callable, torch_fn: Callable) -> OpSpec:
+    """`rows`, a backward whose first tensor is dy, for an upstream gradient of one value everywhere
+    (`.sum()`'s, expanded), read as that value: dy a (1,) tensor after the tensor that gives the
+    rows (x, or y), the kernel `reference_kernels.<name>_scalar`."""
+    name = f"{rows.name}_scalar"
+    return dataclasses.replace(
+        rows,
+        name=name,
+        summary=f"{rows.summary}; for an upstream gradient of one value everywhere (a .sum()'s), read as that value",
+        tensors=(rows.tensors[1], _ONE_DY, *rows.tensors[2:]),
+        reference=reference,
+        make_inputs=make_inputs,
+        reference_module=name,
+        torch_expr=f"dy = dy[0].expand(M, N); {rows.torch_expr}",
+        torch_fn=torch_fn,
+    )
+
+
+for _rows, _ref, _inputs, _fn in (
+    ("softmax_bwd", ref_softmax_bwd_scalar, softmax_bwd_scalar_inputs(False), t_softmax_bwd_scalar),
+    ("log_softmax_bwd", ref_log_softmax_bwd_scalar, softmax_bwd_scalar_inputs(True), t_log_softmax_bwd_scalar),
+    ("rmsnorm_bwd", ref_rmsnorm_bwd_scalar, norm_bwd_scalar_inputs(False), t_rmsnorm_bwd_scalar),
+    ("layernorm_bwd", ref_layernorm_bwd_scalar, norm_bwd_scalar_inputs(True), t_layernorm_bwd_scalar),
+):
+    BUILTIN[f"{_rows}_scalar"] = _one_dy(BUILTIN[_rows], _ref, _inputs, _fn)

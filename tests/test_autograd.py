@@ -336,6 +336,16 @@ def test_fp32_weights_beside_bf16_rows(op: str, shape: tuple[int, ...]) -> None:
     for g, leaf in zip(grads[1:], leaves[1:]):
         scale = leaf.grad.abs().max().item()
         torch.testing.assert_close(g.grad.double(), leaf.grad, atol=2e-3 * scale, rtol=1e-2)
+    # .sum()'s gradient, one value: the one-value backward's kernel for fp32 (N,) tensors
+    for t in (*grads, *leaves):
+        t.grad = None
+    fn(*grads, eps=1e-5).sum().backward()
+    ref(*leaves).sum().backward()
+    assert all(g.grad.dtype == torch.float32 for g in grads[1:])
+    torch.testing.assert_close(grads[0].grad.double(), leaves[0].grad, atol=3e-2, rtol=3e-2)
+    for g, leaf in zip(grads[1:], leaves[1:]):
+        scale = leaf.grad.abs().max().item()
+        torch.testing.assert_close(g.grad.double(), leaf.grad, atol=2e-3 * scale, rtol=1e-2)
 
 
 @pytest.mark.gpu

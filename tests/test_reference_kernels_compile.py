@@ -832,3 +832,24 @@ def test_knobs_for_an_op_that_is_not_rows_are_refused() -> None:
 
     with pytest.raises(OpError, match="RowKnobs"):
         reference_function("attention_causal", RowKnobs())
+
+
+@pytest.mark.parametrize(
+    "op", sorted(op for op, spec in BUILTIN.items() if spec.flat_rows and any(t.dims == ("N",) for t in spec.tensors))
+)
+def test_ops_with_weights_compile_with_them_in_fp32_beside_bf16_rows(
+    op: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Mixed precision keeps weights (and their gradients) in fp32: each op with (N,) tensors also
+    compiles that way (runtime/compiled.vectors_in_fp32, what KernelFunction.vectors32 runs), without spills
+    past the budget, at a short and an uneven row."""
+    from llmcompile.runtime.compiled import vectors_in_fp32
+
+    spec = vectors_in_fp32(BUILTIN[op])
+    mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
+    for n in (1024, 5001):
+        fn = contract.compile_entry(
+            contract.entry_of(mod), spec, "bfloat16", n, options="remarks{ptx}", workspace=contract.workspace_of(mod)
+        )
+        spills = _spill_stores("".join(capfd.readouterr()))
+        assert fn is not None and spills and max(spills) <= spill_budget(op, n), f"{op} N={n}: {spills}"

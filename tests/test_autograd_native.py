@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from llmcompile.runtime import autograd, autograd_native
+from llmcompile.specs import BUILTIN
 from llmcompile.specs import references as ops
 
 
@@ -114,8 +115,8 @@ def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         return call
 
     for op, fwd, name, bwd, bwd_one in (
-        (m.RMSNORM, rms, "rmsnorm", ops.ref_rmsnorm_bwd, ops.ref_rmsnorm_bwd_scalar),
-        (m.LAYERNORM, ln, "layernorm", ops.ref_layernorm_bwd, ops.ref_layernorm_bwd_scalar),
+        (m.RMSNORM, rms, "rmsnorm", ops.ref_rmsnorm_bwd, BUILTIN["rmsnorm_bwd_scalar"].reference),
+        (m.LAYERNORM, ln, "layernorm", ops.ref_layernorm_bwd, BUILTIN["layernorm_bwd_scalar"].reference),
     ):
         m.register_op(
             op, Forward(f"{name}_fwd", fwd), rec(f"{name}_bwd", rows(bwd, 1)), rec(f"{name}_bwd_scalar", one(bwd_one))

@@ -4,7 +4,6 @@ cross-entropy, each with its reference kernel, and the attention ops."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import torch
 
@@ -15,10 +14,8 @@ from llmcompile.specs.inputs import (
     ce_fused_inputs,
     ce_inputs,
     norm_bwd_inputs,
-    norm_bwd_scalar_inputs,
     norm_inputs,
     softmax_bwd_inputs,
-    softmax_bwd_scalar_inputs,
     softmax_inputs,
 )
 from llmcompile.specs.references import (
@@ -29,34 +26,26 @@ from llmcompile.specs.references import (
     ref_cross_entropy_fwd,
     ref_layernorm,
     ref_layernorm_bwd,
-    ref_layernorm_bwd_scalar,
     ref_layernorm_fwd,
     ref_log_softmax,
     ref_log_softmax_bwd,
-    ref_log_softmax_bwd_scalar,
     ref_rmsnorm,
     ref_rmsnorm_bwd,
-    ref_rmsnorm_bwd_scalar,
     ref_rmsnorm_fwd,
     ref_softmax,
     ref_softmax_bwd,
-    ref_softmax_bwd_scalar,
     t_cross_entropy,
     t_cross_entropy_bwd,
     t_cross_entropy_fused,
     t_cross_entropy_fwd,
     t_layernorm,
     t_layernorm_bwd,
-    t_layernorm_bwd_scalar,
     t_layernorm_fwd,
     t_log_softmax_bwd,
-    t_log_softmax_bwd_scalar,
     t_rmsnorm,
     t_rmsnorm_bwd,
-    t_rmsnorm_bwd_scalar,
     t_rmsnorm_fwd,
     t_softmax_bwd,
-    t_softmax_bwd_scalar,
 )
 from llmcompile.specs.types import DEFAULT_TOL, DTYPES, OpSpec, TensorDesc, Tolerance
 
@@ -323,11 +312,24 @@ BUILTIN: dict[str, OpSpec] = {
 BUILTIN.update({s.name: s for s in (attention_spec(d, c) for d in (128, 64) for c in (False, True))})
 
 
-def _one_dy(rows: OpSpec, reference: Callable, make_inputs: Callable, torch_fn: Callable) -> OpSpec:
+def _one_dy(rows: OpSpec) -> OpSpec:
     """`rows`, a backward whose first tensor is dy, for an upstream gradient of one value everywhere
     (`.sum()`'s, expanded), read as that value: dy a (1,) tensor after the tensor that gives the
-    rows (x, or y), the kernel `reference_kernels.<name>_scalar`."""
+    rows (x, or y), the kernel `reference_kernels.<name>_scalar`. Its reference, torch baseline
+    and inputs are the rows op's with dy expanded from that value."""
     name = f"{rows.name}_scalar"
+
+    def reference(x: torch.Tensor, dy: torch.Tensor, *rest: torch.Tensor, **scalars: float) -> list[torch.Tensor]:
+        return rows.reference(dy[0].expand(x.shape), x, *rest, **scalars)
+
+    def torch_fn(x: torch.Tensor, dy: torch.Tensor, *rest: torch.Tensor, **scalars: float) -> object:
+        # (what autograd hands torch's backward after `.sum()`: dy expanded, read in place)
+        return rows.torch_fn(dy.expand(x.shape), x, *rest, **scalars)
+
+    def make_inputs(m: int, n: int, dtype: str, gen: torch.Generator, case: str, device: str) -> list[torch.Tensor]:
+        dy, x, *rest = rows.make_inputs(m, n, dtype, gen, case, device)
+        return [x, dy.reshape(-1)[:1].clone(), *rest]
+
     return dataclasses.replace(
         rows,
         name=name,
@@ -341,10 +343,5 @@ def _one_dy(rows: OpSpec, reference: Callable, make_inputs: Callable, torch_fn: 
     )
 
 
-for _rows, _ref, _inputs, _fn in (
-    ("softmax_bwd", ref_softmax_bwd_scalar, softmax_bwd_scalar_inputs(False), t_softmax_bwd_scalar),
-    ("log_softmax_bwd", ref_log_softmax_bwd_scalar, softmax_bwd_scalar_inputs(True), t_log_softmax_bwd_scalar),
-    ("rmsnorm_bwd", ref_rmsnorm_bwd_scalar, norm_bwd_scalar_inputs(False), t_rmsnorm_bwd_scalar),
-    ("layernorm_bwd", ref_layernorm_bwd_scalar, norm_bwd_scalar_inputs(True), t_layernorm_bwd_scalar),
-):
-    BUILTIN[f"{_rows}_scalar"] = _one_dy(BUILTIN[_rows], _ref, _inputs, _fn)
+for _rows in ("softmax_bwd", "log_softmax_bwd", "rmsnorm_bwd", "layernorm_bwd"):
+    BUILTIN[f"{_rows}_scalar"] = _one_dy(BUILTIN[_rows])

@@ -136,17 +136,6 @@ def softmax_bwd_inputs(log: bool):
     return make
 
 
-def softmax_bwd_scalar_inputs(log: bool):
-    """y as softmax_bwd_inputs makes it, and one upstream value (a `.sum()`'s gradient)."""
-    rows = softmax_bwd_inputs(log)
-
-    def make(m, n, dtype, gen, case, device):
-        dy, y = rows(m, n, dtype, gen, case, device)
-        return [y, dy.reshape(-1)[:1].clone()]
-
-    return make
-
-
 def ce_bwd_inputs(m, n, dtype, gen, case, device):
     x, target = ce_inputs(m, n, dtype, gen, case, device)
     dloss = torch.randn(m, generator=gen, device=gen.device)
@@ -167,18 +156,6 @@ def norm_bwd_inputs(with_bias: bool):
             stats = [torch.rsqrt(xf.pow(2).mean(-1) + 1e-6)]
         del xf
         return [dy, x, w, *stats]
-
-    return make
-
-
-def norm_bwd_scalar_inputs(with_bias: bool):
-    """x, w and the statistics as norm_bwd_inputs makes them, and one upstream value (a `.sum()`'s
-    gradient) in dy's place, after x."""
-    rows = norm_bwd_inputs(with_bias)
-
-    def make(m, n, dtype, gen, case, device):
-        dy, x, *rest = rows(m, n, dtype, gen, case, device)
-        return [x, dy.reshape(-1)[:1].clone(), *rest]
 
     return make
 

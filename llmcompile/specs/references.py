@@ -42,14 +42,6 @@ def ref_log_softmax_bwd(dy, y):
     return [dy - torch.exp(y) * dy.sum(-1, keepdim=True)]
 
 
-def ref_softmax_bwd_scalar(y, dy):
-    return ref_softmax_bwd(dy[0].expand(y.shape), y)
-
-
-def ref_log_softmax_bwd_scalar(y, dy):
-    return ref_log_softmax_bwd(dy[0].expand(y.shape), y)
-
-
 def ref_cross_entropy_fwd(x, target, ignore_index):
     return [*ref_cross_entropy(x, target, ignore_index), torch.logsumexp(x, -1)]
 
@@ -68,15 +60,6 @@ def t_softmax_bwd(dy, y):
 
 def t_log_softmax_bwd(dy, y):
     return torch.ops.aten._log_softmax_backward_data(dy, y, -1, y.dtype)
-
-
-def t_softmax_bwd_scalar(y, dy):
-    # (what autograd hands torch's softmax backward after `.sum()`: dy expanded, read in place)
-    return t_softmax_bwd(dy.expand(y.shape), y)
-
-
-def t_log_softmax_bwd_scalar(y, dy):
-    return t_log_softmax_bwd(dy.expand(y.shape), y)
 
 
 def t_cross_entropy_fwd(x, t, ignore_index):
@@ -110,14 +93,6 @@ def ref_layernorm_bwd(dy, x, w, mean, rstd):
     xhat, g = (x - mean[:, None]) * rstd[:, None], dy * w
     dx = (g - xhat * (g * xhat).mean(-1, keepdim=True) - g.mean(-1, keepdim=True)) * rstd[:, None]
     return [dx, (dy * xhat).sum(0), dy.sum(0)]
-
-
-def ref_rmsnorm_bwd_scalar(x, dy, w, rstd):
-    return ref_rmsnorm_bwd(dy[0].expand(x.shape), x, w, rstd)
-
-
-def ref_layernorm_bwd_scalar(x, dy, w, mean, rstd):
-    return ref_layernorm_bwd(dy[0].expand(x.shape), x, w, mean, rstd)
 
 
 # torch's own fused kernels, as a training step calls them (statistics shaped (M, 1) there);
@@ -154,15 +129,6 @@ def t_layernorm_fwd(x, w, b, eps):
 def t_layernorm_bwd(dy, x, w, mean, rstd):
     n = [x.shape[-1]]
     return torch.ops.aten.native_layer_norm_backward(dy, x, n, mean[:, None], rstd[:, None], w, w, [True] * 3)
-
-
-def t_rmsnorm_bwd_scalar(x, dy, w, rstd):
-    # (what autograd hands torch's norm backwards after `.sum()`: dy expanded)
-    return t_rmsnorm_bwd(dy.expand(x.shape), x, w, rstd)
-
-
-def t_layernorm_bwd_scalar(x, dy, w, mean, rstd):
-    return t_layernorm_bwd(dy.expand(x.shape), x, w, mean, rstd)
 
 
 def ref_cross_entropy_fused(x, target, scale, ignore_index):

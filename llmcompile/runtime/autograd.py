@@ -55,18 +55,20 @@ class SoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
         (y,) = ctx.saved_tensors
-        if _one_value(dy):  # read as that value, not made dense first
-            one = kernels.log_softmax_bwd_scalar if ctx.log else kernels.softmax_bwd_scalar
-            return one(y, _like(dy, y).as_strided((1,), (1,))), None
+        if (c := _one_value(dy, y)) is not None:  # read as that value, not made dense first
+            return (kernels.log_softmax_bwd_scalar if ctx.log else kernels.softmax_bwd_scalar)(y, c), None
         bwd = kernels.log_softmax_bwd if ctx.log else kernels.softmax_bwd
         return bwd(_like(dy, y).contiguous(), y), None
 
 
-def _one_value(g: torch.Tensor) -> bool:
-    """Whether an upstream gradient is one value expanded (every stride 0), as `.sum()` hands it:
-    the backward kernels for one value (*_bwd_scalar) read it in place, where the rows kernels
-    need it dense first (one more launch a training step)."""
-    return g.numel() > 1 and not any(g.stride())
+def _one_value(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor | None:
+    """An upstream gradient that is one value expanded (every stride 0), as `.sum()` hands it, as
+    that value: a (1,) view in `like`'s dtype, which the backward kernels for one value
+    (*_bwd_scalar) read in place, where the rows kernels need it dense first (one more launch a
+    training step). None for any other gradient. (autograd_nodes.cpp's `one_value` in C++.)"""
+    if g.numel() < 2 or any(g.stride()):
+        return None
+    return _like(g, like).as_strided((1,), (1,))
 
 
 def _like(t: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -96,13 +98,12 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         x, target, lse = ctx.saved_tensors
-        if _one_value(dloss):
+        if (g := _one_value(dloss, lse)) is not None:
             # loss.sum().backward() hands dloss expanded from one value g (every stride 0): dx is
             # g * (softmax(x) - onehot), what the fused kernel writes for the scale g, read in
             # place. Making dloss a dense vector first was one more launch a step (0.963x QuACK's
             # step at 32768 x 512 bf16 under graphs, issue 47); the fused kernel moves the
             # bytes the backward does (x in, dx out) and recomputes lse instead of reading it.
-            g = _like(dloss, lse).as_strided((1,), (1,))
             return kernels.cross_entropy_fused(x, target, g, **ctx.scalars)[1], None, None
         return kernels.cross_entropy_bwd(x, target, lse, _like(dloss, lse).contiguous(), **ctx.scalars), None, None
 
@@ -132,8 +133,8 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
         x, weight, rstd = ctx.saved_tensors
-        if _one_value(dout):
-            dx, dw = kernels.rmsnorm_bwd_scalar(x, _like(dout, x).as_strided((1,), (1,)), weight, rstd)
+        if (c := _one_value(dout, x)) is not None:
+            dx, dw = kernels.rmsnorm_bwd_scalar(x, c, weight, rstd)
         else:
             dx, dw = kernels.rmsnorm_bwd(_rows(_like(dout, x)), x, weight, rstd)
         return dx, dw, None
@@ -152,8 +153,7 @@ class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
         x, weight, mean, rstd = ctx.saved_tensors
-        if _one_value(dout):
-            c = _like(dout, x).as_strided((1,), (1,))
+        if (c := _one_value(dout, x)) is not None:
             dx, dw, db = kernels.layernorm_bwd_scalar(x, c, weight, mean, rstd)
         else:
             dx, dw, db = kernels.layernorm_bwd(_rows(_like(dout, x)), x, weight, mean, rstd)

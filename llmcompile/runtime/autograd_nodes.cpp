@@ -129,6 +129,22 @@ py::object call_with_eps(Kernels& k, double eps, bool given, py::args args) {
   return k.forward(*args, py::arg("eps") = eps);
 }
 
+/* A norm's dx, dw (and db) from upstream gradient g and what its forward saved, (x, w, statistics):
+ * the backward for one value where g is one (`one_value`), else the rows backward with g dense.
+ * (in the autograd engine's thread, which takes the GIL only to call the kernel function) */
+std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const variable_list& saved) {
+  const at::Tensor& x = saved[0];
+  at::Tensor c = one_value(g, x);
+  const bool one = c.defined() && has(k.backward_scalar);
+  at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
+  py::gil_scoped_acquire gil;
+  py::list args;
+  args.append(one ? x : dy);
+  args.append(one ? c : x);
+  for (size_t i = 1; i < saved.size(); ++i) args.append(saved[i]);
+  return outputs((one ? k.backward_scalar : k.backward)(*args));
+}
+
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x0, const at::Tensor& w, double eps, bool given) {
     at::Tensor x = x0.contiguous();
@@ -137,18 +153,7 @@ struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
     return outs.at(0);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const Kernels& k = kernels_of(RMSNORM);
-    at::Tensor c = one_value(grads[0], saved[0]);
-    std::vector<at::Tensor> d;
-    if (c.defined() && has(k.backward_scalar)) {
-      py::gil_scoped_acquire gil;
-      d = outputs(k.backward_scalar(saved[0], c, saved[1], saved[2]));
-    } else {
-      at::Tensor dy = rows_like(grads[0], saved[0]);
-      py::gil_scoped_acquire gil;
-      d = outputs(k.backward(dy, saved[0], saved[1], saved[2]));
-    }
+    auto d = norm_grads(kernels_of(RMSNORM), grads[0], ctx->get_saved_variables());
     return {d.at(0), d.at(1), at::Tensor(), at::Tensor()};
   }
 };
@@ -162,18 +167,7 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
     return outs.at(0);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const Kernels& k = kernels_of(LAYERNORM);
-    at::Tensor c = one_value(grads[0], saved[0]);
-    std::vector<at::Tensor> d;
-    if (c.defined() && has(k.backward_scalar)) {
-      py::gil_scoped_acquire gil;
-      d = outputs(k.backward_scalar(saved[0], c, saved[1], saved[2], saved[3]));
-    } else {
-      at::Tensor dy = rows_like(grads[0], saved[0]);
-      py::gil_scoped_acquire gil;
-      d = outputs(k.backward(dy, saved[0], saved[1], saved[2], saved[3]));
-    }
+    auto d = norm_grads(kernels_of(LAYERNORM), grads[0], ctx->get_saved_variables());
     return {d.at(0), d.at(1), d.at(2), at::Tensor(), at::Tensor()};
   }
 };

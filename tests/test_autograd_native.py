@@ -119,18 +119,18 @@ def ext(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         (m.LAYERNORM, ln, "layernorm", ops.ref_layernorm_bwd, BUILTIN["layernorm_bwd_scalar"].reference),
     ):
         m.register_op(
-            op, Forward(f"{name}_fwd", fwd), rec(f"{name}_bwd", rows(bwd, 1)), rec(f"{name}_bwd_scalar", one(bwd_one))
+            op,
+            Forward(f"{name}_fwd", fwd),
+            rec(f"{name}_bwd", rows(bwd, 1)),
+            rec(f"{name}_bwd_scalar", one(bwd_one)),
+            eps=BUILTIN[name].scalars["eps"],  # (a call's default, and the forward kernel's own)
+            kernel_eps=BUILTIN[f"{name}_fwd"].scalars["eps"],
         )
     m.calls = calls
     try:
         yield m
     finally:
-        from llmcompile.runtime import compiled as kernels
-
-        m.register_op(m.SOFTMAX, kernels.softmax, kernels.softmax_bwd, kernels.softmax_bwd_scalar)
-        m.register_op(m.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd, kernels.log_softmax_bwd_scalar)
-        m.register_op(m.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd, kernels.rmsnorm_bwd_scalar)
-        m.register_op(m.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar)
+        autograd_native.register_kernels(m)
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -216,3 +216,84 @@ def test_functorch_and_compile_keep_the_python_functions(monkeypatch: pytest.Mon
     assert autograd._nodes(torch.randn(3)) is autograd_native.module() is not None
     monkeypatch.setattr(autograd, "NATIVE_NODES", False)  # LLMCOMPILE_NATIVE_AUTOGRAD=0: the Python Functions
     assert autograd._nodes(torch.randn(3)) is None
+
+
+@pytest.fixture
+def routed(ext: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple]]:
+    """The public kernel functions routed to the nodes (`autograd._native`), each with a recording
+    `grad_fn`: a call that reaches it went through the Python call, not straight to its node."""
+    from llmcompile import kernels
+
+    assert autograd._native() is ext
+    python_calls: list[tuple] = []
+    for name in ("softmax", "log_softmax", "rmsnorm", "layernorm"):
+        fn = getattr(kernels, name)
+        monkeypatch.setattr(fn, "grad_fn", lambda *a, _name=name, **kw: python_calls.append((_name, kw)) or a[0])
+    yield python_calls
+
+
+def test_a_call_that_wants_grad_goes_from_c_straight_to_its_node(ext: object, routed: list[tuple]) -> None:
+    """kernels.softmax(x) / rmsnorm(x, w, eps=...) with x requiring grad: from the kernel function's C
+    call to the C++ node (grad_call), not its Python __call__ and autograd.py's wrappers; eps by
+    keyword, by position or not given (the op's default) reaches the forward kernel as before; the
+    gradients are torch's."""
+    from llmcompile import kernels
+
+    x = torch.randn(2, 3, 40, dtype=torch.float64)
+    w = torch.rand(40, dtype=torch.float64) + 0.5
+    dy = torch.randn(2, 3, 40, dtype=torch.float64)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = kernels.log_softmax(a)
+    assert "Node" in y.grad_fn.name(), y.grad_fn.name()
+    torch.testing.assert_close(y, torch.log_softmax(b, -1))
+    (ga,) = torch.autograd.grad(y, a, dy)
+    (gb,) = torch.autograd.grad(torch.log_softmax(b, -1), b, dy)
+    torch.testing.assert_close(ga, gb)
+    for args, kw, eps in (((), {}, 1e-6), ((), {"eps": 1e-5}, 1e-5), ((1e-5,), {}, 1e-5), ((), {"eps": 1e-6}, 1e-6)):
+        ext.calls.clear()
+        mine, ref = (x.clone().requires_grad_(), w.clone().requires_grad_()), (x.clone().requires_grad_(), w.clone())
+        out = kernels.rmsnorm(*mine, *args, **kw)
+        want = F.rms_norm(ref[0], (40,), ref[1].requires_grad_(), eps)
+        torch.testing.assert_close(out, want)
+        for g, r in zip(torch.autograd.grad(out, mine, dy), torch.autograd.grad(want, ref, dy)):
+            torch.testing.assert_close(g, r)
+        # the forward kernel's own default (1e-6) is not passed; another eps is
+        (name, given), _ = ext.calls
+        assert name in ("rmsnorm_fwd", "rmsnorm_fwd fast") and given == ({} if eps == 1e-6 else {"eps": eps}), ext.calls
+    # w alone requiring grad takes the node too; x's gradient is then not asked for
+    out = kernels.layernorm(x, w.clone().requires_grad_(), torch.zeros(40, dtype=torch.float64), eps=1e-5)
+    assert "Node" in out.grad_fn.name()
+    assert routed == []
+
+
+def test_what_grad_call_does_not_take_goes_to_the_python_call(
+    ext: object, routed: list[tuple], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arguments grad_call does not parse (an unknown keyword, a keyword to softmax, a non-number
+    eps, too many arguments), functorch transforms and torch.compile's tracing flag each send the
+    call to the Python call, which says what is wrong or takes the Python Functions."""
+    from llmcompile import kernels
+
+    x = torch.randn(4, 40, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(40, dtype=torch.float64)
+    kernels.rmsnorm(x, w, foo=1.0)
+    kernels.softmax(x, eps=1.0)
+    kernels.rmsnorm(x, w, eps="1e-5")
+    kernels.rmsnorm(x, w, 1e-5, 1e-5)
+    kernels.rmsnorm(x, w, 1e-5, eps=1e-5)
+    torch.func.grad(lambda t: kernels.softmax(t).sum())(torch.randn(3, 40, dtype=torch.float64))
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+    kernels.log_softmax(x)
+    assert [name for name, _ in routed] == [
+        "rmsnorm",
+        "softmax",
+        "rmsnorm",
+        "rmsnorm",
+        "rmsnorm",
+        "softmax",
+        "log_softmax",
+    ]
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", False)
+    routed.clear()
+    kernels.log_softmax(x)
+    assert routed == []

@@ -8,12 +8,13 @@ and the kernels inside them are the torch.library ops.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 import torch
 
-from llmcompile.runtime import autograd_native
+from llmcompile.runtime import autograd_native, native_call
 from llmcompile.runtime import compiled as kernels
 from llmcompile.specs import BUILTIN
 
@@ -212,7 +213,22 @@ def _nodes(*tensors: torch.Tensor) -> Any:
     for t in tensors:
         if _wrapped(t):
             return None
-    return autograd_native.module()
+    return _native()
+
+
+@functools.cache
+def _native() -> Any:
+    """The C++ nodes, or None. Once they are here, a public kernel function's call that wants grad
+    goes from its C call straight to them (`grad_call`), not through its Python `__call__` and the
+    wrappers below (on the CPU machine 1.5-2.7 us of a softmax's, 4.6-5 us of an rmsnorm's with eps
+    by keyword). The routes are made by the first call that NATIVE_NODES lets reach here, and stay."""
+    ext = autograd_native.module()
+    if ext is not None:
+        routes = (kernels.softmax, ext.SOFTMAX), (kernels.log_softmax, ext.LOG_SOFTMAX)
+        routes += (kernels.rmsnorm, ext.RMSNORM), (kernels.layernorm, ext.LAYERNORM)
+        for fn, op in routes:
+            native_call.set_node(fn, ext.grad_call, op)
+    return ext
 
 
 # softmax takes no scalars: a keyword given is refused here as on the lean call, not ignored

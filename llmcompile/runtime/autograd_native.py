@@ -61,13 +61,33 @@ def module() -> Any:
     except Exception as e:  # any failure means the Python Functions, never a failed call
         _failure.append(f"{type(e).__name__}: {e}")
         return None
+    register_kernels(ext)
+    return ext
+
+
+def register_kernels(ext: Any) -> None:
+    """Give the extension's nodes the kernel functions (and a norm's eps defaults), and the guards
+    that send a call back to the Python Functions."""
+    import torch
+
     from llmcompile.runtime import compiled as kernels
+    from llmcompile.specs import BUILTIN
+
+    def eps(op: str) -> dict[str, float]:  # a call's default eps, and its forward kernel's own
+        return {"eps": float(BUILTIN[op].scalars["eps"]), "kernel_eps": float(BUILTIN[f"{op}_fwd"].scalars["eps"])}
 
     ext.register_op(ext.SOFTMAX, kernels.softmax, kernels.softmax_bwd, kernels.softmax_bwd_scalar)
     ext.register_op(ext.LOG_SOFTMAX, kernels.log_softmax, kernels.log_softmax_bwd, kernels.log_softmax_bwd_scalar)
-    ext.register_op(ext.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd, kernels.rmsnorm_bwd_scalar)
-    ext.register_op(ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar)
-    return ext
+    ext.register_op(ext.RMSNORM, kernels.rmsnorm_fwd, kernels.rmsnorm_bwd, kernels.rmsnorm_bwd_scalar, **eps("rmsnorm"))
+    ext.register_op(
+        ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
+    )
+    # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
+    ext.set_guards(
+        torch.compiler,
+        torch._C._are_functorch_transforms_active,
+        torch._C._functorch.is_functorch_wrapped_tensor,
+    )
 
 
 def reason() -> str | None:

@@ -13,8 +13,12 @@
  * with keywords goes through Python; one without stays in C), and after the first such call of a
  * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
  */
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
+
+#include <cmath>
 
 #include <vector>
 
@@ -38,6 +42,7 @@ struct Given {
 struct Kernels {
   py::object forward, backward, backward_scalar;  // backward_scalar: None where the op has none
   std::vector<Given> given;                        // (a model passes one or two eps: a short list)
+  double eps = NAN, kernel_eps = NAN;  // a norm's eps where the call gives none; the forward kernel's own
 };
 
 std::vector<Kernels>& registry() {
@@ -78,29 +83,35 @@ at::Tensor one_value(const at::Tensor& g, const at::Tensor& like) {
 /* (reads a py::object's pointer alone: no GIL needed) */
 bool has(const py::object& fn) { return fn && !fn.is_none(); }
 
-struct SoftmaxNode : public torch::autograd::Function<SoftmaxNode> {
+/* Op is SOFTMAX or LOG_SOFTMAX: a template argument, not ctx->saved_data, whose string-keyed map
+ * cost each call a hash insert and lookup. */
+template <int Op>
+struct SoftmaxNode : public torch::autograd::Function<SoftmaxNode<Op>> {
   /* (forward runs in the caller's thread, which holds the GIL; backward in the autograd engine's,
    * which does not: it takes it to call the kernel function) */
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t op) {
-    at::Tensor y = kernels_of(op).forward(x).cast<at::Tensor>();
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    at::Tensor y = kernels_of(Op).forward(x).template cast<at::Tensor>();
     ctx->save_for_backward({y});
-    ctx->saved_data["op"] = op;
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor y = ctx->get_saved_variables()[0];
-    const int64_t op = ctx->saved_data["op"].toInt();
-    const Kernels& k = kernels_of(op);
+    const Kernels& k = kernels_of(Op);
     at::Tensor c = one_value(grads[0], y);
     if (c.defined() && has(k.backward_scalar)) {
       py::gil_scoped_acquire gil;
-      return {k.backward_scalar(y, c).cast<at::Tensor>(), at::Tensor()};
+      return {k.backward_scalar(y, c).template cast<at::Tensor>()};
     }
     at::Tensor dy = rows_like(grads[0], y);
     py::gil_scoped_acquire gil;
-    return {k.backward(dy, y).cast<at::Tensor>(), at::Tensor()};
+    return {k.backward(dy, y).template cast<at::Tensor>()};
   }
 };
+
+at::Tensor softmax_node(const at::Tensor& x, int64_t op) {
+  TORCH_CHECK(op == SOFTMAX || op == LOG_SOFTMAX, "llmcompile autograd node: op ", op, " is not a softmax");
+  return op == SOFTMAX ? SoftmaxNode<SOFTMAX>::apply(x) : SoftmaxNode<LOG_SOFTMAX>::apply(x);
+}
 
 /* The forward with `eps`: the kernel function's own call where eps is its default (it stays in
  * C); else its fast call with eps bound, kept in `k.given` once made, and where there is none yet,
@@ -172,9 +183,107 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
   }
 };
 
-void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar) {
+void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,
+                 double kernel_eps) {
   TORCH_CHECK(op >= 0 && op < N_OPS, "llmcompile autograd node: no op ", op);
-  registry()[op] = Kernels{std::move(forward), std::move(backward), std::move(backward_scalar), {}};
+  registry()[op] = Kernels{std::move(forward), std::move(backward), std::move(backward_scalar), {}, eps, kernel_eps};
+}
+
+/* What sends a call back to the Python Functions, asked as autograd.py's `_nodes` asks it:
+ * torch.compile tracing (torch.compiler's `_is_compiling_flag`, what its is_compiling() returns
+ * outside TorchScript, read without that function's two Python calls; the function itself where
+ * the flag is gone), functorch transforms active, a functorch-wrapped tensor. Set once by
+ * `set_guards`; never destroyed (held for the process, as the registry). */
+struct Guards {
+  PyObject *compiler = nullptr, *is_compiling = nullptr, *functorch_active = nullptr, *is_wrapped = nullptr;
+  PyObject* flag = nullptr;  // "_is_compiling_flag", interned
+};
+Guards& guards() {
+  static auto* g = new Guards();
+  return *g;
+}
+
+void set_guards(py::object compiler, py::object functorch_active, py::object is_wrapped) {
+  Guards& g = guards();
+  g.is_compiling = py::object(compiler.attr("is_compiling")).release().ptr();
+  g.compiler = compiler.release().ptr();
+  g.functorch_active = functorch_active.release().ptr();
+  g.is_wrapped = is_wrapped.release().ptr();
+  g.flag = PyUnicode_InternFromString("_is_compiling_flag");
+}
+
+/* 1 where fn(arg...) is True, 0 where not, -1 with a Python error set */
+int truth(PyObject* fn, PyObject* arg) {
+  PyObject* r = arg == nullptr ? PyObject_CallNoArgs(fn) : PyObject_CallOneArg(fn, arg);
+  if (r == nullptr) return -1;
+  const int yes = PyObject_IsTrue(r);
+  Py_DECREF(r);
+  return yes;
+}
+
+PyObject* not_taken() {
+  Py_INCREF(Py_NotImplemented);
+  return Py_NotImplemented;
+}
+
+/* The differentiable call of `op` from the kernel function's C call (native_call.c's Entry, a
+ * call with an input that requires grad): softmax(x); rmsnorm(x, w[, eps]); layernorm(x, w, b[,
+ * eps]), eps also by keyword. What autograd.py's Python wrappers did, in C++: the arguments
+ * parsed, the guards asked, the node applied. Py_NotImplemented where the Python call must take
+ * it (the guards, or arguments it does not parse: that call says what is wrong). */
+PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
+  try {  // (not HANDLE_TH_ERRORS: its warning buffer costs a small call more than the rest of this)
+  if (op < 0 || op >= N_OPS) return not_taken();
+  const Kernels& k = registry()[op];
+  const Guards& g = guards();
+  if (!k.forward || g.is_wrapped == nullptr) return not_taken();
+  const Py_ssize_t tensors = op == LAYERNORM ? 3 : op == RMSNORM ? 2 : 1;
+  const bool norm = tensors > 1;
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n < tensors || n > tensors + (norm ? 1 : 0)) return not_taken();
+  PyObject* eps_arg = n > tensors ? PyTuple_GET_ITEM(args, tensors) : nullptr;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+    if (!norm || eps_arg != nullptr || PyDict_GET_SIZE(kwargs) != 1) return not_taken();
+    eps_arg = PyDict_GetItemString(kwargs, "eps");  // (borrowed)
+    if (eps_arg == nullptr) return not_taken();
+  }
+  double eps = k.eps;
+  if (norm && eps_arg == nullptr && std::isnan(eps)) return not_taken();  // (no default registered)
+  if (eps_arg != nullptr) {
+    if (!PyFloat_Check(eps_arg) && !PyLong_Check(eps_arg)) return not_taken();
+    eps = PyFloat_AsDouble(eps_arg);
+    if (eps == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return not_taken();
+    }
+  }
+  int on;
+  if (PyObject* flag = PyObject_GetAttr(g.compiler, g.flag)) {
+    on = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+  } else {
+    PyErr_Clear();
+    on = truth(g.is_compiling, nullptr);
+  }
+  if (on == 0) on = truth(g.functorch_active, nullptr);
+  for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
+    PyObject* t = PyTuple_GET_ITEM(args, i);
+    if (!THPVariable_Check(t)) return not_taken();
+    on = truth(g.is_wrapped, t);
+  }
+  if (on != 0) return on < 0 ? nullptr : not_taken();
+  const at::Tensor& x = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
+  if (!norm) return THPVariable_Wrap(softmax_node(x, op));
+  const at::Tensor& w = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
+  const bool given = std::isnan(k.kernel_eps) || eps != k.kernel_eps;
+  if (op == RMSNORM) return THPVariable_Wrap(RMSNormNode::apply(x, w, eps, given));
+  return THPVariable_Wrap(LayerNormNode::apply(x, w, THPVariable_Unpack(PyTuple_GET_ITEM(args, 2)), eps, given));
+  } catch (py::error_already_set& e) {  // a kernel function's error, as it raised it
+    e.restore();
+  } catch (...) {
+    torch::translate_exception_to_python(std::current_exception());
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -186,10 +295,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("RMSNORM") = static_cast<int>(RMSNORM);
   m.attr("LAYERNORM") = static_cast<int>(LAYERNORM);
   m.def("register_op", &register_op, py::arg("op"), py::arg("forward"), py::arg("backward"),
-        py::arg("backward_scalar") = py::none(),
-        "register_op(op, forward, backward, backward_scalar=None): the op's kernel functions");
+        py::arg("backward_scalar") = py::none(), py::arg("eps") = NAN, py::arg("kernel_eps") = NAN,
+        "register_op(op, forward, backward, backward_scalar=None, eps=nan, kernel_eps=nan): the op's kernel "
+        "functions, and a norm's eps where a call gives none and its forward kernel's own");
+  m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
+        "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
+  // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between
+  m.attr("grad_call") = py::capsule(reinterpret_cast<void*>(&grad_call), "llmcompile.grad_call");
   m.def(
-      "softmax", [](const at::Tensor& x, int64_t op) { return SoftmaxNode::apply(x, op); },
+      "softmax", &softmax_node,
       "softmax(x, op): SOFTMAX or LOG_SOFTMAX through autograd");
   m.def(
       "rmsnorm",

@@ -534,10 +534,18 @@ static PyObject* set_alternate(PyObject* module, PyObject* args) {
 
 enum { MAX_SHAPES = 32 };
 
+/* A differentiable call made in C++ (autograd_nodes.cpp's `grad_call`): op, then the call's
+ * arguments. It returns the output, NULL with an error set, or Py_NotImplemented where it does not
+ * take the call (functorch, torch.compile, an argument it does not parse): the Python call does. */
+typedef PyObject* (*GradCall)(int op, PyObject* args, PyObject* kwargs);
+static const char* const GRAD_CALL = "llmcompile.grad_call";
+
 typedef struct {
   PyObject_HEAD
   int32_t n_calls;
   char grad; /* the op is differentiable: inputs that require grad go to Python */
+  GradCall node; /* where set, they go to this C++ autograd node instead (op `node_op`) */
+  int node_op;
   uint64_t keys[MAX_SHAPES];
   PyObject* calls[MAX_SHAPES]; /* the Caller of each planned (dtype, N, dims of x) */
 } Entry;
@@ -605,11 +613,22 @@ static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   Caller* c;
   PyObject* out;
   int grad;
+  int keywords = kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0;
   if (is_grad_enabled == NULL) return refuse(PyExc_TypeError, "Entry: no class installed");
-  if (e->n_calls == 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0)) return entry_python_call(self, args, kwargs);
-  grad = e->grad ? wants_grad(args) : 0;
-  if (grad < 0) return NULL;
-  c = grad ? NULL : planned(e, args);
+  /* a call that wants grad goes to the C++ node where there is one: the Python call and the
+   * Python autograd wrapper between them cost a small forward with grad about 2.7 us (CPU) */
+  if (e->grad && (e->node != NULL || (e->n_calls > 0 && !keywords))) {
+    grad = wants_grad(args);
+    if (grad < 0) return NULL;
+    if (grad && e->node != NULL) {
+      out = e->node(e->node_op, args, kwargs);
+      if (out != Py_NotImplemented) return out;
+      Py_DECREF(out);
+    }
+    if (grad) return entry_python_call(self, args, kwargs);
+  }
+  if (e->n_calls == 0 || keywords) return entry_python_call(self, args, kwargs);
+  c = planned(e, args);
   if (c == NULL) return entry_python_call(self, args, kwargs);
   out = caller_invoke(c, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args));
   if (out != NULL || !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)))
@@ -656,6 +675,24 @@ static PyObject* entry_clear_calls(PyObject* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject* entry_set_node(PyObject* self, PyObject* args) {
+  Entry* e = (Entry*)self;
+  PyObject* capsule;
+  int op;
+  void* fn;
+  if (!PyArg_ParseTuple(args, "Oi", &capsule, &op)) return NULL;
+  if (capsule == Py_None) {
+    e->node = NULL;
+    Py_RETURN_NONE;
+  }
+  fn = PyCapsule_GetPointer(capsule, GRAD_CALL);
+  if (fn == NULL) return NULL;
+  /* (the capsule's library stays loaded for the process: Python never unloads an extension) */
+  e->node = (GradCall)fn;
+  e->node_op = op;
+  Py_RETURN_NONE;
+}
+
 static PyObject* entry_c_calls(PyObject* self, PyObject* unused) {
   (void)unused;
   return PyLong_FromLong(((Entry*)self)->n_calls);
@@ -690,6 +727,8 @@ static PyMethodDef entry_methods[] = {
      "False where the table is full"},
     {"_clear_calls", entry_clear_calls, METH_NOARGS, "forget every Caller"},
     {"_c_calls", entry_c_calls, METH_NOARGS, "how many (dtype, dims, N) a call runs in C"},
+    {"_set_node", entry_set_node, METH_VARARGS,
+     "_set_node(capsule, op): calls that want grad go to that C++ grad_call (None: to Python)"},
     {NULL, NULL, 0, NULL},
 };
 

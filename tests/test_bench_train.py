@@ -60,3 +60,26 @@ def test_bench_train_times_ours_and_torch_on_a_small_grid(tmp_path) -> None:  # 
         (o, i) for o in ("rmsnorm", "cross_entropy") for i in ("llmcompile", "eager")
     }
     assert all(r.ms and r.ms > 0 and r.tbs and r.tbs < 1.05 * result.sol_tbs for r in result.rows), result.rows
+
+
+def test_the_first_point_is_measured_once_more_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's first point carries one-time costs: it is measured once, dropped, then measured
+    for the table; every other point once."""
+    calls: list[tuple] = []
+
+    def fake_step(spec, m, n, dtype, sol, impls, graph, rounds):  # noqa: ANN001, ANN202
+        calls.append((spec.name, m, n, dtype, rounds))
+        return [train.BenchRow(spec.name, dtype, m, n, "llmcompile", 0.1, 1.0, 50.0, "", "TB/s", [0.1])]
+
+    monkeypatch.setattr(train, "bench_step", fake_step)
+    monkeypatch.setattr(train.timing, "copy_bandwidths", lambda extra=None: {"torch": 2.0})
+    monkeypatch.setattr(train.torch.cuda, "get_device_name", lambda i=0: "fake")
+    result = train.run(
+        ["softmax"], ["float32"], [(64, 256), (64, 512)], ["llmcompile"], rounds=5, progress=lambda s: None
+    )
+    assert calls == [
+        ("softmax", 64, 256, "float32", 1),
+        ("softmax", 64, 256, "float32", 5),
+        ("softmax", 64, 512, "float32", 5),
+    ]
+    assert [(r.m, r.n) for r in result.rows] == [(64, 256), (64, 512)]

@@ -8,11 +8,12 @@ C++ compiler or no torch headers), `module()` is None, `reason()` says why, and
 `runtime/autograd.py` keeps its Python Functions. They are also what torch.compile traces and
 what functorch transforms see.
 
-`runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0. On the H100 the
-gradient tests passed through them, and a small training step took 0.97x (softmax) and 1.02x
-(rmsnorm) torch's host time through them, 1.15x each through the Python Functions
-(`evals/results/host-time/step-breakdown.md`; `bash .ci/gpu backward` runs the gradient tests
-both ways, `bash .ci/gpu train` the host times).
+`runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0, and routes the public
+kernel functions' grad calls to them from C (`grad_call`). On the H100 the gradient tests passed
+through them; a small training step took 1.01x (softmax) and 1.09x (rmsnorm) torch's host time
+(`evals/results/host-time/step-breakdown.md`, 1.15x each through the Python Functions when last
+measured; `bash .ci/gpu backward` runs the gradient tests both ways, `bash .ci/gpu train` the
+host times).
 """
 
 from __future__ import annotations

@@ -297,3 +297,17 @@ def test_what_grad_call_does_not_take_goes_to_the_python_call(
     routed.clear()
     kernels.log_softmax(x)
     assert routed == []
+
+
+def test_a_kernel_functions_error_comes_through_grad_call_as_raised(ext: object, routed: list[tuple]) -> None:
+    """An error the forward kernel function raises (what it refuses: a shape, a dtype) reaches the
+    caller through the C++ node as the same exception, not a RuntimeError of the node's."""
+    from llmcompile import kernels
+
+    def refuse(x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("softmax: this x is refused")
+
+    ext.register_op(ext.SOFTMAX, refuse, refuse, None)
+    with pytest.raises(ValueError, match="this x is refused"):
+        kernels.softmax(torch.randn(3, 8, dtype=torch.float64, requires_grad=True))
+    assert routed == []

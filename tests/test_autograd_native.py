@@ -311,3 +311,17 @@ def test_a_kernel_functions_error_comes_through_grad_call_as_raised(ext: object,
     with pytest.raises(ValueError, match="this x is refused"):
         kernels.softmax(torch.randn(3, 8, dtype=torch.float64, requires_grad=True))
     assert routed == []
+
+
+def test_forward_mode_ad_is_refused_not_dropped(ext: object) -> None:
+    """The nodes carry no forward-mode AD: a dual input is refused with that said, never run with
+    its tangent silently dropped."""
+    import torch.autograd.forward_ad as fwad
+
+    x = torch.randn(2, 8, dtype=torch.float64)
+    with fwad.dual_level():
+        dual = fwad.make_dual(x, torch.randn_like(x))
+        with pytest.raises(RuntimeError, match="forward-mode AD"):
+            autograd.softmax(dual)
+        with pytest.raises(RuntimeError, match="forward-mode AD"):
+            autograd.rmsnorm(dual, torch.rand(8, dtype=torch.float64))

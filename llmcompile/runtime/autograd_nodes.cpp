@@ -6,25 +6,39 @@
  * backward call our kernel functions (`KernelFunction` instances, whose call starts and ends in
  * C, native_call.c) through the CPython API: no Python line runs on a planned shape.
  *
- * `register_op(op, forward, backward, backward_scalar)` gives op number `op` its kernel functions
- * (the forward that also writes what the backward reads, the backward, and, where the op has one,
- * the backward for an upstream gradient of one value everywhere), once per process. The
+ * `register_op(op, forward, backward, backward_scalar, eps, kernel_eps)` gives op number `op` its
+ * kernel functions (the forward that also writes what the backward reads, the backward, and, where
+ * the op has one, the backward for an upstream gradient of one value everywhere), once per
+ * process. `grad_call` is the call a kernel function's C call makes for inputs that require grad
+ * (native_call.c's Entry, through a capsule), so a forward with grad runs no Python line. The
  * scalars reach a kernel function as keywords only where they differ from its defaults (a call
  * with keywords goes through Python; one without stays in C), and after the first such call of a
  * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
  */
 #include <torch/csrc/Exceptions.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/extension.h>
 
 #include <cmath>
+#include <mutex>
+#include <type_traits>
 
 #include <vector>
 
 namespace py = pybind11;
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
+
+/* torch up to 2.11 holds autograd nodes by std::shared_ptr, made with this deleter (it frees a
+ * long chain without deep recursion); later releases by c10::intrusive_ptr, and have no deleter.
+ * Declared here so that both compile; only the shared_ptr branch below uses it. */
+namespace torch::autograd {
+TORCH_API void deleteNode(Node* function);
+}
 
 namespace {
 
@@ -83,34 +97,72 @@ at::Tensor one_value(const at::Tensor& g, const at::Tensor& like) {
 /* (reads a py::object's pointer alone: no GIL needed) */
 bool has(const py::object& fn) { return fn && !fn.is_none(); }
 
-/* Op is SOFTMAX or LOG_SOFTMAX: a template argument, not ctx->saved_data, whose string-keyed map
- * cost each call a hash insert and lookup. */
-template <int Op>
-struct SoftmaxNode : public torch::autograd::Function<SoftmaxNode<Op>> {
-  /* (forward runs in the caller's thread, which holds the GIL; backward in the autograd engine's,
-   * which does not: it takes it to call the kernel function) */
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    at::Tensor y = kernels_of(Op).forward(x).template cast<at::Tensor>();
-    ctx->save_for_backward({y});
-    return y;
+/* Our nodes are plain `torch::autograd::Node`s, made the way torch's generated ones are: the
+ * output's history set, what the backward reads saved. Not `torch::autograd::Function`: its
+ * apply (a context, input and output records, wrapped outputs) cost a forward with grad about
+ * 2.5 us of host time on the H100 where torch's nodes cost 0.2 (evals/results/host-time). They
+ * do not support forward-mode AD or compiled autograd; a call with a forward gradient is refused. */
+constexpr bool kSharedNodes =
+    std::is_same_v<decltype(torch::autograd::Edge::function), std::shared_ptr<Node>>;
+
+template <class N>
+auto new_node() {
+  if constexpr (kSharedNodes) {
+    return std::shared_ptr<N>(new N(), torch::autograd::deleteNode);
+  } else {
+    return c10::make_intrusive<N>();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const at::Tensor y = ctx->get_saved_variables()[0];
+}
+
+void refuse_forward_ad(const at::Tensor& t) {
+  TORCH_CHECK(!t.defined() || !t._fw_grad(/*level=*/0).defined(),
+              "llmcompile's softmax and norms have no forward-mode AD (jvp)");
+}
+
+/* (forward runs in the caller's thread, which holds the GIL; a backward in the autograd engine's,
+ * which does not: it takes the GIL first, so that every tensor it hands Python is let go under
+ * it, not with a second acquire after) */
+template <int Op>  // SOFTMAX or LOG_SOFTMAX
+struct SoftmaxBackward : public Node {
+  SavedVariable y_;
+  std::string name() const override { return Op == SOFTMAX ? "llmcompile::SoftmaxNode" : "llmcompile::LogSoftmaxNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    y_.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!grads[0].defined()) return {at::Tensor()};
+    py::gil_scoped_acquire gil;
+    const at::Tensor y = y_.unpack(getptr());
     const Kernels& k = kernels_of(Op);
     at::Tensor c = one_value(grads[0], y);
-    if (c.defined() && has(k.backward_scalar)) {
-      py::gil_scoped_acquire gil;
-      return {k.backward_scalar(y, c).template cast<at::Tensor>()};
-    }
+    if (c.defined() && has(k.backward_scalar)) return {k.backward_scalar(y, c).template cast<at::Tensor>()};
     at::Tensor dy = rows_like(grads[0], y);
-    py::gil_scoped_acquire gil;
     return {k.backward(dy, y).template cast<at::Tensor>()};
   }
 };
 
+template <int Op>
+at::Tensor softmax_with(const at::Tensor& x) {
+  refuse_forward_ad(x);
+  at::Tensor y;
+  {
+    at::AutoGradMode off(false);  // (the kernel function's C call then takes its plain path)
+    y = kernels_of(Op).forward(x).template cast<at::Tensor>();
+  }
+  if (torch::autograd::compute_requires_grad(x)) {
+    auto node = new_node<SoftmaxBackward<Op>>();
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    torch::autograd::set_history(y, node);
+    node->y_ = SavedVariable(y, /*is_output=*/true);
+  }
+  return y;
+}
+
 at::Tensor softmax_node(const at::Tensor& x, int64_t op) {
   TORCH_CHECK(op == SOFTMAX || op == LOG_SOFTMAX, "llmcompile autograd node: op ", op, " is not a softmax");
-  return op == SOFTMAX ? SoftmaxNode<SOFTMAX>::apply(x) : SoftmaxNode<LOG_SOFTMAX>::apply(x);
+  return op == SOFTMAX ? softmax_with<SOFTMAX>(x) : softmax_with<LOG_SOFTMAX>(x);
 }
 
 /* The forward with `eps`: the kernel function's own call where eps is its default (it stays in
@@ -142,13 +194,12 @@ py::object call_with_eps(Kernels& k, double eps, bool given, py::args args) {
 
 /* A norm's dx, dw (and db) from upstream gradient g and what its forward saved, (x, w, statistics):
  * the backward for one value where g is one (`one_value`), else the rows backward with g dense.
- * (in the autograd engine's thread, which takes the GIL only to call the kernel function) */
+ * (in the autograd engine's thread, with the GIL taken by the caller) */
 std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const variable_list& saved) {
   const at::Tensor& x = saved[0];
   at::Tensor c = one_value(g, x);
   const bool one = c.defined() && has(k.backward_scalar);
   at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
-  py::gil_scoped_acquire gil;
   py::list args;
   args.append(one ? x : dy);
   args.append(one ? c : x);
@@ -156,32 +207,49 @@ std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const 
   return outputs((one ? k.backward_scalar : k.backward)(*args));
 }
 
-struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x0, const at::Tensor& w, double eps, bool given) {
-    at::Tensor x = x0.contiguous();
-    auto outs = outputs(call_with_eps(kernels_of(RMSNORM), eps, given, py::make_tuple(x, w)));
-    ctx->save_for_backward({x, w, outs.at(1)});
-    return outs.at(0);
+template <int Op>  // RMSNORM: x, w saved with rstd; LAYERNORM: x, w with mean and rstd
+struct NormBackward : public Node {
+  std::vector<SavedVariable> saved_;
+  std::string name() const override { return Op == RMSNORM ? "llmcompile::RMSNormNode" : "llmcompile::LayerNormNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (SavedVariable& v : saved_) v.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto d = norm_grads(kernels_of(RMSNORM), grads[0], ctx->get_saved_variables());
-    return {d.at(0), d.at(1), at::Tensor(), at::Tensor()};
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list out(num_outputs());
+    if (!grads[0].defined()) return out;
+    py::gil_scoped_acquire gil;
+    variable_list saved;
+    for (const SavedVariable& v : saved_) saved.push_back(v.unpack());
+    auto d = norm_grads(kernels_of(Op), grads[0], saved);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = d.at(i);
+    return out;
   }
 };
 
-struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x0, const at::Tensor& w, const at::Tensor& b,
-                            double eps, bool given) {
-    at::Tensor x = x0.contiguous();
-    auto outs = outputs(call_with_eps(kernels_of(LAYERNORM), eps, given, py::make_tuple(x, w, b)));
-    ctx->save_for_backward({x, w, outs.at(1), outs.at(2)});
-    return outs.at(0);
+/* The norm's forward (x, w[, b]) through autograd: out, with a node where an input requires grad. */
+template <int Op>
+at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps, bool given) {
+  for (const at::Tensor& t : ins) refuse_forward_ad(t);
+  at::Tensor x = ins[0].contiguous();
+  std::vector<at::Tensor> outs;
+  {
+    at::AutoGradMode off(false);
+    py::tuple args = Op == RMSNORM ? py::tuple(py::make_tuple(x, ins[1])) : py::tuple(py::make_tuple(x, ins[1], ins[2]));
+    outs = outputs(call_with_eps(kernels_of(Op), eps, given, args));
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto d = norm_grads(kernels_of(LAYERNORM), grads[0], ctx->get_saved_variables());
-    return {d.at(0), d.at(1), d.at(2), at::Tensor(), at::Tensor()};
+  at::Tensor out = outs.at(0);
+  if (torch::autograd::compute_requires_grad(ins)) {
+    auto node = new_node<NormBackward<Op>>();
+    node->set_next_edges(torch::autograd::collect_next_edges(ins));
+    torch::autograd::set_history(out, node);
+    node->saved_.emplace_back(x, false);
+    node->saved_.emplace_back(ins[1], false);
+    for (size_t i = 1; i < outs.size(); ++i) node->saved_.emplace_back(outs[i], false);
   }
-};
+  return out;
+}
 
 void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,
                  double kernel_eps) {
@@ -276,8 +344,8 @@ PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
   if (!norm) return THPVariable_Wrap(softmax_node(x, op));
   const at::Tensor& w = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
   const bool given = std::isnan(k.kernel_eps) || eps != k.kernel_eps;
-  if (op == RMSNORM) return THPVariable_Wrap(RMSNormNode::apply(x, w, eps, given));
-  return THPVariable_Wrap(LayerNormNode::apply(x, w, THPVariable_Unpack(PyTuple_GET_ITEM(args, 2)), eps, given));
+  if (op == RMSNORM) return THPVariable_Wrap(norm_with<RMSNORM>({x, w}, eps, given));
+    return THPVariable_Wrap(norm_with<LAYERNORM>({x, w, THPVariable_Unpack(PyTuple_GET_ITEM(args, 2))}, eps, given));
   } catch (py::error_already_set& e) {  // a kernel function's error, as it raised it
     e.restore();
   } catch (...) {
@@ -308,13 +376,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "rmsnorm",
       [](const at::Tensor& x, const at::Tensor& w, double eps, bool given) {
-        return RMSNormNode::apply(x, w, eps, given);
+        return norm_with<RMSNORM>({x, w}, eps, given);
       },
       "rmsnorm(x, weight, eps, eps_given) through autograd");
   m.def(
       "layernorm",
       [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool given) {
-        return LayerNormNode::apply(x, w, b, eps, given);
+        return norm_with<LAYERNORM>({x, w, b}, eps, given);
       },
       "layernorm(x, weight, bias, eps, eps_given) through autograd");
 }

@@ -10,7 +10,7 @@ what functorch transforms see.
 
 `runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0, and routes the public
 kernel functions' grad calls to them from C (`grad_call`). On the H100 the gradient tests passed
-through them; a small training step took 1.01x (softmax) and 1.09x (rmsnorm) torch's host time
+through them; a small training step took 0.99x (softmax) and 0.97x (rmsnorm) torch's host time
 (`evals/results/host-time/step-breakdown.md`, 1.15x each through the Python Functions when last
 measured; `bash .ci/gpu backward` runs the gradient tests both ways, `bash .ci/gpu train` the
 host times).

@@ -325,3 +325,22 @@ def test_forward_mode_ad_is_refused_not_dropped(ext: object) -> None:
             autograd.softmax(dual)
         with pytest.raises(RuntimeError, match="forward-mode AD"):
             autograd.rmsnorm(dual, torch.rand(8, dtype=torch.float64))
+
+
+def test_the_nodes_keep_autogrades_rules_on_saved_tensors(ext: object) -> None:
+    """As torch's own nodes: a second backward through a freed graph is refused, a kept graph
+    (retain_graph) gives the same gradient twice, and a saved output changed in place since the
+    forward is refused at the backward, not read."""
+    x = torch.randn(3, 16, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(16, dtype=torch.float64) + 0.5).requires_grad_()
+    for make in (lambda: autograd.softmax(x), lambda: autograd.rmsnorm(x, w)):
+        out = make()
+        first = torch.autograd.grad(out.sum() * 2.0, x, retain_graph=True)
+        again = torch.autograd.grad(out.sum() * 2.0, x)
+        torch.testing.assert_close(first, again)
+        with pytest.raises(RuntimeError, match="second time"):
+            torch.autograd.grad(out.sum(), x)
+    y = autograd.softmax(x)
+    y.mul_(2.0)  # (the output the backward reads)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(y.sum(), x)

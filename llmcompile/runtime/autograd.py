@@ -195,8 +195,6 @@ _CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
 LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
-# the forward kernels' own defaults: a C++ node passes eps to them by keyword only where it differs
-_FWD_EPS = {op: BUILTIN[op].scalars["eps"] for op in ("rmsnorm_fwd", "layernorm_fwd")}
 
 
 # The C++ nodes take the differentiable calls (their gradient tests passed on the H100 through them,
@@ -250,13 +248,13 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, ignore_index: int = -10
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
     if (ext := _nodes(x, weight)) is not None:
-        return ext.rmsnorm(x, weight, float(eps), eps != _FWD_EPS["rmsnorm_fwd"])
+        return ext.rmsnorm(x, weight, float(eps))
     return _RMSNormFunction(x, weight, float(eps))
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYERNORM_EPS) -> torch.Tensor:
     if (ext := _nodes(x, weight, bias)) is not None:
-        return ext.layernorm(x, weight, bias, float(eps), eps != _FWD_EPS["layernorm_fwd"])
+        return ext.layernorm(x, weight, bias, float(eps))
     return _LayerNormFunction(x, weight, bias, float(eps))
 
 

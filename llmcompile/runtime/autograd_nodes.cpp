@@ -166,11 +166,12 @@ at::Tensor softmax_node(const at::Tensor& x, int64_t op) {
 }
 
 /* The forward with `eps`: the kernel function's own call where eps is its default (it stays in
- * C); else its fast call with eps bound, kept in `k.given` once made, and where there is none yet,
- * or it refuses these tensors, the call with eps by keyword (which plans the shape, or says
- * what is wrong). Runs in the caller's thread, which holds the GIL. */
-py::object call_with_eps(Kernels& k, double eps, bool given, py::args args) {
-  if (!given) return k.forward(*args);
+ * C; where no default was registered every eps is passed); else its fast call with eps bound,
+ * kept in `k.given` once made, and where there is none yet, or it refuses these tensors, the
+ * call with eps by keyword (which plans the shape, or says what is wrong). Runs in the caller's
+ * thread, which holds the GIL. */
+py::object call_with_eps(Kernels& k, double eps, py::args args) {
+  if (!std::isnan(k.kernel_eps) && eps == k.kernel_eps) return k.forward(*args);
   const at::Tensor x = args[0].cast<at::Tensor>();
   Given* hit = nullptr;
   for (Given& g : k.given)
@@ -230,14 +231,14 @@ struct NormBackward : public Node {
 
 /* The norm's forward (x, w[, b]) through autograd: out, with a node where an input requires grad. */
 template <int Op>
-at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps, bool given) {
+at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
   for (const at::Tensor& t : ins) refuse_forward_ad(t);
   at::Tensor x = ins[0].contiguous();
   std::vector<at::Tensor> outs;
   {
     at::AutoGradMode off(false);
     py::tuple args = Op == RMSNORM ? py::tuple(py::make_tuple(x, ins[1])) : py::tuple(py::make_tuple(x, ins[1], ins[2]));
-    outs = outputs(call_with_eps(kernels_of(Op), eps, given, args));
+    outs = outputs(call_with_eps(kernels_of(Op), eps, args));
   }
   at::Tensor out = outs.at(0);
   if (torch::autograd::compute_requires_grad(ins)) {
@@ -301,51 +302,50 @@ PyObject* not_taken() {
  * it (the guards, or arguments it does not parse: that call says what is wrong). */
 PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
   try {  // (not HANDLE_TH_ERRORS: its warning buffer costs a small call more than the rest of this)
-  if (op < 0 || op >= N_OPS) return not_taken();
-  const Kernels& k = registry()[op];
-  const Guards& g = guards();
-  if (!k.forward || g.is_wrapped == nullptr) return not_taken();
-  const Py_ssize_t tensors = op == LAYERNORM ? 3 : op == RMSNORM ? 2 : 1;
-  const bool norm = tensors > 1;
-  const Py_ssize_t n = PyTuple_GET_SIZE(args);
-  if (n < tensors || n > tensors + (norm ? 1 : 0)) return not_taken();
-  PyObject* eps_arg = n > tensors ? PyTuple_GET_ITEM(args, tensors) : nullptr;
-  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
-    if (!norm || eps_arg != nullptr || PyDict_GET_SIZE(kwargs) != 1) return not_taken();
-    eps_arg = PyDict_GetItemString(kwargs, "eps");  // (borrowed)
-    if (eps_arg == nullptr) return not_taken();
-  }
-  double eps = k.eps;
-  if (norm && eps_arg == nullptr && std::isnan(eps)) return not_taken();  // (no default registered)
-  if (eps_arg != nullptr) {
-    if (!PyFloat_Check(eps_arg) && !PyLong_Check(eps_arg)) return not_taken();
-    eps = PyFloat_AsDouble(eps_arg);
-    if (eps == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      return not_taken();
+    if (op < 0 || op >= N_OPS) return not_taken();
+    const Kernels& k = registry()[op];
+    const Guards& g = guards();
+    if (!k.forward || g.is_wrapped == nullptr) return not_taken();
+    const Py_ssize_t tensors = op == LAYERNORM ? 3 : op == RMSNORM ? 2 : 1;
+    const bool norm = tensors > 1;
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n < tensors || n > tensors + (norm ? 1 : 0)) return not_taken();
+    PyObject* eps_arg = n > tensors ? PyTuple_GET_ITEM(args, tensors) : nullptr;
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+      if (!norm || eps_arg != nullptr || PyDict_GET_SIZE(kwargs) != 1) return not_taken();
+      eps_arg = PyDict_GetItemString(kwargs, "eps");  // (borrowed)
+      if (eps_arg == nullptr) return not_taken();
     }
-  }
-  int on;
-  if (PyObject* flag = PyObject_GetAttr(g.compiler, g.flag)) {
-    on = PyObject_IsTrue(flag);
-    Py_DECREF(flag);
-  } else {
-    PyErr_Clear();
-    on = truth(g.is_compiling, nullptr);
-  }
-  if (on == 0) on = truth(g.functorch_active, nullptr);
-  for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
-    PyObject* t = PyTuple_GET_ITEM(args, i);
-    if (!THPVariable_Check(t)) return not_taken();
-    on = truth(g.is_wrapped, t);
-  }
-  if (on != 0) return on < 0 ? nullptr : not_taken();
-  const at::Tensor& x = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
-  if (!norm) return THPVariable_Wrap(softmax_node(x, op));
-  const at::Tensor& w = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
-  const bool given = std::isnan(k.kernel_eps) || eps != k.kernel_eps;
-  if (op == RMSNORM) return THPVariable_Wrap(norm_with<RMSNORM>({x, w}, eps, given));
-    return THPVariable_Wrap(norm_with<LAYERNORM>({x, w, THPVariable_Unpack(PyTuple_GET_ITEM(args, 2))}, eps, given));
+    double eps = k.eps;
+    if (norm && eps_arg == nullptr && std::isnan(eps)) return not_taken();  // (no default registered)
+    if (eps_arg != nullptr) {
+      if (!PyFloat_Check(eps_arg) && !PyLong_Check(eps_arg)) return not_taken();
+      eps = PyFloat_AsDouble(eps_arg);
+      if (eps == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return not_taken();
+      }
+    }
+    int on;
+    if (PyObject* flag = PyObject_GetAttr(g.compiler, g.flag)) {
+      on = PyObject_IsTrue(flag);
+      Py_DECREF(flag);
+    } else {
+      PyErr_Clear();
+      on = truth(g.is_compiling, nullptr);
+    }
+    if (on == 0) on = truth(g.functorch_active, nullptr);
+    for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
+      PyObject* t = PyTuple_GET_ITEM(args, i);
+      if (!THPVariable_Check(t)) return not_taken();
+      on = truth(g.is_wrapped, t);
+    }
+    if (on != 0) return on < 0 ? nullptr : not_taken();
+    const at::Tensor& x = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
+    if (!norm) return THPVariable_Wrap(softmax_node(x, op));
+    const at::Tensor& w = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1));
+    if (op == RMSNORM) return THPVariable_Wrap(norm_with<RMSNORM>({x, w}, eps));
+    return THPVariable_Wrap(norm_with<LAYERNORM>({x, w, THPVariable_Unpack(PyTuple_GET_ITEM(args, 2))}, eps));
   } catch (py::error_already_set& e) {  // a kernel function's error, as it raised it
     e.restore();
   } catch (...) {
@@ -375,14 +375,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "softmax(x, op): SOFTMAX or LOG_SOFTMAX through autograd");
   m.def(
       "rmsnorm",
-      [](const at::Tensor& x, const at::Tensor& w, double eps, bool given) {
-        return norm_with<RMSNORM>({x, w}, eps, given);
-      },
-      "rmsnorm(x, weight, eps, eps_given) through autograd");
+      [](const at::Tensor& x, const at::Tensor& w, double eps) { return norm_with<RMSNORM>({x, w}, eps); },
+      "rmsnorm(x, weight, eps) through autograd");
   m.def(
       "layernorm",
-      [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool given) {
-        return norm_with<LAYERNORM>({x, w, b}, eps, given);
+      [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+        return norm_with<LAYERNORM>({x, w, b}, eps);
       },
-      "layernorm(x, weight, bias, eps, eps_given) through autograd");
+      "layernorm(x, weight, bias, eps) through autograd");
 }

@@ -344,3 +344,69 @@ def test_the_nodes_keep_autogrades_rules_on_saved_tensors(ext: object) -> None:
     y.mul_(2.0)  # (the output the backward reads)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(y.sum(), x)
+
+
+def _by_address(t: object) -> torch.Tensor:
+    """A CPU torch tensor over the memory of a DLTensor view a Caller handed its kernel."""
+    import ctypes
+
+    dtype = getattr(torch, str(t.dtype))
+    buf = (ctypes.c_byte * (t.numel() * dtype.itemsize)).from_address(t.data_ptr())
+    return torch.frombuffer(buf, dtype=dtype).view(tuple(t.shape))
+
+
+def _softmax_bwd_kernel(threads: list[int], fail: bool = False) -> object:
+    """A TVM-FFI function standing in for the compiled softmax backward (dy, y, dx); TVM-FFI takes
+    the GIL for a Python function itself. It records the thread it ran in."""
+    import threading
+
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+
+    def kernel(dy: object, y: object, dx: object) -> None:
+        threads.append(threading.get_ident())
+        if fail:
+            raise RuntimeError("the backward kernel failed")
+        g, s = _by_address(dy), _by_address(y)
+        _by_address(dx).copy_(s * (g - (g * s).sum(-1, keepdim=True)))
+
+    return tvm_ffi.convert(kernel)
+
+
+def test_a_backward_launches_its_planned_kernel_without_the_gil(ext: object) -> None:
+    """A backward whose kernel function has x's rows planned runs that Caller from C++ without the
+    GIL (`backward_runs`' first count), through leading dims; one whose backward is not a kernel
+    function (a stand-in here) calls it through Python (the second count). Both give torch's
+    gradient."""
+    from llmcompile.runtime import native_call
+    from llmcompile.runtime.callpath import KernelFunction
+    from llmcompile.specs import get_op
+
+    threads: list[int] = []
+    bwd = KernelFunction(get_op("softmax_bwd"), lambda dtype, n: _softmax_bwd_kernel(threads))
+    bwd._plan("float32", 16)
+    assert native_call.is_caller(bwd._fast[(torch.float32, 16, 2)])
+    ext.register_op(ext.SOFTMAX, lambda x: torch.softmax(x, -1), bwd)
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    dy = torch.randn(2, 3, 16)
+    free, python = ext.backward_runs()
+    (got,) = torch.autograd.grad((ext.softmax(x, ext.SOFTMAX) * dy).sum(), x)
+    (want,) = torch.autograd.grad((torch.softmax(x, -1) * dy).sum(), x)
+    torch.testing.assert_close(got, want)
+    assert ext.backward_runs() == (free + 1, python) and len(threads) == 1
+    y = ext.softmax(x, ext.LOG_SOFTMAX)  # (the fixture's stand-in backward: a Python function)
+    torch.autograd.grad((y * dy).sum(), x)
+    assert ext.backward_runs() == (free + 1, python + 1)
+
+
+def test_a_failed_backward_kernel_raises_its_error(ext: object) -> None:
+    """A kernel call that fails in the GIL-free launch raises the kernel's error at the backward,
+    not a gradient of whatever the output held."""
+    from llmcompile.runtime.callpath import KernelFunction
+    from llmcompile.specs import get_op
+
+    bwd = KernelFunction(get_op("softmax_bwd"), lambda dtype, n: _softmax_bwd_kernel([], fail=True))
+    bwd._plan("float32", 16)
+    ext.register_op(ext.SOFTMAX, lambda x: torch.softmax(x, -1), bwd)
+    x = torch.randn(4, 16, requires_grad=True)
+    with pytest.raises(RuntimeError, match="the backward kernel failed"):
+        torch.autograd.grad((ext.softmax(x, ext.SOFTMAX) * torch.randn(4, 16)).sum(), x)

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmcompile.runtime.native_call import compile_into, compiler, library_path, load, python_include
+from llmcompile.runtime.native_call import compile_into, compiler, library_path, load, native_api, python_include
 
 SOURCE = Path(__file__).resolve().parent / "autograd_nodes.cpp"
 MODULE = "llmcompile_autograd"
@@ -83,6 +83,7 @@ def register_kernels(ext: Any) -> None:
     ext.register_op(
         ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
     )
+    ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
     ext.set_guards(
         torch.compiler,

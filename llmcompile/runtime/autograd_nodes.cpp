@@ -4,7 +4,9 @@
  * that torch's own ops, C++ nodes, do not: the Python forward, ctx, and above all the backward,
  * which the autograd engine runs through Python. Here each op's node is C++. Its forward and
  * backward call our kernel functions (`KernelFunction` instances, whose call starts and ends in
- * C, native_call.c) through the CPython API: no Python line runs on a planned shape.
+ * C, native_call.c) through the CPython API: no Python line runs on a planned shape. A backward
+ * runs the kernel function's planned Caller without the GIL (native_api.h says why), found by
+ * its forward.
  *
  * `register_op(op, forward, backward, backward_scalar, eps, kernel_eps)` gives op number `op` its
  * kernel functions (the forward that also writes what the backward reads, the backward, and, where
@@ -15,6 +17,7 @@
  * with keywords goes through Python; one without stays in C), and after the first such call of a
  * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
  */
+#include <ATen/DLConvertor.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -22,11 +25,16 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <optional>
 #include <mutex>
 #include <type_traits>
 
 #include <vector>
+
+#include "native_api.h"
 
 namespace py = pybind11;
 using torch::autograd::Node;
@@ -97,6 +105,87 @@ at::Tensor one_value(const at::Tensor& g, const at::Tensor& like) {
 /* (reads a py::object's pointer alone: no GIL needed) */
 bool has(const py::object& fn) { return fn && !fn.is_none(); }
 
+/* native_call.c's entry points (native_api.h), set once by `set_native`; null where the C call
+ * was not built: every backward then calls its kernel function through Python. */
+const NativeApi* native = nullptr;
+
+void set_native(py::object capsule) {
+  if (capsule.is_none()) {
+    native = nullptr;
+    return;
+  }
+  auto* api = static_cast<const NativeApi*>(PyCapsule_GetPointer(capsule.ptr(), "llmcompile.native_api"));
+  if (api == nullptr) throw py::error_already_set();
+  TORCH_CHECK(api->version == NATIVE_API_VERSION, "llmcompile autograd node: native_call's API is version ",
+              api->version, ", these nodes need ", NATIVE_API_VERSION);
+  native = api;
+}
+
+/* backward launches: through `native` without the GIL, through Python with it (tests read these) */
+std::atomic<int64_t> gil_free_runs{0}, python_runs{0};
+
+/* The Caller planned in kernel function `fn` for rows like `t` (GIL held: the forward's thread). */
+void* caller_for(const py::object& fn, const at::Tensor& t) {
+  if (native == nullptr || !has(fn) || t.dim() < 1) return nullptr;
+  const DLDataType d = at::getDLDataType(t);
+  return native->caller_for(fn.ptr(), d.code, d.bits, static_cast<int32_t>(t.dim()), t.size(-1));
+}
+
+DLTensor view(const at::Tensor& t) {
+  DLTensor d{};
+  d.data = t.data_ptr();
+  d.device = t.is_cuda() ? DLDevice{kDLCUDA, static_cast<int32_t>(t.get_device())} : DLDevice{kDLCPU, 0};
+  d.ndim = static_cast<int32_t>(t.dim());
+  d.dtype = at::getDLDataType(t);
+  d.shape = const_cast<int64_t*>(t.sizes().data());
+  d.strides = const_cast<int64_t*>(t.strides().data());
+  return d;
+}
+
+struct Made {
+  std::vector<at::Tensor> outs;
+  std::exception_ptr error;
+};
+
+int alloc_output(void* ctx, const void* proto, void* out) {
+  auto* made = static_cast<Made*>(ctx);
+  const auto* p = static_cast<const DLTensor*>(proto);
+  try {
+    const at::Device device = p->device.device_type == kDLCUDA ? at::Device(at::kCUDA, p->device.device_id) : at::Device(at::kCPU);
+    made->outs.push_back(
+        at::empty(at::IntArrayRef(p->shape, p->ndim), at::TensorOptions().dtype(at::toScalarType(p->dtype)).device(device)));
+    *static_cast<DLTensor*>(out) = view(made->outs.back());
+    return 0;
+  } catch (...) {
+    made->error = std::current_exception();
+    return -1;
+  }
+}
+
+/* Caller `caller`'s kernel on `ins` without the GIL (the autograd engine's thread): its outputs, or
+ * none where it refused them (the caller then calls the kernel function through Python, which
+ * takes what this does not, or says what is wrong). A failed launch raises its error. */
+std::optional<std::vector<at::Tensor>> run_native(void* caller, const std::vector<at::Tensor>& ins) {
+  if (caller == nullptr) return std::nullopt;
+  DLTensor views[16];
+  TORCH_CHECK(ins.size() <= 16, "llmcompile autograd node: too many inputs");
+  for (size_t i = 0; i < ins.size(); ++i) views[i] = view(ins[i]);
+  Made made;
+  made.outs.reserve(4);
+  const int rc = native->run(caller, views, static_cast<int32_t>(ins.size()), alloc_output, &made);
+  if (rc == RUN_OK) {
+    ++gil_free_runs;
+    return std::move(made.outs);
+  }
+  if (rc == RUN_NO_MEMORY && made.error) std::rethrow_exception(made.error);
+  if (rc == RUN_FAILED) {
+    py::gil_scoped_acquire gil;
+    native->raise_failure();
+    throw py::error_already_set();
+  }
+  return std::nullopt;
+}
+
 /* Our nodes are plain `torch::autograd::Node`s, made the way torch's generated ones are: the
  * output's history set, what the backward reads saved. Not `torch::autograd::Function`: its
  * apply (a context, input and output records, wrapped outputs) cost a forward with grad about
@@ -120,11 +209,13 @@ void refuse_forward_ad(const at::Tensor& t) {
 }
 
 /* (forward runs in the caller's thread, which holds the GIL; a backward in the autograd engine's,
- * which does not: it takes the GIL first, so that every tensor it hands Python is let go under
- * it, not with a second acquire after) */
+ * which does not. It launches the Caller its forward found without the GIL (`run_native`); only
+ * where there is none, or it refuses the tensors, does it take the GIL, first, so that every
+ * tensor it hands Python is let go under it, not with a second acquire after.) */
 template <int Op>  // SOFTMAX or LOG_SOFTMAX
 struct SoftmaxBackward : public Node {
   SavedVariable y_;
+  void *dense_ = nullptr, *one_ = nullptr;  // the backward kernels' Callers for y's rows, where planned
   std::string name() const override { return Op == SOFTMAX ? "llmcompile::SoftmaxNode" : "llmcompile::LogSoftmaxNode"; }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -133,13 +224,15 @@ struct SoftmaxBackward : public Node {
   variable_list apply(variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!grads[0].defined()) return {at::Tensor()};
-    py::gil_scoped_acquire gil;
     const at::Tensor y = y_.unpack(getptr());
     const Kernels& k = kernels_of(Op);
     at::Tensor c = one_value(grads[0], y);
-    if (c.defined() && has(k.backward_scalar)) return {k.backward_scalar(y, c).template cast<at::Tensor>()};
-    at::Tensor dy = rows_like(grads[0], y);
-    return {k.backward(dy, y).template cast<at::Tensor>()};
+    const bool one = c.defined() && has(k.backward_scalar);
+    at::Tensor dy = one ? at::Tensor() : rows_like(grads[0], y);
+    if (auto d = one ? run_native(one_, {y, c}) : run_native(dense_, {dy, y})) return {d->at(0)};
+    py::gil_scoped_acquire gil;
+    ++python_runs;
+    return {(one ? k.backward_scalar(y, c) : k.backward(dy, y)).template cast<at::Tensor>()};
   }
 };
 
@@ -156,6 +249,9 @@ at::Tensor softmax_with(const at::Tensor& x) {
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(y, node);
     node->y_ = SavedVariable(y, /*is_output=*/true);
+    const Kernels& k = kernels_of(Op);
+    node->dense_ = caller_for(k.backward, y);
+    node->one_ = caller_for(k.backward_scalar, y);
   }
   return y;
 }
@@ -194,13 +290,20 @@ py::object call_with_eps(Kernels& k, double eps, py::args args) {
 }
 
 /* A norm's dx, dw (and db) from upstream gradient g and what its forward saved, (x, w, statistics):
- * the backward for one value where g is one (`one_value`), else the rows backward with g dense.
- * (in the autograd engine's thread, with the GIL taken by the caller) */
-std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const variable_list& saved) {
+ * the backward for one value where g is one (`one_value`), else the rows backward with g dense;
+ * its Caller (`single`, `dense`) run without the GIL where the forward found one, else the kernel
+ * function called with it. (in the autograd engine's thread) */
+std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const variable_list& saved, void* dense,
+                                   void* single) {
   const at::Tensor& x = saved[0];
   at::Tensor c = one_value(g, x);
   const bool one = c.defined() && has(k.backward_scalar);
   at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
+  std::vector<at::Tensor> ins{one ? x : dy, one ? c : x};
+  ins.insert(ins.end(), saved.begin() + 1, saved.end());
+  if (auto d = run_native(one ? single : dense, ins)) return std::move(*d);
+  py::gil_scoped_acquire gil;
+  ++python_runs;
   py::list args;
   args.append(one ? x : dy);
   args.append(one ? c : x);
@@ -211,6 +314,7 @@ std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const 
 template <int Op>  // RMSNORM: x, w saved with rstd; LAYERNORM: x, w with mean and rstd
 struct NormBackward : public Node {
   std::vector<SavedVariable> saved_;
+  void *dense_ = nullptr, *one_ = nullptr;  // as SoftmaxBackward's, for x's rows
   std::string name() const override { return Op == RMSNORM ? "llmcompile::RMSNormNode" : "llmcompile::LayerNormNode"; }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -220,10 +324,9 @@ struct NormBackward : public Node {
     std::lock_guard<std::mutex> lock(mutex_);
     variable_list out(num_outputs());
     if (!grads[0].defined()) return out;
-    py::gil_scoped_acquire gil;
     variable_list saved;
     for (const SavedVariable& v : saved_) saved.push_back(v.unpack());
-    auto d = norm_grads(kernels_of(Op), grads[0], saved);
+    auto d = norm_grads(kernels_of(Op), grads[0], saved, dense_, one_);
     for (size_t i = 0; i < out.size(); ++i) out[i] = d.at(i);
     return out;
   }
@@ -248,6 +351,9 @@ at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
     node->saved_.emplace_back(x, false);
     node->saved_.emplace_back(ins[1], false);
     for (size_t i = 1; i < outs.size(); ++i) node->saved_.emplace_back(outs[i], false);
+    const Kernels& k = kernels_of(Op);
+    node->dense_ = caller_for(k.backward, x);
+    node->one_ = caller_for(k.backward_scalar, x);
   }
   return out;
 }
@@ -366,6 +472,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("backward_scalar") = py::none(), py::arg("eps") = NAN, py::arg("kernel_eps") = NAN,
         "register_op(op, forward, backward, backward_scalar=None, eps=nan, kernel_eps=nan): the op's kernel "
         "functions, and a norm's eps where a call gives none and its forward kernel's own");
+  m.def("set_native", &set_native, py::arg("capsule"),
+        "set_native(native_call's native_api capsule, or None): backwards launch their planned kernels without the GIL");
+  m.def(
+      "backward_runs", [] { return py::make_tuple(gil_free_runs.load(), python_runs.load()); },
+      "backward_runs() -> (launched without the GIL, called through Python), since the process began");
   m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
         "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
   // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between

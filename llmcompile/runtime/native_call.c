@@ -40,7 +40,9 @@
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
-enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_VALUES = 8 };
+#include "native_api.h"
+
+enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_BOUND_DIMS = 4, MAX_VALUES = 8 };
 enum { MAX_ARGS = 2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES };
 enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2 };
 /* How an input's leading dims reach the kernel: as they are; rows (..., N) seen as (M, N); values
@@ -98,6 +100,9 @@ typedef struct {
   int32_t flat[MAX_TENSORS]; /* each input: FLAT_NONE, FLAT_ROWS or FLAT_VALUES */
   DLDataType dtype[MAX_TENSORS];
   PyObject* bound[MAX_BOUND];
+  /* their views, made once (a bound tensor is never resized): a call reads no Python object */
+  DLTensor bound_dl[MAX_BOUND];
+  int64_t bound_shape[MAX_BOUND][MAX_BOUND_DIMS], bound_strides[MAX_BOUND][MAX_BOUND_DIMS];
   TVMFFIAny vals[MAX_VALUES];
   /* the same call compiled for x's rows at any 16-byte-aligned stride (a slice of wider rows):
    * taken where x is such a slice; NULL until the first slice asked for it (set_strided) */
@@ -181,53 +186,60 @@ static int compact(const DLTensor* t, int32_t how) {
   return how == FLAT_VALUES || t->ndim < 2 || t->shape[0] == 1 || t->strides[0] == t->shape[1];
 }
 
-static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t nargs) {
+/* The call of `c` on inputs `ins` (views, `n_in` of them), each output made by `alloc`: a RUN_
+ * code (native_api.h), `*why` saying what a refusal refuses. Touches no Python object, so that a
+ * backward runs it without the GIL (native_api.h); the Python call below wraps it. */
+static int caller_run(Caller* c, const DLTensor* ins, int32_t n_in, NativeAlloc alloc, void* ctx, const char** why) {
   DLTensor dl[2 * MAX_TENSORS + MAX_BOUND];
   int64_t shapes[2 * MAX_TENSORS][2], strides[2 * MAX_TENSORS][2];
-  int64_t* lead_shape; /* x's dims before its leading ones were flattened */
-  int32_t lead_ndim;
   TVMFFIAny packed[MAX_ARGS];
-  PyObject* outs[MAX_TENSORS];
   TVMFFIAny ret;
   TVMFFIStreamHandle prev = NULL;
-  int32_t i, j, n_tensors, rc, on_stream = 0;
+  int32_t i, j, n_tensors, rc, lead_ndim;
   DLDevice dev;
-  if (nargs != c->n_in) return refuse(PyExc_TypeError, "wrong number of inputs for this kernel");
-  for (i = 0; i < c->n_in; ++i)
-    if (view_of(args[i], &dl[i]) != 0) return NULL;
+  *why = NULL;
+  if (n_in != c->n_in) {
+    *why = "wrong number of inputs for this kernel";
+    return RUN_REFUSED_TYPE;
+  }
   for (i = 0; i < c->n_in; ++i) {
     const DLDataType want = c->in_dtype[i];
-    if (want.code != 255 && (dl[i].dtype.code != want.code || dl[i].dtype.bits != want.bits)) {
-      if (c->alternate != NULL) return caller_invoke((Caller*)c->alternate, args, nargs);
+    if (want.code != 255 && (ins[i].dtype.code != want.code || ins[i].dtype.bits != want.bits)) {
+      if (c->alternate != NULL) return caller_run((Caller*)c->alternate, ins, n_in, alloc, ctx, why);
       /* refused here at no cost: the kernel's own dtype check makes an error of tens of us */
-      return refuse(PyExc_TypeError, "an input of a dtype this kernel was not compiled for");
+      *why = "an input of a dtype this kernel was not compiled for";
+      return RUN_REFUSED_TYPE;
     }
   }
-  lead_shape = dl[0].shape;
+  memcpy(dl, ins, (size_t)n_in * sizeof(DLTensor)); /* (flattened below: the caller's views stay) */
   lead_ndim = dl[0].ndim - 1;
   for (i = 0; i < c->n_in; ++i) {
-    if (flatten(&dl[i], c->flat[i], shapes[i], strides[i]) != 0)
-      return refuse(PyExc_ValueError, "leading dims that are not one run of memory");
+    if (flatten(&dl[i], c->flat[i], shapes[i], strides[i]) != 0) {
+      *why = "leading dims that are not one run of memory";
+      return RUN_REFUSED_VALUE;
+    }
     if (!compact(&dl[i], c->flat[i])) {
       if (i == 0 && c->flat[0] == FLAT_ROWS && strided_rows(&dl[0])) {
         if (c->any_row_stride) continue;
-        if (c->strided != NULL) return caller_invoke((Caller*)c->strided, args, nargs);
+        if (c->strided != NULL) return caller_run((Caller*)c->strided, ins, n_in, alloc, ctx, why);
       }
-      return refuse(PyExc_ValueError, "rows that are not contiguous");
+      *why = "rows that are not contiguous";
+      return RUN_REFUSED_VALUE;
     }
   }
   {
     int64_t numel = 1;
     for (j = 0; j < dl[0].ndim; ++j) numel *= dl[0].shape[j];
-    if (dl[0].ndim < 1 || numel <= 0 || numel >= MAX_ELEMS)
-      return refuse(PyExc_ValueError, "an empty or too large input is not a fast call");
+    if (dl[0].ndim < 1 || numel <= 0 || numel >= MAX_ELEMS) {
+      *why = "an empty or too large input is not a fast call";
+      return RUN_REFUSED_VALUE;
+    }
   }
   dev = dl[0].device;
   for (i = 0; i < c->n_out; ++i) {
     const DLTensor* s = &dl[c->src[i]];
     DLTensor proto;
-    DLManagedTensorVersioned* made = NULL;
-    void* obj = NULL;
+    DLTensor* out = &dl[c->n_in + i];
     memset(&proto, 0, sizeof(proto));
     proto.device = s->device;
     proto.dtype = c->dtype[i];
@@ -236,33 +248,22 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
     int like_lead = c->src[i] == 0 && c->flat[0] == FLAT_ROWS && lead_ndim > 1;
     if (c->dims[i] == DIMS_ALL) {
       proto.ndim = like_lead ? lead_ndim + 1 : s->ndim;
-      proto.shape = like_lead ? lead_shape : s->shape;
+      proto.shape = like_lead ? ins[0].shape : s->shape;
     } else if (c->dims[i] == DIMS_FIRST && like_lead) {
       proto.ndim = lead_ndim; /* a value a row, in the shape of x's leading dims */
-      proto.shape = lead_shape;
+      proto.shape = ins[0].shape;
     } else {
       proto.ndim = 1;
       proto.shape = c->dims[i] == DIMS_LAST ? s->shape + (s->ndim - 1) : s->shape;
     }
-    if (api->managed_tensor_allocator(&proto, &made, NULL, set_alloc_error) != 0 ||
-        api->managed_tensor_to_py_object_no_sync(made, &obj) != 0) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, "the output could not be allocated");
-      goto fail;
-    }
-    outs[i] = (PyObject*)obj;
-    if (api->dltensor_from_py_object_no_sync(obj, &dl[c->n_in + i]) != 0) {
-      ++i;
-      goto fail;
-    }
-    if (c->dims[i] != DIMS_LAST && flatten(&dl[c->n_in + i], c->dims[i] == DIMS_ALL ? FLAT_ROWS : FLAT_VALUES,
-                                           shapes[c->n_in + i], strides[c->n_in + i]) != 0) {
-      ++i;
-      PyErr_SetString(PyExc_ValueError, "an output that does not flatten");
-      goto fail;
+    if (alloc(ctx, &proto, out) != 0) return RUN_NO_MEMORY;
+    if (c->dims[i] != DIMS_LAST &&
+        flatten(out, c->dims[i] == DIMS_ALL ? FLAT_ROWS : FLAT_VALUES, shapes[c->n_in + i], strides[c->n_in + i]) != 0) {
+      *why = "an output that does not flatten";
+      return RUN_REFUSED_VALUE;
     }
   }
-  for (j = 0; j < c->n_bound; ++j)
-    if (view_of(c->bound[j], &dl[c->n_in + c->n_out + j]) != 0) goto fail;
+  for (j = 0; j < c->n_bound; ++j) dl[c->n_in + c->n_out + j] = c->bound_dl[j];
   n_tensors = c->n_in + c->n_out + c->n_bound;
   for (j = 0; j < n_tensors; ++j) {
     packed[j].type_index = kTVMFFIDLTensorPtr;
@@ -273,34 +274,66 @@ static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t narg
   if (dev.device_type != kDLCPU) {
     /* the kernel launches on TVM-FFI's stream for the device: torch's current one, for this call */
     void* stream = NULL;
-    if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) goto fail;
-    if (TVMFFIEnvSetStream(dev.device_type, dev.device_id, stream, &prev) != 0) {
-      raise_ffi_error();
-      goto fail;
+    if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) {
+      *why = "torch gave no current stream";
+      return RUN_REFUSED_VALUE;
     }
-    on_stream = 1;
+    if (TVMFFIEnvSetStream(dev.device_type, dev.device_id, stream, &prev) != 0) return RUN_FAILED;
   }
   memset(&ret, 0, sizeof(ret));
   ret.type_index = kTVMFFINone;
   rc = TVMFFIFunctionCall(c->handle, packed, n_tensors + c->n_vals, &ret);
-  if (on_stream && TVMFFIEnvSetStream(dev.device_type, dev.device_id, prev, NULL) != 0 && rc == 0) {
-    raise_ffi_error();
-    goto fail;
-  }
-  if (rc != 0) {
-    raise_ffi_error();
-    goto fail;
-  }
+  if (dev.device_type != kDLCPU && TVMFFIEnvSetStream(dev.device_type, dev.device_id, prev, NULL) != 0 && rc == 0)
+    return RUN_FAILED;
+  if (rc != 0) return RUN_FAILED;
   if (ret.type_index >= kTVMFFIStaticObjectBegin && ret.v_obj != NULL) TVMFFIObjectDecRef(ret.v_obj);
-  if (c->n_out == 1) return outs[0];
-  {
-    PyObject* list = PyList_New(c->n_out);
-    if (list == NULL) goto fail;
-    for (j = 0; j < c->n_out; ++j) PyList_SET_ITEM(list, j, outs[j]); /* the list takes them */
-    return list;
+  return RUN_OK;
+}
+
+/* The Python call's outputs: torch tensors made by torch's allocator through the exchange API. */
+typedef struct {
+  PyObject* outs[MAX_TENSORS];
+  int32_t made;
+} PyOutputs;
+
+static int py_alloc(void* ctx, const void* proto, void* out) {
+  PyOutputs* o = (PyOutputs*)ctx;
+  DLManagedTensorVersioned* made = NULL;
+  void* obj = NULL;
+  if (api->managed_tensor_allocator((DLTensor*)proto, &made, NULL, set_alloc_error) != 0 ||
+      api->managed_tensor_to_py_object_no_sync(made, &obj) != 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, "the output could not be allocated");
+    return -1;
   }
-fail:
-  for (j = 0; j < i && j < c->n_out; ++j) Py_DECREF(outs[j]);
+  o->outs[o->made++] = (PyObject*)obj;
+  return api->dltensor_from_py_object_no_sync((PyObject*)obj, (DLTensor*)out);
+}
+
+static PyObject* caller_invoke(Caller* c, PyObject* const* args, Py_ssize_t nargs) {
+  DLTensor dl[MAX_TENSORS];
+  PyOutputs o;
+  const char* why;
+  int32_t i;
+  int rc;
+  if (nargs != c->n_in) return refuse(PyExc_TypeError, "wrong number of inputs for this kernel");
+  for (i = 0; i < c->n_in; ++i)
+    if (view_of(args[i], &dl[i]) != 0) return NULL;
+  o.made = 0;
+  rc = caller_run(c, dl, c->n_in, py_alloc, &o, &why);
+  if (rc == RUN_OK) {
+    PyObject* list;
+    if (o.made == 1) return o.outs[0];
+    list = PyList_New(o.made);
+    if (list != NULL) {
+      for (i = 0; i < o.made; ++i) PyList_SET_ITEM(list, i, o.outs[i]); /* the list takes them */
+      return list;
+    }
+  } else if (rc == RUN_REFUSED_TYPE || rc == RUN_REFUSED_VALUE) {
+    PyErr_SetString(rc == RUN_REFUSED_TYPE ? PyExc_TypeError : PyExc_ValueError, why);
+  } else if (rc == RUN_FAILED) {
+    raise_ffi_error();
+  } /* (RUN_NO_MEMORY: py_alloc set the error) */
+  for (i = 0; i < o.made; ++i) Py_DECREF(o.outs[i]);
   return NULL;
 }
 
@@ -389,6 +422,24 @@ static int as_int32(PyObject* o, int32_t* out) {
   return 0;
 }
 
+/* bound tensor j's view, kept in the Caller with its own copy of the shape and strides */
+static int bind_view(Caller* c, int32_t j) {
+  DLTensor* v = &c->bound_dl[j];
+  int32_t d;
+  if (view_of(c->bound[j], v) != 0) return -1;
+  if (v->ndim > MAX_BOUND_DIMS) {
+    PyErr_SetString(PyExc_ValueError, "make_caller: a bound tensor of more dims than a Caller keeps");
+    return -1;
+  }
+  for (d = 0; d < v->ndim; ++d) {
+    c->bound_shape[j][d] = v->shape[d];
+    if (v->strides != NULL) c->bound_strides[j][d] = v->strides[d];
+  }
+  v->shape = c->bound_shape[j];
+  if (v->strides != NULL) v->strides = c->bound_strides[j];
+  return 0;
+}
+
 static PyObject* make_caller(PyObject* module, PyObject* args) {
   PyObject *fn, *specs, *values, *bound, *chandle, *flat = NULL, *in_dtypes = NULL;
   int n_in;
@@ -471,6 +522,10 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
     }
     Py_INCREF(t);
     c->bound[c->n_bound++] = t;
+    if (bind_view(c, c->n_bound - 1) != 0) {
+      Py_DECREF(c);
+      return NULL;
+    }
   }
   for (i = 0; i < PyTuple_GET_SIZE(values); ++i) {
     PyObject* v = PyTuple_GET_ITEM(values, i);
@@ -770,6 +825,37 @@ static PyObject* install(PyObject* module, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ C++ (native_api.h) */
+
+enum { MAX_KEPT = 256 };
+static PyObject* kept[MAX_KEPT]; /* the Callers a C++ node may run: held for the process */
+static int32_t n_kept = 0;
+
+static void* api_caller_for(void* fn, uint8_t code, uint8_t bits, int32_t ndim, int64_t n) {
+  Entry* e = (Entry*)fn;
+  uint64_t key;
+  int32_t i;
+  PyObject* c = NULL;
+  if (fn == NULL || !PyObject_TypeCheck((PyObject*)fn, &EntryType) || ndim < 1) return NULL;
+  key = key_of(code, bits, ndim > 2 ? 2 : ndim, n);
+  for (i = 0; i < e->n_calls && c == NULL; ++i)
+    if (e->keys[i] == key) c = e->calls[i];
+  if (c == NULL) return NULL;
+  for (i = 0; i < n_kept; ++i)
+    if (kept[i] == c) return c;
+  if (n_kept == MAX_KEPT) return NULL; /* (a process planning this many shapes keeps the GIL path) */
+  Py_INCREF(c);
+  kept[n_kept++] = c;
+  return c;
+}
+
+static int api_run(void* caller, const void* ins, int32_t n_in, NativeAlloc alloc, void* ctx) {
+  const char* why;
+  return caller_run((Caller*)caller, (const DLTensor*)ins, n_in, alloc, ctx, &why);
+}
+
+static const NativeApi native_api = {NATIVE_API_VERSION, api_caller_for, api_run, raise_ffi_error};
+
 static PyMethodDef methods[] = {
     {"make_caller", make_caller, METH_VARARGS, "make_caller(fn, n_in, specs, values, bound) -> Caller"},
     {"install", install, METH_VARARGS, "install(cls, torch.is_grad_enabled): cls instances call through C"},
@@ -795,7 +881,8 @@ PyMODINIT_FUNC PyInit_llmcompile_native(void) {
   Py_INCREF(&CallerType);
   Py_INCREF(&EntryType);
   if (PyModule_AddObject(m, "Caller", (PyObject*)&CallerType) < 0 ||
-      PyModule_AddObject(m, "Entry", (PyObject*)&EntryType) < 0) {
+      PyModule_AddObject(m, "Entry", (PyObject*)&EntryType) < 0 ||
+      PyModule_AddObject(m, "native_api", PyCapsule_New((void*)&native_api, "llmcompile.native_api", NULL)) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -56,8 +56,9 @@ def library_path(source: Path, module: str, version: str) -> Path:
     """Where an extension built from `source` against `version` (of what it links) is cached: a
     new source, version, platform or interpreter ABI is a new file."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter's ABI, e.g. .cpython-312-x86_64-linux-gnu.so
+    header = (source.parent / "native_api.h").read_bytes()  # (both extensions include it)
     key = hashlib.sha256(
-        source.read_bytes() + version.encode() + sysconfig.get_platform().encode() + suffix.encode()
+        source.read_bytes() + header + version.encode() + sysconfig.get_platform().encode() + suffix.encode()
     ).hexdigest()[:16]
     return cache_dir() / f"{module}-{key}{suffix}"
 
@@ -186,6 +187,13 @@ def set_node(entry: Any, grad_call: Any, op: int) -> None:
     call is not built (a Python entry's own call takes them)."""
     if hasattr(entry, "_set_node"):
         entry._set_node(grad_call, op)
+
+
+def native_api() -> Any:
+    """The capsule of the C call's entry points for C++ (native_api.h: a planned Caller run without
+    the GIL, as an autograd node's backward runs it), or None where the C call is not built."""
+    module = _module()
+    return None if module is None else module.native_api
 
 
 def _required() -> Any:

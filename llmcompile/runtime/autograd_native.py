@@ -9,11 +9,11 @@ C++ compiler or no torch headers), `module()` is None, `reason()` says why, and
 what functorch transforms see.
 
 `runtime/autograd.py` takes these nodes unless LLMCOMPILE_NATIVE_AUTOGRAD=0, and routes the public
-kernel functions' grad calls to them from C (`grad_call`). On the H100 the gradient tests passed
-through them; a small training step took 0.99x (softmax) and 0.97x (rmsnorm) torch's host time
-(`evals/results/host-time/step-breakdown.md`, 1.15x each through the Python Functions when last
-measured; `bash .ci/gpu backward` runs the gradient tests both ways, `bash .ci/gpu train` the
-host times).
+kernel functions' grad calls to them from C (`grad_call`). A backward launches the kernel its
+forward found planned without the GIL (`set_native`, native_call's `native_api`). On the H100 the
+gradient tests passed through them; a small training step took 0.96x (softmax) and 0.86x
+(rmsnorm) torch's host time (`evals/results/host-time/`; `bash .ci/gpu backward` runs the
+gradient tests both ways, `bash .ci/gpu train` the host times).
 """
 
 from __future__ import annotations

@@ -566,7 +566,8 @@ static PyObject* set_strided(PyObject* module, PyObject* args) {
     return refuse(PyExc_ValueError, "set_strided: the two calls must take and make the same tensors");
   ((Caller*)strided)->any_row_stride = 1;
   Py_INCREF(strided);
-  Py_XSETREF(((Caller*)dense)->strided, strided);
+  /* (one it replaces is not let go: a backward may be running it without the GIL, native_api.h) */
+  ((Caller*)dense)->strided = strided;
   Py_RETURN_NONE;
 }
 
@@ -581,7 +582,7 @@ static PyObject* set_alternate(PyObject* module, PyObject* args) {
   if (((Caller*)first)->n_in != ((Caller*)other)->n_in)
     return refuse(PyExc_ValueError, "set_alternate: the two calls must take the same inputs");
   Py_INCREF(other);
-  Py_XSETREF(((Caller*)first)->alternate, other);
+  ((Caller*)first)->alternate = other; /* (as set_strided's: one replaced is kept) */
   Py_RETURN_NONE;
 }
 

@@ -208,6 +208,27 @@ void refuse_forward_ad(const at::Tensor& t) {
               "llmcompile's softmax and norms have no forward-mode AD (jvp)");
 }
 
+/* An op's gradients (a softmax's dx; a norm's dx, dw and db) from upstream gradient g and what its
+ * forward saved, rows first (a softmax's y; a norm's x, w and statistics): the backward for one
+ * value where g is one (`one_value`), else the rows backward with g dense; its Caller (`single`,
+ * `dense`) run without the GIL where the forward found one, else the kernel function called with
+ * it. (in the autograd engine's thread) */
+std::vector<at::Tensor> grads_of(const Kernels& k, const at::Tensor& g, const variable_list& saved, void* dense,
+                                 void* single) {
+  const at::Tensor& x = saved[0];
+  at::Tensor c = one_value(g, x);
+  const bool one = c.defined() && has(k.backward_scalar);
+  at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
+  std::vector<at::Tensor> ins{one ? x : dy, one ? c : x};
+  ins.insert(ins.end(), saved.begin() + 1, saved.end());
+  if (auto d = run_native(one ? single : dense, ins)) return std::move(*d);
+  py::gil_scoped_acquire gil;
+  ++python_runs;
+  py::list args;
+  for (const at::Tensor& t : ins) args.append(t);
+  return outputs((one ? k.backward_scalar : k.backward)(*args));
+}
+
 /* (forward runs in the caller's thread, which holds the GIL; a backward in the autograd engine's,
  * which does not. It launches the Caller its forward found without the GIL (`run_native`); only
  * where there is none, or it refuses the tensors, does it take the GIL, first, so that every
@@ -224,15 +245,7 @@ struct SoftmaxBackward : public Node {
   variable_list apply(variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!grads[0].defined()) return {at::Tensor()};
-    const at::Tensor y = y_.unpack(getptr());
-    const Kernels& k = kernels_of(Op);
-    at::Tensor c = one_value(grads[0], y);
-    const bool one = c.defined() && has(k.backward_scalar);
-    at::Tensor dy = one ? at::Tensor() : rows_like(grads[0], y);
-    if (auto d = one ? run_native(one_, {y, c}) : run_native(dense_, {dy, y})) return {d->at(0)};
-    py::gil_scoped_acquire gil;
-    ++python_runs;
-    return {(one ? k.backward_scalar(y, c) : k.backward(dy, y)).template cast<at::Tensor>()};
+    return {grads_of(kernels_of(Op), grads[0], {y_.unpack(getptr())}, dense_, one_).at(0)};
   }
 };
 
@@ -289,28 +302,6 @@ py::object call_with_eps(Kernels& k, double eps, py::args args) {
   return k.forward(*args, py::arg("eps") = eps);
 }
 
-/* A norm's dx, dw (and db) from upstream gradient g and what its forward saved, (x, w, statistics):
- * the backward for one value where g is one (`one_value`), else the rows backward with g dense;
- * its Caller (`single`, `dense`) run without the GIL where the forward found one, else the kernel
- * function called with it. (in the autograd engine's thread) */
-std::vector<at::Tensor> norm_grads(const Kernels& k, const at::Tensor& g, const variable_list& saved, void* dense,
-                                   void* single) {
-  const at::Tensor& x = saved[0];
-  at::Tensor c = one_value(g, x);
-  const bool one = c.defined() && has(k.backward_scalar);
-  at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
-  std::vector<at::Tensor> ins{one ? x : dy, one ? c : x};
-  ins.insert(ins.end(), saved.begin() + 1, saved.end());
-  if (auto d = run_native(one ? single : dense, ins)) return std::move(*d);
-  py::gil_scoped_acquire gil;
-  ++python_runs;
-  py::list args;
-  args.append(one ? x : dy);
-  args.append(one ? c : x);
-  for (size_t i = 1; i < saved.size(); ++i) args.append(saved[i]);
-  return outputs((one ? k.backward_scalar : k.backward)(*args));
-}
-
 template <int Op>  // RMSNORM: x, w saved with rstd; LAYERNORM: x, w with mean and rstd
 struct NormBackward : public Node {
   std::vector<SavedVariable> saved_;
@@ -326,7 +317,7 @@ struct NormBackward : public Node {
     if (!grads[0].defined()) return out;
     variable_list saved;
     for (const SavedVariable& v : saved_) saved.push_back(v.unpack());
-    auto d = norm_grads(kernels_of(Op), grads[0], saved, dense_, one_);
+    auto d = grads_of(kernels_of(Op), grads[0], saved, dense_, one_);
     for (size_t i = 0; i < out.size(); ++i) out[i] = d.at(i);
     return out;
   }

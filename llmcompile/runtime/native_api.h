@@ -1,7 +1,7 @@
 /* What native_call.c gives autograd_nodes.cpp (the capsule "llmcompile.native_api"): a kernel
  * function's planned Caller, found with the GIL held, then run without it. An autograd node's
  * backward runs in the engine's worker thread; taking the GIL there cost a small training step
- * 5-18% of its host time on the H100 (a no-op C hook on torch's own output did the same), so the
+ * 6-18% of its host time on the H100 (a no-op C hook on torch's own output did the same), so the
  * backward launches its kernel through `run`, which touches no Python object. Tensors are DLTensor
  * (dlpack.h's layout) passed as void*, so that the C and C++ sides need not share a dlpack.h. */
 #ifndef LLMCOMPILE_NATIVE_API_H

@@ -374,45 +374,55 @@ def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: s
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "rmsnorm", "layernorm", "rmsnorm fp32 weight"])
+@pytest.mark.parametrize(
+    "op", ["softmax", "log_softmax", "rmsnorm", "layernorm", "rmsnorm fp32 weight", "rmsnorm fp32 weight alone"]
+)
 def test_a_planned_backward_launches_without_the_gil_as_through_python(op: str) -> None:
-    """A step's backward runs the kernel its forward found planned from C++, without the GIL
-    (`backward_runs`' first count), for a dense upstream gradient and for .sum()'s one value; its
-    gradients are those of the same step with the kernel function called through Python, bit for
-    bit. bf16 rows with leading dims; an fp32 weight beside them takes its own kernel."""
+    """A step's forward and backward run the kernels planned for its rows from C++, the backward
+    without the GIL (`forward_runs`' and `backward_runs`' first counts), for a dense upstream
+    gradient and for .sum()'s one value; its gradients are those of the same step with the kernel
+    functions called through Python, bit for bit. bf16 rows with leading dims; an fp32 weight beside
+    them takes its own kernels, after a step with a bf16 weight at that N, and alone (at an N no
+    other test plans: every call there has an fp32 weight)."""
     from llmcompile import kernels
     from llmcompile.runtime import autograd_native, native_call
 
     ext = autograd_native.module()
     assert ext is not None, autograd_native.reason()
+    n = 1344 if op.endswith("alone") else 1024
     gen = torch.Generator(device="cuda").manual_seed(2)
-    x = torch.randn(3, 5, 1024, device="cuda", generator=gen).to(torch.bfloat16)
-    w = (torch.rand(1024, device="cuda", generator=gen) + 0.5).to(torch.float32 if "fp32" in op else torch.bfloat16)
-    b = torch.randn(1024, device="cuda", generator=gen).to(torch.bfloat16)
+    x = torch.randn(3, 5, n, device="cuda", generator=gen).to(torch.bfloat16)
+    w = (torch.rand(n, device="cuda", generator=gen) + 0.5).to(torch.float32 if "fp32" in op else torch.bfloat16)
+    b = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
     dy = torch.randn(x.shape, device="cuda", generator=gen).to(torch.bfloat16)
+    rms = lambda *t: kernels.rmsnorm(*t, eps=1e-5)  # noqa: E731
     fn, ins = {
         "softmax": (kernels.softmax, (x,)),
         "log_softmax": (kernels.log_softmax, (x,)),
-        "rmsnorm": (lambda *t: kernels.rmsnorm(*t, eps=1e-5), (x, w)),
+        "rmsnorm": (rms, (x, w)),
         "layernorm": (kernels.layernorm, (x, w, b)),
-        "rmsnorm fp32 weight": (lambda *t: kernels.rmsnorm(*t, eps=1e-5), (x, w)),
+        "rmsnorm fp32 weight": (rms, (x, w)),
+        "rmsnorm fp32 weight alone": (rms, (x, w)),
     }[op]
 
-    def step(dense: bool) -> tuple[torch.Tensor, ...]:
+    def step(dense: bool, ins: tuple[torch.Tensor, ...] = ins) -> tuple[torch.Tensor, ...]:
         leaves = [t.clone().requires_grad_() for t in ins]
         out = fn(*leaves)
         return torch.autograd.grad((out * dy).sum() if dense else out.sum() * 3.0, leaves)
 
     for dense in (True, False):
-        step(dense)  # (plans the backward kernel for these rows)
+        if op == "rmsnorm fp32 weight":
+            step(dense, (x, w.bfloat16()))
+        step(dense)  # (plans the kernels for these rows)
         ext.set_native(None)
         try:
             through_python = step(dense)
         finally:
             ext.set_native(native_call.native_api())
-        free, python = ext.backward_runs()
+        forward, backward = ext.forward_runs(), ext.backward_runs()
         without_gil = step(dense)
-        assert ext.backward_runs() == (free + 1, python)
+        assert ext.forward_runs() == (forward[0] + 1, forward[1])
+        assert ext.backward_runs() == (backward[0] + 1, backward[1])
         for p, f in zip(through_python, without_gil):
             assert torch.equal(p, f)
 

@@ -410,3 +410,72 @@ def test_a_failed_backward_kernel_raises_its_error(ext: object) -> None:
     x = torch.randn(4, 16, requires_grad=True)
     with pytest.raises(RuntimeError, match="the backward kernel failed"):
         torch.autograd.grad((ext.softmax(x, ext.SOFTMAX) * torch.randn(4, 16)).sum(), x)
+
+
+def _row_kernel(ref: object, n_in: int) -> object:
+    """A TVM-FFI function standing in for a compiled row kernel: `n_in` input views, then the
+    outputs, then the scalars; it writes ref(inputs, scalars)'s tensors into the outputs."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+
+    def kernel(*args: object) -> None:
+        tensors = [_by_address(a) for a in args if isinstance(a, tvm_ffi.Tensor)]
+        scalars = [a for a in args if not isinstance(a, tvm_ffi.Tensor)]
+        outs = ref(*tensors[:n_in], *scalars)
+        for dst, src in zip(tensors[n_in:], outs if isinstance(outs, list) else [outs]):
+            dst.copy_(src)
+
+    return tvm_ffi.convert(kernel)
+
+
+def test_a_forward_with_grad_launches_its_planned_kernel_from_cpp(ext: object) -> None:
+    """A forward with grad whose kernel function has x's rows planned runs that Caller from C++
+    (`forward_runs`' first count; its output an at::empty tensor, not a DLPack import), through
+    leading dims; a forward that is not a kernel function (the fixture's stand-in) is called
+    through Python (the second count). Both give torch's values and gradients."""
+    from llmcompile.runtime.callpath import KernelFunction
+    from llmcompile.specs import get_op
+
+    fwd = KernelFunction(get_op("softmax"), lambda dtype, n: _row_kernel(lambda x: torch.softmax(x, -1), 1))
+    fwd._plan("float32", 16)
+    ext.register_op(ext.SOFTMAX, fwd, lambda dy, y: y * (dy - (dy * y).sum(-1, keepdim=True)))
+    x, dy = torch.randn(2, 3, 16, requires_grad=True), torch.randn(2, 3, 16)
+    for op, route in ((ext.SOFTMAX, 0), (ext.LOG_SOFTMAX, 1)):
+        runs = ext.forward_runs()
+        y = ext.softmax(x, op)
+        done = ext.forward_runs()
+        assert (done[0] - runs[0], done[1] - runs[1]) == ((1, 0) if route == 0 else (0, 1))
+        ref = torch.softmax if op == ext.SOFTMAX else torch.log_softmax
+        torch.testing.assert_close(y, ref(x, -1))
+        (got,) = torch.autograd.grad((y * dy).sum(), x)
+        (want,) = torch.autograd.grad((ref(x, -1) * dy).sum(), x)
+        torch.testing.assert_close(got, want)
+
+
+def test_a_norm_forward_with_eps_runs_its_fast_call_from_cpp(ext: object) -> None:
+    """A norm's forward with grad runs from C++ the fast call with the call's eps bound where it is
+    not the kernel's own (made once from the plan, then kept), and the planned Caller where it is:
+    the kernel sees each eps. A forward whose fast call is a Python function (the fixture's) is
+    called through Python."""
+    from llmcompile.runtime.callpath import KernelFunction
+    from llmcompile.specs import get_op
+
+    seen: list[float] = []
+
+    def ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
+        seen.append(eps)
+        return ops.ref_rmsnorm_fwd(x, w, eps)
+
+    x, w = torch.randn(4, 16, requires_grad=True), torch.rand(16) + 0.5
+    runs = ext.forward_runs()
+    ext.rmsnorm(x, w, 0.5)  # (the fixture's forward: Python)
+    assert ext.forward_runs() == (runs[0], runs[1] + 1)
+    fwd = KernelFunction(get_op("rmsnorm_fwd"), lambda dtype, n: _row_kernel(ref, 2))
+    fwd._plan("float32", 16)
+    own = BUILTIN["rmsnorm_fwd"].scalars["eps"]
+    ext.register_op(ext.RMSNORM, fwd, lambda *a: ops.ref_rmsnorm_bwd(*a), eps=own, kernel_eps=own)
+    for eps in (0.5, 0.5, own):
+        runs = ext.forward_runs()
+        out = ext.rmsnorm(x, w, eps)
+        assert ext.forward_runs() == (runs[0] + 1, runs[1])
+        assert seen[-1] == pytest.approx(eps)
+        torch.testing.assert_close(out, F.rms_norm(x, (16,), w, eps))

@@ -526,6 +526,35 @@ def test_fp32_weights_beside_16bit_rows_take_the_fp32_weight_kernel_then_start_i
     assert [t.dtype for t in vectors_in_fp32(get_op("layernorm_bwd")).tensors if t.dims == ("N",)] == ["float32"] * 3
 
 
+def test_fp32_weights_alone_start_in_c_before_our_kernel_is_planned() -> None:
+    """Where every call so far had fp32 weights (mixed-precision training), our kernel is not planned
+    for those rows: the first call registers the fp32 kernel's C call as ours, so the next starts
+    and ends in C, and `fast_call` (what an autograd node keeps for eps by keyword) is its fast
+    call. Once ours is planned it takes its own rows back, and fp32 weights its alternate."""
+    from llmcompile.runtime.compiled import vectors_in_fp32
+
+    ours, theirs = _Kernel(n_in=2), _Kernel(n_in=2)
+    spec = get_op("rmsnorm")
+    fn = KernelFunction(spec, lambda dtype, n: tvm_ffi.convert(ours))
+    fn.vectors32 = KernelFunction(vectors_in_fp32(spec), lambda dtype, n: tvm_ffi.convert(theirs))
+    fn.vectors32._plan("bfloat16", 16)
+    x, w = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.rand(16) + 0.5
+    out, ran = _python_calls(fn, x, w)
+    assert "_vectors32_call" in ran and torch.equal(out, x * 2 + 1e-6) and len(theirs.calls) == 1
+    out, ran = _python_calls(fn, x, w)
+    assert ran == [] and len(theirs.calls) == 2 and not ours.calls
+    given = fn.fast_call(x, eps=1e-5)
+    assert native_call.is_caller(given) and given is fn.vectors32.fast_call(x, eps=1e-5)
+    fn._plan("bfloat16", 16)  # (what a first call with a bf16 weight does on the GPU)
+    assert fn.fast_call(x) is fn._fast[(torch.bfloat16, 16, 3)]
+    out, ran = _python_calls(fn, x, w.bfloat16())
+    assert ran == [] and len(ours.calls) == 1
+    out, ran = _python_calls(fn, x, w)  # our C call refuses it; the checked path makes theirs its alternate
+    assert "_vectors32_call" in ran and len(theirs.calls) == 3
+    out, ran = _python_calls(fn, x, w)
+    assert ran == [] and len(theirs.calls) == 4 and len(ours.calls) == 1
+
+
 def test_with_several_gpus_a_keyword_call_keeps_to_the_python_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """With several GPUs no fast call is planned (the C checks see a device's type, not which
     device): a call with scalars by keyword must not make one of its own either."""

@@ -3,10 +3,11 @@
  * A torch.autograd.Function in Python costs a training step tens of microseconds of host time
  * that torch's own ops, C++ nodes, do not: the Python forward, ctx, and above all the backward,
  * which the autograd engine runs through Python. Here each op's node is C++. Its forward and
- * backward call our kernel functions (`KernelFunction` instances, whose call starts and ends in
- * C, native_call.c) through the CPython API: no Python line runs on a planned shape. A backward
- * runs the kernel function's planned Caller without the GIL (native_api.h says why), found by
- * its forward.
+ * backward run the planned C call (a `Caller`, native_call.c) of our kernel functions
+ * (`KernelFunction` instances) from C++ (native_api.h): no Python object is made on a planned
+ * shape, outputs come from at::empty, and a backward takes no GIL (native_api.h says why). Where
+ * nothing is planned, or the Caller refuses the tensors, the kernel function is called through
+ * the CPython API, which plans the shape or says what is wrong.
  *
  * `register_op(op, forward, backward, backward_scalar, eps, kernel_eps)` gives op number `op` its
  * kernel functions (the forward that also writes what the backward reads, the backward, and, where
@@ -121,8 +122,9 @@ void set_native(py::object capsule) {
   native = api;
 }
 
-/* backward launches: through `native` without the GIL, through Python with it (tests read these) */
-std::atomic<int64_t> gil_free_runs{0}, python_runs{0};
+/* backward launches: through `native` without the GIL, through Python with it; forwards with grad:
+ * through `native`, through Python (tests read these) */
+std::atomic<int64_t> gil_free_runs{0}, python_runs{0}, forward_native_runs{0}, forward_python_runs{0};
 
 /* The Caller planned in kernel function `fn` for rows like `t` (GIL held: the forward's thread). */
 void* caller_for(const py::object& fn, const at::Tensor& t) {
@@ -162,9 +164,11 @@ int alloc_output(void* ctx, const void* proto, void* out) {
   }
 }
 
-/* Caller `caller`'s kernel on `ins` without the GIL (the autograd engine's thread): its outputs, or
- * none where it refused them (the caller then calls the kernel function through Python, which
- * takes what this does not, or says what is wrong). A failed launch raises its error. */
+/* Caller `caller`'s kernel on `ins`, no Python object touched (a backward runs it in the autograd
+ * engine's thread without the GIL; a forward with grad in the caller's, where its outputs are then
+ * torch's own tensors, not DLPack imports): its outputs, or none where it refused them (the caller
+ * then calls the kernel function through Python, which takes what this does not, or says what is
+ * wrong). A failed launch raises its error. */
 std::optional<std::vector<at::Tensor>> run_native(void* caller, const std::vector<at::Tensor>& ins) {
   if (caller == nullptr) return std::nullopt;
   DLTensor views[16];
@@ -173,10 +177,7 @@ std::optional<std::vector<at::Tensor>> run_native(void* caller, const std::vecto
   Made made;
   made.outs.reserve(4);
   const int rc = native->run(caller, views, static_cast<int32_t>(ins.size()), alloc_output, &made);
-  if (rc == RUN_OK) {
-    ++gil_free_runs;
-    return std::move(made.outs);
-  }
+  if (rc == RUN_OK) return std::move(made.outs);
   if (rc == RUN_NO_MEMORY && made.error) std::rethrow_exception(made.error);
   if (rc == RUN_FAILED) {
     py::gil_scoped_acquire gil;
@@ -221,7 +222,10 @@ std::vector<at::Tensor> grads_of(const Kernels& k, const at::Tensor& g, const va
   at::Tensor dy = one ? at::Tensor() : rows_like(g, x);
   std::vector<at::Tensor> ins{one ? x : dy, one ? c : x};
   ins.insert(ins.end(), saved.begin() + 1, saved.end());
-  if (auto d = run_native(one ? single : dense, ins)) return std::move(*d);
+  if (auto d = run_native(one ? single : dense, ins)) {
+    ++gil_free_runs;
+    return std::move(*d);
+  }
   py::gil_scoped_acquire gil;
   ++python_runs;
   py::list args;
@@ -252,17 +256,23 @@ struct SoftmaxBackward : public Node {
 template <int Op>
 at::Tensor softmax_with(const at::Tensor& x) {
   refuse_forward_ad(x);
+  const Kernels& k = kernels_of(Op);
   at::Tensor y;
   {
     at::AutoGradMode off(false);  // (the kernel function's C call then takes its plain path)
-    y = kernels_of(Op).forward(x).template cast<at::Tensor>();
+    if (auto d = run_native(caller_for(k.forward, x), {x})) {
+      ++forward_native_runs;
+      y = d->at(0);
+    } else {
+      ++forward_python_runs;
+      y = k.forward(x).template cast<at::Tensor>();
+    }
   }
   if (torch::autograd::compute_requires_grad(x)) {
     auto node = new_node<SoftmaxBackward<Op>>();
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(y, node);
     node->y_ = SavedVariable(y, /*is_output=*/true);
-    const Kernels& k = kernels_of(Op);
     node->dense_ = caller_for(k.backward, y);
     node->one_ = caller_for(k.backward_scalar, y);
   }
@@ -274,32 +284,44 @@ at::Tensor softmax_node(const at::Tensor& x, int64_t op) {
   return op == SOFTMAX ? softmax_with<SOFTMAX>(x) : softmax_with<LOG_SOFTMAX>(x);
 }
 
-/* The forward with `eps`: the kernel function's own call where eps is its default (it stays in
- * C; where no default was registered every eps is passed); else its fast call with eps bound,
- * kept in `k.given` once made, and where there is none yet, or it refuses these tensors, the
- * call with eps by keyword (which plans the shape, or says what is wrong). Runs in the caller's
- * thread, which holds the GIL. */
-py::object call_with_eps(Kernels& k, double eps, py::args args) {
-  if (!std::isnan(k.kernel_eps) && eps == k.kernel_eps) return k.forward(*args);
-  const at::Tensor x = args[0].cast<at::Tensor>();
-  Given* hit = nullptr;
+/* The forward's fast call where eps is not its kernel's own (KernelFunction.fast_call with eps
+ * bound), kept in `k.given` once made; null where none is planned yet. (GIL held) */
+Given* given_for(Kernels& k, double eps, const at::Tensor& x) {
   for (Given& g : k.given)
-    if (g.dtype == x.scalar_type() && g.n == x.size(-1) && g.dim == x.dim() && g.eps == eps) hit = &g;
-  if (hit == nullptr && py::hasattr(k.forward, "fast_call")) {
-    py::object call = k.forward.attr("fast_call")(args[0], py::arg("eps") = eps);
-    if (!call.is_none()) {
-      if (k.given.size() >= 16) k.given.clear();
-      k.given.push_back(Given{x.scalar_type(), x.size(-1), x.dim(), eps, call});
-      hit = &k.given.back();
-    }
+    if (g.dtype == x.scalar_type() && g.n == x.size(-1) && g.dim == x.dim() && g.eps == eps) return &g;
+  if (!py::hasattr(k.forward, "fast_call")) return nullptr;
+  py::object call = k.forward.attr("fast_call")(x, py::arg("eps") = eps);
+  if (call.is_none()) return nullptr;
+  if (k.given.size() >= 16) k.given.clear();
+  k.given.push_back(Given{x.scalar_type(), x.size(-1), x.dim(), eps, call});
+  return &k.given.back();
+}
+
+/* The forward's outputs for `ins` with `eps`: the Caller planned for them run from here (no Python
+ * object made); where there is none, or it refuses the tensors, the kernel function's own call
+ * where eps is its default (where no default was registered every eps is passed), else its fast
+ * call with eps bound, else the call with eps by keyword (which plans the shape, or says what is
+ * wrong). Runs in the caller's thread, which holds the GIL. */
+std::vector<at::Tensor> forward_with_eps(Kernels& k, double eps, const std::vector<at::Tensor>& ins) {
+  const bool own = !std::isnan(k.kernel_eps) && eps == k.kernel_eps;
+  Given* hit = own ? nullptr : given_for(k, eps, ins[0]);
+  void* caller = own ? caller_for(k.forward, ins[0])
+                     : (hit != nullptr && native != nullptr ? native->as_caller(hit->call.ptr()) : nullptr);
+  if (auto d = run_native(caller, ins)) {
+    ++forward_native_runs;
+    return std::move(*d);
   }
+  ++forward_python_runs;
+  py::tuple args(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) args[i] = py::cast(ins[i]);
+  if (own) return outputs(k.forward(*args));
   if (hit != nullptr) {
     try {
-      return hit->call(*args);
+      return outputs(hit->call(*args));
     } catch (py::error_already_set&) {  // refused before its launch: the checked call takes it
     }
   }
-  return k.forward(*args, py::arg("eps") = eps);
+  return outputs(k.forward(*args, py::arg("eps") = eps));
 }
 
 template <int Op>  // RMSNORM: x, w saved with rstd; LAYERNORM: x, w with mean and rstd
@@ -331,8 +353,9 @@ at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
   std::vector<at::Tensor> outs;
   {
     at::AutoGradMode off(false);
-    py::tuple args = Op == RMSNORM ? py::tuple(py::make_tuple(x, ins[1])) : py::tuple(py::make_tuple(x, ins[1], ins[2]));
-    outs = outputs(call_with_eps(kernels_of(Op), eps, args));
+    std::vector<at::Tensor> args(ins);
+    args[0] = x;
+    outs = forward_with_eps(kernels_of(Op), eps, args);
   }
   at::Tensor out = outs.at(0);
   if (torch::autograd::compute_requires_grad(ins)) {
@@ -468,6 +491,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "backward_runs", [] { return py::make_tuple(gil_free_runs.load(), python_runs.load()); },
       "backward_runs() -> (launched without the GIL, called through Python), since the process began");
+  m.def(
+      "forward_runs", [] { return py::make_tuple(forward_native_runs.load(), forward_python_runs.load()); },
+      "forward_runs() -> (forwards with grad launched from C++, called through Python), since the process began");
   m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
         "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
   // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between

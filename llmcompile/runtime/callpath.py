@@ -324,7 +324,10 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         like any fast call it refuses (ValueError, TypeError) what does not fit."""
         if x.dim() < 2:
             return None
-        return self._fast_for((x.dtype, x.shape[-1], x.dim()), scalars)
+        key = (x.dtype, x.shape[-1], x.dim())
+        if key[:2] not in self._plans and self.vectors32 is not None:  # (as `_vectors32_call` registers)
+            return self.vectors32._fast_for(key, scalars)
+        return self._fast_for(key, scalars)
 
     def _values(self, scalars: dict) -> tuple[float | int, ...]:
         """The op's scalars in order: those given by keyword, the defaults for the rest, each
@@ -412,6 +415,10 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             ours, theirs = self._fast_for(key, scalars), other._fast_for(key, scalars)
             if native_call.is_caller(ours) and native_call.is_caller(theirs):
                 native_call.set_alternate(ours, theirs)
+            elif key[:2] not in self._plans and native_call.is_caller(plain := other._fast.get((*key[:2], 2))):
+                # every call on these rows so far had fp32 vectors: ours has nothing planned, so its C
+                # call (and an autograd node's, native_api.h) runs theirs until ours is planned
+                native_call.register(self, dtype_name(x.dtype), key[1], 2, plain)
         return out
 
     def _strided_call(

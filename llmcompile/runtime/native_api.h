@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-enum { NATIVE_API_VERSION = 1 };
+enum { NATIVE_API_VERSION = 2 };
 
 /* what `run` returns: launched; refused before any allocation (the checked Python call would take
  * it, and say what is wrong); an output not allocated (the allocator's ctx holds why); the kernel
@@ -35,6 +35,9 @@ typedef struct {
   int (*run)(void* caller, const void* ins, int32_t n_in, NativeAlloc alloc, void* ctx);
   /* (GIL held) the failure `run` left (RUN_FAILED) set as the Python exception */
   void (*raise_failure)(void);
+  /* (GIL held) `obj` itself where it is a Caller (a kernel function's fast call with its scalars
+   * bound), kept as caller_for's; else NULL */
+  void* (*as_caller)(void* obj);
 } NativeApi;
 
 #ifdef __cplusplus

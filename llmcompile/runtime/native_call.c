@@ -832,22 +832,31 @@ enum { MAX_KEPT = 256 };
 static PyObject* kept[MAX_KEPT]; /* the Callers a C++ node may run: held for the process */
 static int32_t n_kept = 0;
 
+/* `c`, kept for the process (a node may run it after its kernel function planned anew), or NULL
+ * where this many are kept already */
+static void* keep(PyObject* c) {
+  int32_t i;
+  for (i = 0; i < n_kept; ++i)
+    if (kept[i] == c) return c;
+  if (n_kept == MAX_KEPT) return NULL; /* (a process planning this many shapes keeps the Python path) */
+  Py_INCREF(c);
+  kept[n_kept++] = c;
+  return c;
+}
+
 static void* api_caller_for(void* fn, uint8_t code, uint8_t bits, int32_t ndim, int64_t n) {
   Entry* e = (Entry*)fn;
   uint64_t key;
   int32_t i;
-  PyObject* c = NULL;
   if (fn == NULL || !PyObject_TypeCheck((PyObject*)fn, &EntryType) || ndim < 1) return NULL;
   key = key_of(code, bits, ndim > 2 ? 2 : ndim, n);
-  for (i = 0; i < e->n_calls && c == NULL; ++i)
-    if (e->keys[i] == key) c = e->calls[i];
-  if (c == NULL) return NULL;
-  for (i = 0; i < n_kept; ++i)
-    if (kept[i] == c) return c;
-  if (n_kept == MAX_KEPT) return NULL; /* (a process planning this many shapes keeps the GIL path) */
-  Py_INCREF(c);
-  kept[n_kept++] = c;
-  return c;
+  for (i = 0; i < e->n_calls; ++i)
+    if (e->keys[i] == key) return keep(e->calls[i]);
+  return NULL;
+}
+
+static void* api_as_caller(void* obj) {
+  return obj != NULL && Py_IS_TYPE((PyObject*)obj, &CallerType) ? keep((PyObject*)obj) : NULL;
 }
 
 static int api_run(void* caller, const void* ins, int32_t n_in, NativeAlloc alloc, void* ctx) {
@@ -855,7 +864,7 @@ static int api_run(void* caller, const void* ins, int32_t n_in, NativeAlloc allo
   return caller_run((Caller*)caller, (const DLTensor*)ins, n_in, alloc, ctx, &why);
 }
 
-static const NativeApi native_api = {NATIVE_API_VERSION, api_caller_for, api_run, raise_ffi_error};
+static const NativeApi native_api = {NATIVE_API_VERSION, api_caller_for, api_run, raise_ffi_error, api_as_caller};
 
 static PyMethodDef methods[] = {
     {"make_caller", make_caller, METH_VARARGS, "make_caller(fn, n_in, specs, values, bound) -> Caller"},

@@ -484,23 +484,34 @@ def test_an_input_of_another_dtype_is_refused_in_c_or_taken_by_the_alternate() -
         native_call.set_alternate(other, first)
 
 
-def test_fp32_weights_beside_16bit_rows_take_the_fp32_weight_kernel_then_start_in_c() -> None:
-    """KernelFunction.vectors32: the first call with fp32 weights (eps by keyword or not) goes to
-    the op compiled for fp32 (N,) tensors and makes its C call our alternate; the next runs with
-    no Python at all. bf16 weights keep our own kernel."""
+def _fp32_weight_calls(plan_ours: bool) -> tuple:
+    """rmsnorm with stand-in kernels (ours, and theirs for fp32 weights: vectors32), ours planned or
+    not, after two calls with an fp32 weight: the first through Python, which hands it to theirs;
+    the second all in C. (fn, ours, theirs, x, w)"""
     from llmcompile.runtime.compiled import vectors_in_fp32
 
     ours, theirs = _Kernel(n_in=2), _Kernel(n_in=2)
     spec = get_op("rmsnorm")
     fn = KernelFunction(spec, lambda dtype, n: tvm_ffi.convert(ours))
     fn.vectors32 = KernelFunction(vectors_in_fp32(spec), lambda dtype, n: tvm_ffi.convert(theirs))
-    fn._plan("bfloat16", 16)
+    if plan_ours:
+        fn._plan("bfloat16", 16)
     fn.vectors32._plan("bfloat16", 16)
     x, w = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.rand(16) + 0.5
     out, ran = _python_calls(fn, x, w)
     assert "_vectors32_call" in ran and torch.equal(out, x * 2 + 1e-6) and len(theirs.calls) == 1
     out, ran = _python_calls(fn, x, w)
     assert ran == [] and len(theirs.calls) == 2 and not ours.calls
+    return fn, ours, theirs, x, w
+
+
+def test_fp32_weights_beside_16bit_rows_take_the_fp32_weight_kernel_then_start_in_c() -> None:
+    """KernelFunction.vectors32: the first call with fp32 weights (eps by keyword or not) goes to
+    the op compiled for fp32 (N,) tensors and makes its C call our alternate; the next runs with
+    no Python at all. bf16 weights keep our own kernel."""
+    from llmcompile.runtime.compiled import vectors_in_fp32
+
+    fn, ours, theirs, x, w = _fp32_weight_calls(plan_ours=True)
     out, ran = _python_calls(fn, x, w.bfloat16())
     assert ran == [] and len(ours.calls) == 1
     out, ran = _python_calls(fn, x, w, eps=1e-5)  # a keyword: its own fast call, its own alternate
@@ -531,18 +542,8 @@ def test_fp32_weights_alone_start_in_c_before_our_kernel_is_planned() -> None:
     for those rows: the first call registers the fp32 kernel's C call as ours, so the next starts
     and ends in C, and `fast_call` (what an autograd node keeps for eps by keyword) is its fast
     call. Once ours is planned it takes its own rows back, and fp32 weights its alternate."""
-    from llmcompile.runtime.compiled import vectors_in_fp32
 
-    ours, theirs = _Kernel(n_in=2), _Kernel(n_in=2)
-    spec = get_op("rmsnorm")
-    fn = KernelFunction(spec, lambda dtype, n: tvm_ffi.convert(ours))
-    fn.vectors32 = KernelFunction(vectors_in_fp32(spec), lambda dtype, n: tvm_ffi.convert(theirs))
-    fn.vectors32._plan("bfloat16", 16)
-    x, w = torch.randn(2, 3, 16, dtype=torch.bfloat16), torch.rand(16) + 0.5
-    out, ran = _python_calls(fn, x, w)
-    assert "_vectors32_call" in ran and torch.equal(out, x * 2 + 1e-6) and len(theirs.calls) == 1
-    out, ran = _python_calls(fn, x, w)
-    assert ran == [] and len(theirs.calls) == 2 and not ours.calls
+    fn, ours, theirs, x, w = _fp32_weight_calls(plan_ours=False)
     given = fn.fast_call(x, eps=1e-5)
     assert native_call.is_caller(given) and given is fn.vectors32.fast_call(x, eps=1e-5)
     fn._plan("bfloat16", 16)  # (what a first call with a bf16 weight does on the GPU)

@@ -233,6 +233,48 @@ std::vector<at::Tensor> grads_of(const Kernels& k, const at::Tensor& g, const va
   return outputs((one ? k.backward_scalar : k.backward)(*args));
 }
 
+/* The forward's fast call where eps is not its kernel's own (KernelFunction.fast_call with eps
+ * bound), kept in `k.given` once made; null where none is planned yet. (GIL held) */
+Given* given_for(Kernels& k, double eps, const at::Tensor& x) {
+  for (Given& g : k.given)
+    if (g.dtype == x.scalar_type() && g.n == x.size(-1) && g.dim == x.dim() && g.eps == eps) return &g;
+  if (!py::hasattr(k.forward, "fast_call")) return nullptr;
+  py::object call = k.forward.attr("fast_call")(x, py::arg("eps") = eps);
+  if (call.is_none()) return nullptr;
+  if (k.given.size() >= 16) k.given.clear();
+  k.given.push_back(Given{x.scalar_type(), x.size(-1), x.dim(), eps, call});
+  return &k.given.back();
+}
+
+/* The forward's outputs for `ins`, with a norm's `eps` (none for a softmax): the Caller planned for
+ * them run from here (no Python object made); where there is none, or it refuses the tensors, the
+ * kernel function's own call where there is no eps or it is the kernel's default (where no default
+ * was registered every eps is passed), else its fast call with eps bound, else the call with eps by
+ * keyword (which plans the shape, or says what is wrong). Runs in the caller's thread, which holds
+ * the GIL. */
+std::vector<at::Tensor> forward_of(Kernels& k, const std::vector<at::Tensor>& ins,
+                                   std::optional<double> eps = std::nullopt) {
+  const bool own = !eps || (!std::isnan(k.kernel_eps) && *eps == k.kernel_eps);
+  Given* hit = own ? nullptr : given_for(k, *eps, ins[0]);
+  void* caller = own ? caller_for(k.forward, ins[0])
+                     : (hit != nullptr && native != nullptr ? native->as_caller(hit->call.ptr()) : nullptr);
+  if (auto d = run_native(caller, ins)) {
+    ++forward_native_runs;
+    return std::move(*d);
+  }
+  ++forward_python_runs;
+  py::tuple args(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) args[i] = py::cast(ins[i]);
+  if (own) return outputs(k.forward(*args));
+  if (hit != nullptr) {
+    try {
+      return outputs(hit->call(*args));
+    } catch (py::error_already_set&) {  // refused before its launch: the checked call takes it
+    }
+  }
+  return outputs(k.forward(*args, py::arg("eps") = *eps));
+}
+
 /* (forward runs in the caller's thread, which holds the GIL; a backward in the autograd engine's,
  * which does not. It launches the Caller its forward found without the GIL (`run_native`); only
  * where there is none, or it refuses the tensors, does it take the GIL, first, so that every
@@ -256,17 +298,11 @@ struct SoftmaxBackward : public Node {
 template <int Op>
 at::Tensor softmax_with(const at::Tensor& x) {
   refuse_forward_ad(x);
-  const Kernels& k = kernels_of(Op);
+  Kernels& k = kernels_of(Op);
   at::Tensor y;
   {
     at::AutoGradMode off(false);  // (the kernel function's C call then takes its plain path)
-    if (auto d = run_native(caller_for(k.forward, x), {x})) {
-      ++forward_native_runs;
-      y = d->at(0);
-    } else {
-      ++forward_python_runs;
-      y = k.forward(x).template cast<at::Tensor>();
-    }
+    y = forward_of(k, {x}).at(0);
   }
   if (torch::autograd::compute_requires_grad(x)) {
     auto node = new_node<SoftmaxBackward<Op>>();
@@ -282,46 +318,6 @@ at::Tensor softmax_with(const at::Tensor& x) {
 at::Tensor softmax_node(const at::Tensor& x, int64_t op) {
   TORCH_CHECK(op == SOFTMAX || op == LOG_SOFTMAX, "llmcompile autograd node: op ", op, " is not a softmax");
   return op == SOFTMAX ? softmax_with<SOFTMAX>(x) : softmax_with<LOG_SOFTMAX>(x);
-}
-
-/* The forward's fast call where eps is not its kernel's own (KernelFunction.fast_call with eps
- * bound), kept in `k.given` once made; null where none is planned yet. (GIL held) */
-Given* given_for(Kernels& k, double eps, const at::Tensor& x) {
-  for (Given& g : k.given)
-    if (g.dtype == x.scalar_type() && g.n == x.size(-1) && g.dim == x.dim() && g.eps == eps) return &g;
-  if (!py::hasattr(k.forward, "fast_call")) return nullptr;
-  py::object call = k.forward.attr("fast_call")(x, py::arg("eps") = eps);
-  if (call.is_none()) return nullptr;
-  if (k.given.size() >= 16) k.given.clear();
-  k.given.push_back(Given{x.scalar_type(), x.size(-1), x.dim(), eps, call});
-  return &k.given.back();
-}
-
-/* The forward's outputs for `ins` with `eps`: the Caller planned for them run from here (no Python
- * object made); where there is none, or it refuses the tensors, the kernel function's own call
- * where eps is its default (where no default was registered every eps is passed), else its fast
- * call with eps bound, else the call with eps by keyword (which plans the shape, or says what is
- * wrong). Runs in the caller's thread, which holds the GIL. */
-std::vector<at::Tensor> forward_with_eps(Kernels& k, double eps, const std::vector<at::Tensor>& ins) {
-  const bool own = !std::isnan(k.kernel_eps) && eps == k.kernel_eps;
-  Given* hit = own ? nullptr : given_for(k, eps, ins[0]);
-  void* caller = own ? caller_for(k.forward, ins[0])
-                     : (hit != nullptr && native != nullptr ? native->as_caller(hit->call.ptr()) : nullptr);
-  if (auto d = run_native(caller, ins)) {
-    ++forward_native_runs;
-    return std::move(*d);
-  }
-  ++forward_python_runs;
-  py::tuple args(ins.size());
-  for (size_t i = 0; i < ins.size(); ++i) args[i] = py::cast(ins[i]);
-  if (own) return outputs(k.forward(*args));
-  if (hit != nullptr) {
-    try {
-      return outputs(hit->call(*args));
-    } catch (py::error_already_set&) {  // refused before its launch: the checked call takes it
-    }
-  }
-  return outputs(k.forward(*args, py::arg("eps") = eps));
 }
 
 template <int Op>  // RMSNORM: x, w saved with rstd; LAYERNORM: x, w with mean and rstd
@@ -355,7 +351,7 @@ at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
     at::AutoGradMode off(false);
     std::vector<at::Tensor> args(ins);
     args[0] = x;
-    outs = forward_with_eps(kernels_of(Op), eps, args);
+    outs = forward_of(kernels_of(Op), args, eps);
   }
   at::Tensor out = outs.at(0);
   if (torch::autograd::compute_requires_grad(ins)) {

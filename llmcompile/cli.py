@@ -73,6 +73,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if op not in known:
             what = "training step" if args.train else "op"
             raise OpError(f"unknown {what} {op!r}; known: {', '.join(sorted(known))}")
+    if args.processes < 1:
+        raise UsageError(f"--processes {args.processes}: give 1 or more")
     require_gpu(target)
     dtypes = [dtype_name(d) for d in args.dtype]
     shapes: list[tuple[int, int]] | None = None  # each op's own grid (attention's is fixed)
@@ -83,6 +85,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = parse_baselines(args.baselines)
+    if args.processes > 1:
+        from llmcompile.bench import processes
+
+        results = processes.run(args.argv, args.processes, Path(args.out), args.stem)
+        spread = Path(args.out) / f"{args.stem}-spread.md"
+        print(spread.read_text() if results else "no process wrote a table")
+        return 0 if len(results) == args.processes else 1
     if args.train:
         from llmcompile.bench import train
 
@@ -402,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="time training steps (forward and backward through autograd) of "
         "softmax, log_softmax, rmsnorm, layernorm, cross_entropy",
     )
+    s.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="run the bench this many times, each in a fresh process with its own table, "
+        "then tabulate each ratio's spread across them (STEM-spread.md)",
+    )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")
     s.set_defaults(fn=cmd_bench)
@@ -475,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "run")  # `llmcompile softmax --target h100` is the main job
     args = parser.parse_args(argv)
+    args.argv = argv  # (what `bench --processes` runs again in each child)
     if getattr(args, "fn", None) is cmd_run and not args.op and not args.resume:
         parser.error("run needs an OP (or --resume RUN_DIR)")
     if not getattr(args, "fn", None):

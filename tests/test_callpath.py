@@ -256,3 +256,42 @@ def test_torch_compile_fullgraph_calls_the_op() -> None:
     want = kernels.softmax(x) * 2
     got = torch.compile(lambda t: kernels.softmax(t) * 2, fullgraph=True)(x)
     assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+def test_on_a_host_of_several_gpus_calls_on_either_start_in_c_and_are_right() -> None:
+    """Two GPUs in one process (run without pytest-xdist's spread, which shows each worker one):
+    plain calls, a keyword eps and a training step on either GPU run from C, as on one, with the
+    current device left at 0; tensors on two devices are refused before any launch."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs in this process")
+    import torch.nn.functional as F
+
+    from llmcompile import kernels
+    from llmcompile.runtime import autograd_native
+
+    torch.cuda.set_device(0)
+    node = autograd_native.module()
+    for dev in ("cuda:1", "cuda:0"):
+        x = torch.randn(64, 1024, device=dev, dtype=torch.bfloat16)
+        w = torch.rand(1024, device=dev, dtype=torch.bfloat16) + 0.5
+        for _ in range(2):  # (the first call plans)
+            y, n = kernels.softmax(x), kernels.rmsnorm(x, w, eps=1e-5)
+        c_calls = kernels.softmax._c_calls()
+        assert c_calls >= 1 and y.device == x.device == n.device
+        torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), atol=2e-3, rtol=2e-2)
+        torch.testing.assert_close(n.double(), F.rms_norm(x.double(), (1024,), w.double(), 1e-5), atol=2e-2, rtol=2e-2)
+        xg = x.clone().requires_grad_()
+        torch.autograd.grad((kernels.softmax(xg) * y).sum(), xg)  # (the first backward plans its kernel)
+        before = node.backward_runs() if node is not None else None
+        (g,) = torch.autograd.grad((kernels.softmax(xg) * y).sum(), xg)
+        xd = x.double().requires_grad_()
+        (want,) = torch.autograd.grad((torch.softmax(xd, -1) * y.double()).sum(), xd)
+        torch.testing.assert_close(g.double(), want, atol=2e-3, rtol=5e-2)
+        if node is not None:  # (the backward launched from C++, on this GPU's autograd thread)
+            assert node.backward_runs()[0] == before[0] + 1
+    assert torch.cuda.current_device() == 0
+    x0 = torch.randn(64, 1024, device="cuda:0", dtype=torch.bfloat16)
+    w1 = torch.rand(1024, device="cuda:1", dtype=torch.bfloat16)
+    with pytest.raises(OpError, match="weight is on cuda:1, x on cuda:0"):  # (the checked path, after C refused)
+        kernels.rmsnorm(x0, w1)

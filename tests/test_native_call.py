@@ -556,14 +556,34 @@ def test_fp32_weights_alone_start_in_c_before_our_kernel_is_planned() -> None:
     assert ran == [] and len(theirs.calls) == 4 and len(ours.calls) == 1
 
 
-def test_with_several_gpus_a_keyword_call_keeps_to_the_python_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With several GPUs no fast call is planned (the C checks see a device's type, not which
-    device): a call with scalars by keyword must not make one of its own either."""
+def test_with_several_gpus_calls_start_in_c_which_checks_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host of several GPUs the C call is planned as on one: it refuses tensors on two devices
+    itself (tests/test_callpath.py runs that on two GPUs). A multi-GPU H200 host had run every call
+    through Python, 2.3x torch's host time a call (evals/results/host-time)."""
     k = _Kernel(n_in=2)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: tvm_ffi.convert(k))
+    fn._plan("float32", 16)
+    assert native_call.is_caller(fn._fast[(torch.float32, 16, 2)])
+    x, w = torch.randn(4, 16), torch.randn(16)
+    out, ran = _python_calls(fn, x, w)
+    assert ran == [] and len(k.calls) == 1 and torch.allclose(out, x * 2 + 1e-6)
+    out, ran = _python_calls(fn, x, w, eps=1e-5)  # (a keyword call's C call is made once, then kept)
+    assert len(k.calls) == 2 and torch.allclose(out, x * 2 + 1e-5) and fn._fast_given
+
+
+def test_with_several_gpus_and_no_c_call_python_checks_each_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the C call the Python fast call is planned on one GPU only (it checks no device): on
+    several, every call takes the Python checks, a keyword call too."""
+    k = _Kernel(n_in=2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(native_call, "available", lambda: False)
     fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: tvm_ffi.convert(k))
     fn._plan("float32", 16)
     assert (torch.float32, 16, 2) not in fn._fast
     with pytest.raises(OpError, match="CUDA device"):  # the checked path's word on a CPU tensor
         fn(torch.randn(4, 16), torch.randn(16), eps=1e-5)
     assert not k.calls and not fn._fast_given
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    fn._plan("float32", 16)
+    assert (torch.float32, 16, 2) in fn._fast and not native_call.is_caller(fn._fast[(torch.float32, 16, 2)])

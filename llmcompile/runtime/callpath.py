@@ -152,6 +152,13 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
         return None
 
 
+def _fast_of(plan: _Plan) -> Callable[..., Any] | None:
+    """The plan's fast call: in C where it can be built (it checks that every tensor is on x's
+    device), else the Python one, which checks no device: on one GPU only (on a host of several,
+    None: `_rows_call` checks each tensor's device)."""
+    return _native_function(plan) or (_fast_function(plan) if torch.cuda.device_count() <= 1 else None)
+
+
 def _fast_function(plan: _Plan) -> Callable[..., Any]:
     """The whole fast call of one plan as one small function, specialised where it pays (one input
     and one output of x's shape: softmax), so a call runs as few Python lines as possible."""
@@ -341,7 +348,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         plan = self._plans.get(key[:2])
         if plan is None or not scalars.keys() <= self.spec.scalars.keys():
             return None
-        if (*key[:2], 2) not in self._fast:  # (no fast call planned: several GPUs, whose devices Python checks)
+        if (*key[:2], 2) not in self._fast:  # (none planned: several GPUs and no C call, `_fast_of`)
             return None
         try:
             values = self._values(scalars)
@@ -356,15 +363,15 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             if key[2] < 2:  # (a 1-D x: the rows call views it as rows)
                 return None
             given = dataclasses.replace(plan, values=values)
-            fast = _native_function(given) or (_fast_function(given) if key[2] == 2 else None)
+            fast = _fast_of(given) if key[2] == 2 else _native_function(given)
             if fast is None:
                 return None
             self._fast_given[(*key, values)] = fast
         return fast
 
     def _rows_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
-        """Rows with leading dims (viewed as (M, N)), or several GPUs: the plan's call with the
-        checks made in Python; anything else takes the checked path."""
+        """Rows with leading dims (viewed as (M, N)), or several GPUs where no C call is built: the
+        plan's call with the checks made in Python; anything else takes the checked path."""
         x = inputs[0]
         plan = self._plans.get((x.dtype, x.shape[-1])) if x.dim() else None
         if plan is None or not scalars.keys() <= self.spec.scalars.keys():
@@ -504,15 +511,15 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             DTYPES[dtype],
         )
         self._plans[(DTYPES[dtype], n)] = plan
-        # with several GPUs each tensor's device is checked in Python (`_rows_call`): the C
-        # checks see a device's type only
-        if torch.cuda.device_count() <= 1:
-            fast = self._fast[(DTYPES[dtype], n, 2)] = _native_function(plan) or _fast_function(plan)
-            if native_call.is_caller(fast):  # a call on such rows starts and ends in C
-                # (and on rows with leading dims: the C call sees them as one M, as a view)
-                for dims in range(3, MAX_LEAD_DIMS + 2):
-                    self._fast[(DTYPES[dtype], n, dims)] = fast
-                native_call.register(self, dtype, n, 2, fast)
+        fast = _fast_of(plan)
+        if fast is None:  # (several GPUs and no C call: `_rows_call` checks each tensor's device)
+            return
+        self._fast[(DTYPES[dtype], n, 2)] = fast
+        if native_call.is_caller(fast):  # a call on such rows starts and ends in C
+            # (and on rows with leading dims: the C call sees them as one M, as a view)
+            for dims in range(3, MAX_LEAD_DIMS + 2):
+                self._fast[(DTYPES[dtype], n, dims)] = fast
+            native_call.register(self, dtype, n, 2, fast)
 
     # ------------------------------------------------------------------ the checked call
 

@@ -235,7 +235,20 @@ static int caller_run(Caller* c, const DLTensor* ins, int32_t n_in, NativeAlloc 
       return RUN_REFUSED_VALUE;
     }
   }
+  /* one device for every tensor: the kernel runs on x's (CuTe DSL's wrapper makes it current for
+   * the call), and its own checks see a device's type, not which one; on a host of several GPUs a
+   * tensor on another one is refused here, and the checked path says so */
   dev = dl[0].device;
+  for (i = 1; i < c->n_in; ++i)
+    if (dl[i].device.device_type != dev.device_type || dl[i].device.device_id != dev.device_id) {
+      *why = "inputs on different devices";
+      return RUN_REFUSED_VALUE;
+    }
+  for (j = 0; j < c->n_bound; ++j)
+    if (c->bound_dl[j].device.device_type != dev.device_type || c->bound_dl[j].device.device_id != dev.device_id) {
+      *why = "a workspace made on another device";
+      return RUN_REFUSED_VALUE;
+    }
   for (i = 0; i < c->n_out; ++i) {
     const DLTensor* s = &dl[c->src[i]];
     DLTensor proto;

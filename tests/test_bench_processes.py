@@ -64,6 +64,7 @@ def test_a_run_keeps_every_table_written_and_says_which_child_wrote_none(tmp_pat
     assert any(s.startswith("interrupted in process 3 of 4") for s in said)
     md = (tmp_path / "s-spread.md").read_text()
     assert md.startswith("2 processes of") and "| 1.500 | 2.000 | 1.500-2.000 | 1.750 |" in md
+    assert "| op | dtype | M | N | p1 | p3 | range | median |" in md  # (the columns name their processes)
 
 
 def test_bench_refuses_no_processes_before_it_looks_for_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:

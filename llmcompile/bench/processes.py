@@ -67,6 +67,7 @@ def run(
     each writing `{stem}-p{i}` under `out`; then `{stem}-spread.md`. Returns the grids read back,
     the interrupted one's too; a child that wrote nothing is said and skipped."""
     results: list[BenchResult] = []
+    labels: list[str] = []  # (the processes that wrote a table: a column each)
     i = 0
     try:
         for i in range(1, count + 1):
@@ -76,12 +77,14 @@ def run(
                 progress(f"process {i} wrote no table (exit status {rc})")
             else:
                 results.append(got)
+                labels.append(f"p{i}")
     except KeyboardInterrupt:
         if (got := _read(out / f"{stem}-p{i}.json")) is not None:
             results.append(got)
+            labels.append(f"p{i}")
         progress(f"interrupted in process {i} of {count}: the spread of the {len(results)} with a table")
     if results:
-        (out / f"{stem}-spread.md").write_text(markdown(results, argv))
+        (out / f"{stem}-spread.md").write_text(markdown(results, argv, labels))
     return results
 
 
@@ -125,9 +128,10 @@ def spreads(results: list[BenchResult], against: str) -> list[Spread]:
     return out
 
 
-def markdown(results: list[BenchResult], argv: list[str]) -> str:
-    """One table for each baseline measured: the ratio in each process, its range and median; then
-    the points whose median is under 1.0."""
+def markdown(results: list[BenchResult], argv: list[str], labels: list[str] | None = None) -> str:
+    """One table for each baseline measured: the ratio in each process (`labels`: its column's
+    name, p1, p2, ... where not given), its range and median; then the points whose median is
+    under 1.0."""
     first = results[0]
     mode = "CUDA graphs" if first.graph else "eager calls, without CUDA graphs (host time included)"
     gpus = sorted({r.gpu for r in results})
@@ -135,7 +139,7 @@ def markdown(results: list[BenchResult], argv: list[str]) -> str:
         f"{len(results)} processes of `llmcompile {' '.join(argv)}`, one after another; {mode}; "
         f"{', '.join(gpus)}; torch {first.versions.get('torch', '?')}",
         "",
-        "Ours / each baseline (TB/s ratio), a column a process (each its own table, `-pI.md`).",
+        "Ours / each baseline (ratio of the rates), a column a process (each its own table, `-pI.md`).",
     ]
     if any(r.interrupted for r in results):
         lines.append("(a process was interrupted: its columns hold the points it measured)")
@@ -145,7 +149,7 @@ def markdown(results: list[BenchResult], argv: list[str]) -> str:
         rows = spreads(results, against)
         if not rows:
             continue
-        head = " | ".join(f"p{i}" for i in range(1, len(results) + 1))
+        head = " | ".join(labels or [f"p{i}" for i in range(1, len(results) + 1)])
         lines += ["", f"vs {against}:", "", f"| op | dtype | M | N | {head} | range | median |"]
         lines.append("|---|---|---|---|" + "---|" * len(results) + "---|---|")
         for s in rows:

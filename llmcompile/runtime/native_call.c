@@ -186,6 +186,8 @@ static int compact(const DLTensor* t, int32_t how) {
   return how == FLAT_VALUES || t->ndim < 2 || t->shape[0] == 1 || t->strides[0] == t->shape[1];
 }
 
+static int same_device(DLDevice a, DLDevice b) { return a.device_type == b.device_type && a.device_id == b.device_id; }
+
 /* The call of `c` on inputs `ins` (views, `n_in` of them), each output made by `alloc`: a RUN_
  * code (native_api.h), `*why` saying what a refusal refuses. Touches no Python object, so that a
  * backward runs it without the GIL (native_api.h); the Python call below wraps it. */
@@ -240,12 +242,12 @@ static int caller_run(Caller* c, const DLTensor* ins, int32_t n_in, NativeAlloc 
    * tensor on another one is refused here, and the checked path says so */
   dev = dl[0].device;
   for (i = 1; i < c->n_in; ++i)
-    if (dl[i].device.device_type != dev.device_type || dl[i].device.device_id != dev.device_id) {
+    if (!same_device(dl[i].device, dev)) {
       *why = "inputs on different devices";
       return RUN_REFUSED_VALUE;
     }
   for (j = 0; j < c->n_bound; ++j)
-    if (c->bound_dl[j].device.device_type != dev.device_type || c->bound_dl[j].device.device_id != dev.device_id) {
+    if (!same_device(c->bound_dl[j].device, dev)) {
       *why = "a workspace made on another device";
       return RUN_REFUSED_VALUE;
     }

@@ -10,6 +10,7 @@ import pytest
 
 from llmcompile.harness import PROFILED, Judge, JudgeOptions
 from llmcompile.specs import BUILTIN, get_op
+from llmcompile.specs.targets import target_here
 from tests.bad_kernels import BAD, HONEST
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +32,9 @@ def _record(line: str) -> None:
 
 @pytest.fixture(scope="module")
 def judge():
-    with Judge(timeouts={"verify": 90.0}) as j:
+    # the judge of the GPU these tests run on (an H200 host too), not the default target's
+    here = target_here()
+    with Judge(here.name if here else "h100", timeouts={"verify": 90.0}) as j:
         yield j
 
 
@@ -48,7 +51,10 @@ def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
     assert v.verify and v.verify.runs >= 30
     # speed is the benchmark's bar (llmcompile bench); here: measured, plausible, every shape
     assert v.profile and len(v.profile.shapes) == len(spec.shapes())
-    assert all(0.3 < s.pct_sol < 110 for s in v.profile.shapes), v.message
+    # under the faster of the copy and a read-only stream: an op that writes almost nothing (the
+    # cross-entropy) ran at 105-113% of the copy on an H200, whose reads outrun its copy
+    ceiling = max(v.profile.sol_tbs, v.profile.read_tbs)
+    assert all(s.pct_sol > 0.3 and s.tbs < 1.1 * ceiling for s in v.profile.shapes), v.message
 
 
 def test_gpu_worker_never_imports_candidate_python(judge: Judge) -> None:

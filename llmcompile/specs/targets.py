@@ -49,6 +49,14 @@ def current_gpu() -> str | None:
     return torch.cuda.get_device_name(0)
 
 
+def target_here() -> Target | None:
+    """The known target that the visible GPU is, or None (no GPU, or one we hold no numbers for)."""
+    gpu = current_gpu()
+    if gpu is None:
+        return None
+    return next((t for t in TARGETS.values() if any(s.lower() in gpu.lower() for s in t.device_names)), None)
+
+
 def require_gpu(target: Target) -> str:
     """Return the GPU's name if it is `target`; raise TargetError with plain advice otherwise."""
     gpu = current_gpu()

@@ -24,6 +24,10 @@ class Target:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    def is_gpu(self, gpu: str) -> bool:
+        """Whether the device named `gpu` (torch.cuda.get_device_name) is this target."""
+        return any(s.lower() in gpu.lower() for s in self.device_names)
+
 
 TARGETS: dict[str, Target] = {
     "h100": Target("h100", "sm_90a", (9, 0), 132, 228, 16, 3.35, 50, ("H100",)),
@@ -54,7 +58,7 @@ def target_here() -> Target | None:
     gpu = current_gpu()
     if gpu is None:
         return None
-    return next((t for t in TARGETS.values() if any(s.lower() in gpu.lower() for s in t.device_names)), None)
+    return next((t for t in TARGETS.values() if t.is_gpu(gpu)), None)
 
 
 def require_gpu(target: Target) -> str:
@@ -65,6 +69,6 @@ def require_gpu(target: Target) -> str:
             f"no CUDA GPU is visible: running and timing kernels for {target.name} needs one "
             "(compiling does not: kernels build for sm_90a on any machine)"
         )
-    if not any(s.lower() in gpu.lower() for s in target.device_names):
+    if not target.is_gpu(gpu):
         raise TargetError(f"target {target.name} asked for, but this GPU is {gpu!r}; pass --target for it")
     return gpu

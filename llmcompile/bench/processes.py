@@ -68,20 +68,24 @@ def run(
     the interrupted one's too; a child that wrote nothing is said and skipped."""
     results: list[BenchResult] = []
     labels: list[str] = []  # (the processes that wrote a table: a column each)
+
+    def take(i: int) -> bool:
+        """Keep process i's table where it wrote one."""
+        if (got := _read(out / f"{stem}-p{i}.json")) is None:
+            return False
+        results.append(got)
+        labels.append(f"p{i}")
+        return True
+
     i = 0
     try:
         for i in range(1, count + 1):
             progress(f"== process {i} of {count}")
             rc = launch(child_argv(argv, stem, i))
-            if (got := _read(out / f"{stem}-p{i}.json")) is None:
+            if not take(i):
                 progress(f"process {i} wrote no table (exit status {rc})")
-            else:
-                results.append(got)
-                labels.append(f"p{i}")
     except KeyboardInterrupt:
-        if (got := _read(out / f"{stem}-p{i}.json")) is not None:
-            results.append(got)
-            labels.append(f"p{i}")
+        take(i)
         progress(f"interrupted in process {i} of {count}: the spread of the {len(results)} with a table")
     if results:
         (out / f"{stem}-spread.md").write_text(markdown(results, argv, labels))

@@ -3,16 +3,24 @@
 ours beside torch eager on the same tensors, bf16 2 x M/2 x N (M = 8 unless given), the batches interleaved.
 
     python -m evals.scripts.step_breakdown [--n 1024] [--m 8]        # the C++ autograd nodes
+    python -m evals.scripts.step_breakdown --phases --op log_softmax --dtype float32 --m 32768 --n 256
     LLMCOMPILE_NATIVE_AUTOGRAD=0 python -m evals.scripts.step_breakdown   # the Python Functions
 
 At this size every kernel takes a few microseconds: what is measured is the host's time.
+`--phases` times the bench's step (`llmcompile bench --train`) one step at a time instead, each of
+its phases (forward, `* dy`, `.sum()`, the gradients) by the host's clock, with the GPU idle at the
+step's start or held busy; ours and torch's alternate step by step, and each phase's difference is
+taken within a pair: a gap of a few us a step, which batches of whole steps lose in the host's
+spread, shows here.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -64,14 +72,83 @@ def pieces(n: int, m: int = 8) -> dict[str, tuple[Callable[[], object], Callable
     }
 
 
+PHASES = ("forward", "* dy", ".sum()", "gradients", "step")
+
+
+def phase_times(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dy: torch.Tensor) -> tuple[float, ...]:
+    """One step's host seconds in each of PHASES."""
+    t0 = time.perf_counter()
+    out = fn(x)
+    t1 = time.perf_counter()
+    prod = out * dy
+    t2 = time.perf_counter()
+    total = prod.sum()
+    t3 = time.perf_counter()
+    torch.autograd.grad(total, [x])
+    t4 = time.perf_counter()
+    return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)
+
+
+def paired(ours: list[tuple[float, ...]], theirs: list[tuple[float, ...]]) -> list[tuple[float, float, float, int]]:
+    """Each phase: ours' median us, torch's, the median of ours minus torch's within a pair, and in
+    how many pairs ours was lower."""
+    rows = []
+    for j in range(len(ours[0])):
+        a, b = [1e6 * s[j] for s in ours], [1e6 * s[j] for s in theirs]
+        d = [u - v for u, v in zip(a, b)]
+        rows.append((statistics.median(a), statistics.median(b), statistics.median(d), sum(v < 0 for v in d)))
+    return rows
+
+
+def phases(op: str, dtype: str, m: int, n: int, samples: int) -> dict[str, list[tuple[float, float, float, int]]]:
+    """The bench's step of `op` (softmax or log_softmax) on m x n, by phase: 'idle' (synchronized,
+    then 100 us of spin, so the GPU has drained) and 'busy' (a sleep kernel queued first, so only the
+    host is timed)."""
+    from llmcompile.bench import train
+
+    x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype)).requires_grad_()
+    dy = torch.randn_like(x)
+    fns = {k: train.IMPLS[k](op, n, {}) for k in ("llmcompile", "eager")}
+    for fn in fns.values():
+        for _ in range(20):
+            phase_times(fn, x, dy)
+    got: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    for i in range(samples):
+        for mode in ("idle", "busy"):
+            for name in list(fns)[:: 1 if i % 2 == 0 else -1]:
+                torch.cuda.synchronize()
+                if mode == "busy":
+                    torch.cuda._sleep(1_500_000)  # (about a millisecond: longer than a step's host time)
+                else:
+                    until = time.perf_counter() + 1e-4
+                    while time.perf_counter() < until:
+                        pass
+                got.setdefault((mode, name), []).append(phase_times(fns[name], x, dy))
+    torch.cuda.synchronize()
+    return {mode: paired(got[(mode, "llmcompile")], got[(mode, "eager")]) for mode in ("idle", "busy")}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=1024)
     p.add_argument("--m", type=int, default=8, help="rows (even): QuACK's small grid has 32768")
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--phases", action="store_true", help="the bench's step, phase by phase, step by step")
+    p.add_argument("--op", default="log_softmax", choices=("softmax", "log_softmax"))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--samples", type=int, default=1500, help="--phases: steps of each, each GPU state")
     args = p.parse_args(argv)
     nodes = os.environ.get("LLMCOMPILE_NATIVE_AUTOGRAD", "1") != "0"
+    if args.phases:
+        print(f"{torch.cuda.get_device_name(0)}, {args.op} {args.dtype} {args.m} x {args.n}, {args.samples} steps each")
+        print(
+            "| GPU | phase | ours (us) | torch eager (us) | ours - torch, paired | ours lower |\n|---|---|---|---|---|---|"
+        )
+        for mode, rows in phases(args.op, args.dtype, args.m, args.n, args.samples).items():
+            for name, (a, b, d, lower) in zip(PHASES, rows):
+                print(f"| {mode} | {name} | {a:.1f} | {b:.1f} | {d:+.2f} | {lower}/{args.samples} |")
+        return 0
     shape = f"2 x {args.m // 2} x {args.n}"
     print(f"{torch.cuda.get_device_name(0)}, bf16 {shape}, autograd: {'C++ nodes' if nodes else 'Python'}")
     print("| piece | ours (us) | torch eager (us) | ours / torch |\n|---|---|---|---|")

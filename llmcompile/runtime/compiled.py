@@ -3,8 +3,7 @@
 
 Each function compiles its kernel once per (dtype, N) with M symbolic and keeps it in memory;
 CuTe DSL's own file cache (under ~/.cache/llmcompile/cute unless CUTE_DSL_CACHE_DIR is set)
-keeps the compiled code on disk across processes; on a GPU the host code launches through torch's
-CUDA runtime, not CuTe DSL's own (`runtime/cudart.py`). Each is also a torch.library custom op
+keeps the compiled code on disk across processes. Each is also a torch.library custom op
 (`torch.ops.llmcompile.<name>`), so torch.compile can call it as one opaque kernel. How a call
 reaches the kernel (a lean path, decided once per (dtype, N)): `runtime/callpath.py`.
 """
@@ -20,7 +19,6 @@ from typing import Any
 
 import torch
 
-from llmcompile.runtime import cudart
 from llmcompile.runtime.callpath import KernelFunction
 from llmcompile.runtime.launches import check_launchable, launches_of
 from llmcompile.specs import OpError, OpSpec, contract, get_op
@@ -33,7 +31,6 @@ def compiler_of(spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool
     for x's rows at a run-time stride, a slice of wider rows)."""
 
     def compile_one(dtype: str, n: int) -> Any:
-        cudart.use_torch_cudart()  # (once: every kernel from here on launches through torch's runtime)
         fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace, strided_rows=strided_rows)
         check_launchable(launches_of(fn))
         return contract.with_workspace(fn, len(spec.tensors), workspace)

@@ -12,6 +12,7 @@ library opens with `tvm::ffi::Module::LoadFromFile` and its functions by the man
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
 import shutil
@@ -21,14 +22,29 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmcompile.runtime import artifact, cudart
+from llmcompile.runtime import artifact
 from llmcompile.runtime.artifact import ArtifactError, ArtifactManifest
 from llmcompile.runtime.seal import TVM_FFI_PREFIX
 from llmcompile.specs import contract
 
 LIBRARY = "kernels.so"
+SHIM = Path(__file__).resolve().parent / "runtime_shim.c"
+STATIC_RUNTIME = "libcuda_dialect_runtime_static.a"
 # Left undefined in a linked library, these would need CuTe DSL's own runtime at load time.
 CUTE_RUNTIME_SYMBOL = re.compile(r"^(_cu\w+|cuda_dialect_\w+|CuteDSLRT_\w+)$")
+
+
+def static_runtime() -> Path:
+    """CuTe DSL's static CUDA runtime archive, found without importing CuTe DSL."""
+    spec = importlib.util.find_spec("cutlass")
+    if spec is None or not spec.origin:
+        raise ArtifactError("linking a kernel library needs CuTe DSL (pip install nvidia-cutlass-dsl)")
+    # .../nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py -> .../nvidia_cutlass_dsl/cu*/lib/
+    root = Path(spec.origin).resolve().parents[2]
+    found = sorted(root.glob(f"cu*/lib/{STATIC_RUNTIME}"))
+    if not found:
+        raise ArtifactError(f"CuTe DSL at {root} has no {STATIC_RUNTIME}")
+    return found[-1]
 
 
 def _tvm_ffi_library() -> Path:
@@ -66,13 +82,9 @@ def link(directory: str | Path) -> ArtifactManifest:
     for name in man.objects.values():
         artifact.checked_bytes(d, man, name)
         objects.append(str(d / name))
-    try:
-        archive = cudart.static_runtime()
-    except OSError as e:
-        raise ArtifactError(str(e)) from None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / LIBRARY
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(cudart.SHIM), *objects, str(archive)]
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM), *objects, str(static_runtime())]
         cmd += [str(_tvm_ffi_library())]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
@@ -101,10 +113,11 @@ def _cuda_runtime_global() -> None:
     if not torch.cuda.is_available():
         return  # nothing will run; the library still loads (its CUDA calls bind lazily)
     torch.cuda.init()
-    path = cudart.loaded_cudart()
-    if path is not None:
-        ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
-        return
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split(None, 5)[-1] if len(line.split(None, 5)) == 6 else ""
+        if "/libcudart.so" in path:
+            ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+            return
     raise ArtifactError("torch's CUDA runtime (libcudart) is not loaded in this process: cannot bind a kernel library")
 
 

@@ -21,7 +21,7 @@ from llmcompile.specs import (
     bench_shapes,
     dtype_name,
 )
-from llmcompile.specs.targets import TARGETS, TargetError, get_target, require_gpu
+from llmcompile.specs.targets import DEFAULT_TARGET, TARGETS, TargetError, get_target, require_gpu
 from llmcompile.suites.suite import SuiteError
 
 
@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("kernel", help="a kernel-contract module (.py)")
     s.add_argument("--op", required=True, help="a built-in op or a KernelBench-format .py file")
-    s.add_argument("--target", default="h100")
+    s.add_argument("--target", default=DEFAULT_TARGET)
     s.add_argument("--dtype", help="default: the op's first dtype")
     s.add_argument("--shapes", help="profile shapes, comma-separated MxN (default: the op's benchmark shapes)")
     s.add_argument("--stages", default="static,compile,verify,profile")
@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="time the reference kernels against SOL and baselines (needs the GPU)")
     s.add_argument("ops", nargs="+", help=f"ops to time, or 'all' ({', '.join(BUILTIN)})")
-    s.add_argument("--target", default="h100")
+    s.add_argument("--target", default=DEFAULT_TARGET)
     s.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
     s.add_argument(
         "--shapes", help="comma-separated MxN list (default: 2^28 elements at N in " + ",".join(map(str, BENCH_N)) + ")"

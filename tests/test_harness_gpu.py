@@ -10,7 +10,7 @@ import pytest
 
 from llmcompile.harness import PROFILED, Judge, JudgeOptions
 from llmcompile.specs import BUILTIN, get_op
-from llmcompile.specs.targets import target_here
+from llmcompile.specs.targets import DEFAULT_TARGET, target_here
 from tests.bad_kernels import BAD, HONEST
 
 pytestmark = pytest.mark.gpu
@@ -34,7 +34,7 @@ def _record(line: str) -> None:
 def judge():
     # the judge of the GPU these tests run on (an H200 host too), not the default target's
     here = target_here()
-    with Judge(here.name if here else "h100", timeouts={"verify": 90.0}) as j:
+    with Judge(here.name if here else DEFAULT_TARGET, timeouts={"verify": 90.0}) as j:
         yield j
 
 

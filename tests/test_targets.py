@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmcompile.specs import targets
-from llmcompile.specs.targets import TargetError, get_target, require_gpu, target_here
+from llmcompile.specs.targets import DEFAULT_TARGET, TARGETS, TargetError, get_target, require_gpu, target_here
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,18 @@ def test_require_gpu_refuses_another_card_and_no_card(monkeypatch: pytest.Monkey
     monkeypatch.setattr(targets, "current_gpu", lambda: None)
     with pytest.raises(TargetError, match="no CUDA GPU is visible"):
         require_gpu(get_target("h100"))
+
+
+def test_every_default_target_is_the_one_named_in_targets() -> None:
+    import inspect
+
+    from llmcompile.agent.session import RunRequest
+    from llmcompile.cli import build_parser
+    from llmcompile.harness import judge
+
+    assert DEFAULT_TARGET in TARGETS
+    assert RunRequest().target == DEFAULT_TARGET  # (a literal there: llmcompile.specs imports torch)
+    assert inspect.signature(judge.Judge).parameters["target"].default == DEFAULT_TARGET
+    parser = build_parser()
+    for command in (["check", "k.py", "--op", "softmax"], ["bench", "softmax"]):
+        assert parser.parse_args(command).target == DEFAULT_TARGET

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from llmcompile.agent.prompting import PromptContext, system_prompt, task_prompt
 from llmcompile.specs import get_op
-from llmcompile.specs.targets import get_target
+from llmcompile.specs.targets import DEFAULT_TARGET, get_target
 
 LEVEL1 = Path(__file__).resolve().parents[3] / "shared" / "kernelbench" / "level1"
 DEFAULT = ["softmax", "rmsnorm", "rmsnorm_bwd", "cross_entropy"] + [
@@ -20,7 +20,7 @@ DEFAULT = ["softmax", "rmsnorm", "rmsnorm_bwd", "cross_entropy"] + [
 
 
 def main(argv: list[str]) -> int:
-    target = get_target("h100")
+    target = get_target(DEFAULT_TARGET)
     for op in argv or DEFAULT:
         spec = get_op(op)
         ctx = PromptContext(spec, spec.dtypes[0], target, 90.0, 3.0)

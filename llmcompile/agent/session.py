@@ -37,7 +37,7 @@ class RunRequest:
     """What `llmcompile run` takes (its flags, by name)."""
 
     op: str | None = None
-    target: str = "h100"
+    target: str = "h100"  # specs.targets.DEFAULT_TARGET (llmcompile.specs imports torch: not here)
     dtype: str | None = None
     llm: str = "auto"
     model: str = ""

@@ -50,6 +50,7 @@ from llmcompile.harness.worker import CandidatePool, Channel, JobOutcome, JudgeF
 from llmcompile.runtime import artifact
 from llmcompile.runtime.callpath import CallSpec
 from llmcompile.specs import HELD_OUT_N, OpSpec, contract, verify_shapes
+from llmcompile.specs.targets import DEFAULT_TARGET
 
 __all__ = ["Judge", "JudgeOptions", "Verdict", "evaluate", "STAGES"]
 
@@ -91,7 +92,7 @@ def verdict_key(source: str, spec: OpSpec, dtype: str, target: str, opts: JudgeO
 class Judge:
     def __init__(
         self,
-        target: str = "h100",
+        target: str = DEFAULT_TARGET,
         gpu: bool | None = None,
         compile_workers: int | None = None,
         timeouts: dict[str, float] | None = None,
@@ -515,7 +516,7 @@ _DEFAULT: Judge | None = None
 def evaluate(
     source: str,
     spec: OpSpec,
-    target: str = "h100",
+    target: str = DEFAULT_TARGET,
     stages: tuple[str, ...] = STAGES,
     dtype: str | None = None,
     **options: Any,

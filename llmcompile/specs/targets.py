@@ -29,6 +29,8 @@ class Target:
         return any(s.lower() in gpu.lower() for s in self.device_names)
 
 
+# what a command, the judge and a suite use where no target is given
+DEFAULT_TARGET = "h100"
 TARGETS: dict[str, Target] = {
     "h100": Target("h100", "sm_90a", (9, 0), 132, 228, 16, 3.35, 50, ("H100",)),
     "h200": Target("h200", "sm_90a", (9, 0), 132, 228, 16, 4.8, 60, ("H200",)),

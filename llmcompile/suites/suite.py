@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcompile.specs import BUILTIN, OpError, dtype_name, get_op, parse_shape
-from llmcompile.specs.targets import TargetError, get_target
+from llmcompile.specs.targets import DEFAULT_TARGET, TargetError, get_target
 
 SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -104,7 +104,7 @@ def load_suite(path: str | Path, problems_dir: str | Path | None = None) -> Suit
     bad = set(raw) - _TOP
     if bad:
         raise SuiteError(f"{path}: unknown keys {sorted(bad)}; known: {sorted(_TOP)}")
-    target = str(raw.get("target", "h100"))
+    target = str(raw.get("target", DEFAULT_TARGET))
     try:
         get_target(target)
     except TargetError as e:

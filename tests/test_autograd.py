@@ -177,6 +177,38 @@ def test_a_sums_gradient_reaches_the_norm_functions_as_its_one_value(
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}
 
 
+def test_the_fused_loss_backward_scales_its_kept_gradient_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cross_entropy_loss's backward multiplies the gradient its forward wrote by any upstream
+    gradient without asking its value (no host sync); a second backward of the graph rescales a
+    copy, and one after an upstream 0 is refused, not answered with zeros (stand-in kernel, CPU)."""
+
+    def fused(x: torch.Tensor, t: torch.Tensor, scale: torch.Tensor, **_: int) -> tuple[torch.Tensor, ...]:
+        loss = F.cross_entropy(x, t, reduction="none", ignore_index=-100)
+        dx = (torch.softmax(x, -1) - F.one_hot(t.clamp(min=0), x.shape[-1]).to(x.dtype)) * scale
+        return loss, dx * (t != -100)[:, None]
+
+    monkeypatch.setattr(autograd.kernels, "cross_entropy_fused", fused)
+    x = torch.randn(2, 5, 7, dtype=torch.float64)
+    t = torch.randint(0, 7, (2, 5))
+    t[0, 0] = -100
+    want = torch.func.grad(lambda v: F.cross_entropy(v.reshape(-1, 7), t.reshape(-1)))(x)
+    ours = x.clone().requires_grad_()
+    loss = autograd.cross_entropy_loss(ours, t)
+    torch.testing.assert_close(loss, F.cross_entropy(x.reshape(-1, 7), t.reshape(-1)))
+    (loss * 3.0).backward(retain_graph=True)
+    torch.testing.assert_close(ours.grad, 3.0 * want)
+    ours.grad = None
+    (loss * -2.0).backward(retain_graph=True)  # dx now holds 3x: rescaled, on a copy
+    torch.testing.assert_close(ours.grad, -2.0 * want)
+    ours.grad = None
+    loss.backward()
+    torch.testing.assert_close(ours.grad, want)
+    loss = autograd.cross_entropy_loss(x.clone().requires_grad_(), t)
+    (loss * 0.0).backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="upstream gradient of 0"):
+        loss.backward()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("log", [False, True])
@@ -371,6 +403,33 @@ def test_fused_cross_entropy_loss_matches_torch(dtype: torch.dtype, reduction: s
             scale = upstream / (69 if reduction == "mean" else 1)  # a mean's gradients are 1/kept rows
             torch.testing.assert_close(ours.grad.double(), want.grad, atol=atol * scale, rtol=rtol)
             assert ours.grad.shape == x.shape and not ours.grad[0, :5].any()
+        # a second backward of the same graph (retain_graph): dx was scaled in place by the first
+        ours = x.clone().requires_grad_()
+        loss = autograd.cross_entropy_loss(ours, t, reduction=reduction)
+        loss.backward(retain_graph=True)
+        first = ours.grad.clone()
+        ours.grad = None
+        (loss * 3.0).backward()
+        torch.testing.assert_close(ours.grad.float(), 3.0 * first.float(), atol=1e-6, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_fused_cross_entropy_loss_step_never_waits_for_the_device() -> None:
+    """A training step's loss launches its forward and backward without a host sync: one would hold
+    the step's backward until its forward has run (torch raises on a sync in this mode)."""
+    x = torch.randn(64, 1000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 1000, (64,), device="cuda")
+    autograd.cross_entropy_loss(x, t).backward()  # plans and compiles outside the check
+    x.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        (autograd.cross_entropy_loss(x, t) * 2.0).backward()
+        autograd.cross_entropy_loss(x, t).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = torch.func.grad(lambda v: 3.0 * F.cross_entropy(v, t))(x.detach().double())
+    torch.testing.assert_close(x.grad.double(), want, atol=2e-3, rtol=2e-2)
 
 
 @pytest.mark.gpu

@@ -174,17 +174,29 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
         loss, dx = kernels.cross_entropy_fused(x2, t, scale, **_given("cross_entropy_fused", ignore_index=ignore_index))
         ctx.save_for_backward(dx)
-        ctx.shape = x.shape
+        ctx.shape, ctx.applied = x.shape, None
         return loss.sum() * scale[0]
 
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         (dx,) = ctx.saved_tensors
-        # dx is the gradient for an upstream 1 (`loss.backward()`); another costs one more pass
-        # over dx, and finding out which costs a host sync, as in Liger
-        if not torch.equal(dloss, torch.ones_like(dloss)):
-            dx = dx * dloss.to(dx.dtype)
-        return dx.view(ctx.shape), None, None, None
+        # dx is the gradient for an upstream 1. The upstream gradient scales it on the device, in
+        # place: asking whether it is 1 (as Liger does) is a host sync, and a training step then
+        # waits for its whole forward before it can launch its backward (a Llama step on an H200:
+        # 16.4 ms against torch's 11.2, evals/results/training-run). Through .data, so the saved
+        # tensor's version stays and a second backward of the graph (retain_graph) can still read
+        # dx: it finds it scaled by the first's gradient, and rescales a copy.
+        g = dloss.to(dx.dtype)
+        if ctx.applied is None:
+            dx.data.mul_(g)
+            ctx.applied = g
+            return dx.view(ctx.shape), None, None, None
+        if not ctx.applied.item():  # (only a second backward pays this sync)
+            raise RuntimeError(
+                "cross_entropy_loss: its first backward had an upstream gradient of 0, which erased the "
+                "gradient it keeps; a second backward of this graph needs a new forward"
+            )
+        return (dx * (g / ctx.applied)).view(ctx.shape), None, None, None
 
 
 _SoftmaxFunction = _lean_apply(SoftmaxFunction)

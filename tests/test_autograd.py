@@ -209,6 +209,35 @@ def test_the_fused_loss_backward_scales_its_kept_gradient_in_place(monkeypatch: 
         loss.backward()
 
 
+def test_the_fused_loss_launches_five_small_ops_around_its_kernel_and_two_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each small torch op of cross_entropy_loss is a launch, 10-30 us of host on an H200 machine
+    (evals/results/training-run): the mean's count and the loss's sum forward, the upstream
+    gradient over the count and the one pass over dx backward (ops counted by a dispatch mode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if func.__name__.split(".")[0] not in ("view", "detach", "_unsafe_view"):
+                self.seen.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    x, t = torch.randn(10, 7, dtype=torch.float64), torch.randint(0, 7, (10,))
+    made = iter([(x[:, 0], torch.ones_like(x)) for _ in range(2)])  # (made here: the kernel's ops are not counted)
+    monkeypatch.setattr(autograd.kernels, "cross_entropy_fused", lambda *_, **__: next(made))
+    autograd.cross_entropy_loss(x.clone().requires_grad_(), t)  # (makes the kernel's scale of 1, once)
+    ours = x.clone().requires_grad_()
+    with Ops() as forward:
+        forward.seen = []
+        loss = autograd.cross_entropy_loss(ours, t)
+    assert forward.seen == ["sum", "ne", "sum", "clamp_", "div"]
+    with Ops() as backward:
+        backward.seen = []
+        loss.backward()
+    assert backward.seen == ["ones_like", "div", "mul_"]  # (ones_like: the engine's upstream 1)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("log", [False, True])

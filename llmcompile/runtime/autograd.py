@@ -115,6 +115,20 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+_ONES: dict[torch.device, torch.Tensor] = {}
+
+
+def _one(device: torch.device) -> torch.Tensor:
+    """A (1,) fp32 1 on `device`, made once (not inside a CUDA graph's capture, whose memory it
+    would hold)."""
+    one = _ONES.get(device)
+    if one is None:
+        one = torch.ones(1, device=device)
+        if not (one.is_cuda and torch.cuda.is_current_stream_capturing()):
+            _ONES[device] = one
+    return one
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """t as (rows, N), dense: the loss's rows line up with its targets flattened."""
     return t.reshape(-1, t.shape[-1]).contiguous()
@@ -169,13 +183,19 @@ class CrossEntropyLossFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
         x2, t = _flat(x), target.reshape(-1)
-        # the upstream gradient of each row's loss, on the device: nobody waits for the count
-        kept = (t != ignore_index).sum().clamp(min=1).float()
-        scale = (1.0 / kept if mean else torch.ones((), device=x.device)).reshape(1)
-        loss, dx = kernels.cross_entropy_fused(x2, t, scale, **_given("cross_entropy_fused", ignore_index=ignore_index))
+        # dx for an upstream gradient of 1 a row: the backward's pass over dx applies the mean's
+        # 1/kept with the upstream gradient (each small torch op costs a launch, 10-30 us of host
+        # on an H200 machine; the mean's scale made here for this kernel took three more)
+        loss, dx = kernels.cross_entropy_fused(
+            x2, t, _one(x.device), **_given("cross_entropy_fused", ignore_index=ignore_index)
+        )
+        total, ctx.kept = loss.sum(), None
+        if mean:  # counted on the device: nobody waits for it
+            ctx.kept = (t != ignore_index).sum(dtype=torch.float32).clamp_(min=1)
+            total = total / ctx.kept
         ctx.save_for_backward(dx)
         ctx.shape, ctx.applied = x.shape, None
-        return loss.sum() * scale[0]
+        return total
 
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
@@ -183,11 +203,10 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         # dx is the gradient for an upstream 1. The upstream gradient scales it on the device, in
         # place: asking whether it is 1 (as Liger does) is a host sync, and a training step then
         # waits for its whole forward before it can launch its backward (a Llama step on an H200:
-        # 16.4 ms against torch's 11.2, evals/results/training-run). The price: a pass over dx on
-        # the GPU for an upstream 1 too. Through .data, so the saved tensor's version stays and a
-        # second backward of the graph (retain_graph) can still read dx: it finds it scaled by the
-        # first's gradient, and rescales a copy.
-        g = dloss.to(dx.dtype)
+        # 16.4 ms against torch's 11.2, evals/results/training-run). Through .data, so the saved
+        # tensor's version stays and a second backward of the graph (retain_graph) can still read
+        # dx: it finds it scaled by the first's gradient, and rescales a copy.
+        g = dloss if ctx.kept is None else dloss / ctx.kept
         if ctx.applied is None:
             dx.data.mul_(g)
             ctx.applied = g

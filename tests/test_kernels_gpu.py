@@ -6,7 +6,7 @@ import pytest
 
 from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.harness.verify import compare, poison
-from llmcompile.specs import BUILTIN
+from llmcompile.specs import BUILTIN, OpError
 
 pytestmark = pytest.mark.gpu
 
@@ -351,9 +351,14 @@ def test_attention_public_function(op: str) -> None:
     inputs = spec.make_inputs(4, 777, "bfloat16", torch.Generator().manual_seed(5), "random", "cuda")
     refs = spec.run_reference(inputs)
     tol = spec.tol("bfloat16")
-    for outs in (kernels.BY_NAME[op](*inputs), torch.compile(lambda *a: kernels.BY_NAME[op](*a))(*inputs)):
+    fn = kernels.BY_NAME[op]
+    # the first call, the lean one on shapes it has run, a strided q (copied by the checked path)
+    strided = (inputs[0].transpose(1, 2).contiguous().transpose(1, 2), *inputs[1:])
+    for outs in (fn(*inputs), fn(*inputs), fn(*strided), torch.compile(lambda *a: fn(*a))(*inputs)):
         for out, ref in zip(outs, refs):
             torch.testing.assert_close(out.double(), ref, atol=tol.atol, rtol=tol.rtol)
+    with pytest.raises(OpError, match="must be"):  # a wrong shape: still the checked path's word
+        fn(inputs[0][:, :-1], *inputs[1:])
 
 
 def _attention_failures(entry, op: str, dtype: str, shapes=ATTENTION_SHAPES) -> list[str]:

@@ -33,6 +33,19 @@ def test_a_tiny_run_with_torchs_ops_learns_and_writes_its_results(tmp_path: Path
     ).read_text()
 
 
+def test_two_ops_train_in_lockstep_from_one_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs interleaved step by step: the same ops give the same curve, each its own tokens/s."""
+
+    class Same(T.TorchOps):
+        name = "llmcompile"
+
+    monkeypatch.setattr(T, "OurOps", Same)
+    T.main(["--tiny", "--steps", "6", "--ops", "torch", "llmcompile", "--device", "cpu", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "train-llama.json").read_text())
+    assert data["runs"]["torch"]["loss"] == data["runs"]["llmcompile"]["loss"] and data["max_abs_loss_diff"] == 0
+    assert all(r["tokens_per_s"] > 0 for r in data["runs"].values())
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
 def test_our_ops_refuse_without_a_gpu_before_training(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -46,6 +59,36 @@ def test_our_ops_follow_torchs_on_the_gpu(tmp_path: Path) -> None:
     T.main(["--steps", "30", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "train-llama.json").read_text())
     assert data["max_abs_loss_diff"] < 0.1, data["max_abs_loss_diff"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["model", "dense"])
+def test_our_attention_forward_feeds_torchs_backward_as_well_as_sdpa_does(layout: str) -> None:
+    """Our o and log-sum-exp into torch's attention backward: gradients as near float64's as
+    SDPA's own (an lse of the wrong base, layout or scale puts them far off). q, k, v as the model
+    has them (strided views of one (b, s, 3, h, d) projection: flash-attention's backward) and
+    dense (cuDNN's where torch picks it)."""
+    torch.manual_seed(0)
+    b, h, s, d = 2, 4, 384, 64
+    qkv = torch.randn(b, s, 3, h, d, device="cuda", dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
+    qkv = qkv if layout == "model" else qkv.contiguous()
+    dy = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+
+    def grads(fn, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
+        x = [t.to(dtype).detach().requires_grad_() for t in qkv]
+        return torch.autograd.grad(fn(*x), x, dy.to(dtype))
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    ref, theirs, ours = (
+        grads(sdpa, torch.float64),
+        grads(sdpa, torch.bfloat16),
+        grads(T._OurAttention.apply, torch.bfloat16),
+    )
+    for name, o, t, r in zip("qkv", ours, theirs, ref):
+        err_o, err_t = ((g.double() - r).abs().max().item() for g in (o, t))
+        assert err_o <= 2 * err_t + 1e-2, (name, err_o, err_t)
 
 
 def test_two_runs_are_compared_in_bf16_where_torchs_loss_is_bf16(tmp_path: Path) -> None:

@@ -126,6 +126,19 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
         lambda: torch.autograd.grad(F.cross_entropy(xg2, t2, reduction="none").sum(), xg2),
         q and (lambda: torch.autograd.grad(q.cross_entropy(xg2, t2, reduction="none").sum(), xg2)),
     )
+    add(
+        "train: cross_entropy_loss(x, t) backward (the mean), 8 x N",
+        lambda: torch.autograd.grad(kernels.cross_entropy_loss(xg2, t2), xg2),
+        lambda: torch.autograd.grad(F.cross_entropy(xg2, t2), xg2),
+        None,
+    )
+    qkv = torch.randn(3, 8, 1024, 64, device=dev, dtype=torch.bfloat16)  # (batch x heads, sequence, head dim)
+    add(
+        "attention_causal_d64(q, k, v) 8 x 1024 x 64, bf16",
+        lambda: kernels.attention_causal_d64(*qkv),
+        lambda: F.scaled_dot_product_attention(*qkv[:, None], is_causal=True),
+        None,
+    )
     return out
 
 

@@ -66,9 +66,9 @@ def _extras(backend: str, device: torch.device) -> tuple:
     q = torch.zeros(1, 1, 64, 64, device=device, dtype=torch.bfloat16)
     if backend == "cudnn":
         r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True, 0.0, True)
-        return r[2], r[3], r[6], r[7], r[1].dim()
-    r = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
-    return r[2], r[3], r[6], r[7], r[1].dim()
+    else:
+        r = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
+    return r[2], r[3], r[6], r[7], r[1].dim()  # (both return o, lse, offsets, sizes, rng state, ...)
 
 
 def _torchs_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -4,11 +4,13 @@ torch's autograd (GPU)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from llmcompile.runtime import autograd
+from llmcompile.runtime import autograd, autograd_native
 from llmcompile.runtime.callpath import KernelFunction
 from llmcompile.specs import BUILTIN, get_op
 
@@ -35,7 +37,7 @@ def test_the_norm_references_are_torchs_gradients() -> None:
 
 
 def test_the_lean_apply_is_the_functions_apply() -> None:
-    """`_lean_apply` skips torch's Python wrapper of `Function.apply` (half a small op's host time
+    """`lean_apply` skips torch's Python wrapper of `Function.apply` (half a small op's host time
     through autograd) and gives the same graph and gradients; under functorch and while dynamo
     traces, the wrapper runs as before."""
 
@@ -49,7 +51,7 @@ def test_the_lean_apply_is_the_functions_apply() -> None:
         def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
             return g * ctx.k, None
 
-    apply = autograd._lean_apply(Double)
+    apply = autograd.lean_apply(Double)
     x = torch.randn(4, requires_grad=True)
     y = apply(x, 3.0)
     assert type(y.grad_fn).__name__ == "DoubleBackward"
@@ -177,23 +179,49 @@ def test_a_sums_gradient_reaches_the_norm_functions_as_its_one_value(
 TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (1e-2, 2e-2)}
 
 
-def test_the_fused_loss_backward_scales_its_kept_gradient_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["python", "cpp"])
+def fused_loss(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[object], None]]:
+    """cross_entropy_loss on one of its two paths, with a setter for its fused kernel's stand-in:
+    the Python Function (LLMCOMPILE_NATIVE_AUTOGRAD=0, the kernel function module's attribute) or
+    the C++ node (the extension's registration; the real kernel registered again after)."""
+    monkeypatch.setattr(autograd, "NATIVE_NODES", request.param == "cpp")
+
+    def python(fn: object) -> None:
+        monkeypatch.setattr(autograd.kernels, "cross_entropy_fused", fn)
+
+    if request.param == "python":
+        yield python
+        return
+    m = autograd_native.module()
+    assert m is not None, f"the C++ autograd nodes did not build on this machine: {autograd_native.reason()}"
+    try:  # (an ignore_index not the kernel's own goes to the Python Function on this path too)
+        yield lambda fn: python(fn) or m.register_op(m.CE_LOSS, fn, None)
+    finally:
+        autograd_native.register_kernels(m)
+
+
+def test_the_fused_loss_backward_scales_its_kept_gradient_in_place(fused_loss: Callable[[object], None]) -> None:
     """cross_entropy_loss's backward multiplies the gradient its forward wrote by any upstream
     gradient without asking its value (no host sync); a second backward of the graph rescales a
-    copy, and one after an upstream 0 is refused, not answered with zeros (stand-in kernel, CPU)."""
+    copy, one after an upstream 0 is refused, not answered with zeros, and one through a freed
+    graph is refused (stand-in kernel, CPU; the C++ node and the Python Function alike)."""
 
-    def fused(x: torch.Tensor, t: torch.Tensor, scale: torch.Tensor, **_: int) -> tuple[torch.Tensor, ...]:
-        loss = F.cross_entropy(x, t, reduction="none", ignore_index=-100)
+    def fused(
+        x: torch.Tensor, t: torch.Tensor, scale: torch.Tensor, ignore_index: int = -100
+    ) -> tuple[torch.Tensor, ...]:
+        loss = F.cross_entropy(x, t, reduction="none", ignore_index=ignore_index)
         dx = (torch.softmax(x, -1) - F.one_hot(t.clamp(min=0), x.shape[-1]).to(x.dtype)) * scale
-        return loss, dx * (t != -100)[:, None]
+        return loss, dx * (t != ignore_index)[:, None]
 
-    monkeypatch.setattr(autograd.kernels, "cross_entropy_fused", fused)
+    fused_loss(fused)
     x = torch.randn(2, 5, 7, dtype=torch.float64)
     t = torch.randint(0, 7, (2, 5))
     t[0, 0] = -100
     want = torch.func.grad(lambda v: F.cross_entropy(v.reshape(-1, 7), t.reshape(-1)))(x)
     ours = x.clone().requires_grad_()
     loss = autograd.cross_entropy_loss(ours, t)
+    native = loss.grad_fn.name() == "llmcompile::CrossEntropyLossNode"
+    assert native == autograd.NATIVE_NODES, loss.grad_fn.name()
     torch.testing.assert_close(loss, F.cross_entropy(x.reshape(-1, 7), t.reshape(-1)))
     (loss * 3.0).backward(retain_graph=True)
     torch.testing.assert_close(ours.grad, 3.0 * want)
@@ -207,10 +235,20 @@ def test_the_fused_loss_backward_scales_its_kept_gradient_in_place(monkeypatch: 
     (loss * 0.0).backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="upstream gradient of 0"):
         loss.backward()
+    loss = autograd.cross_entropy_loss(x.clone().requires_grad_(), t, reduction="sum")
+    loss.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+    ours, t = x.clone().requires_grad_(), t.clamp(min=0)
+    loss = autograd.cross_entropy_loss(ours, t, ignore_index=3)
+    assert "Node" not in loss.grad_fn.name()
+    loss.backward()
+    want = torch.func.grad(lambda v: F.cross_entropy(v.reshape(-1, 7), t.reshape(-1), ignore_index=3))(x)
+    torch.testing.assert_close(ours.grad, want)
 
 
 def test_the_fused_loss_launches_five_small_ops_around_its_kernel_and_two_after(
-    monkeypatch: pytest.MonkeyPatch,
+    fused_loss: Callable[[object], None],
 ) -> None:
     """Each small torch op of cross_entropy_loss is a launch, 10-30 us of host on an H200 machine
     (evals/results/training-run): the mean's count and the loss's sum forward, the upstream
@@ -225,7 +263,7 @@ def test_the_fused_loss_launches_five_small_ops_around_its_kernel_and_two_after(
 
     x, t = torch.randn(10, 7, dtype=torch.float64), torch.randint(0, 7, (10,))
     made = iter([(x[:, 0], torch.ones_like(x)) for _ in range(2)])  # (made here: the kernel's ops are not counted)
-    monkeypatch.setattr(autograd.kernels, "cross_entropy_fused", lambda *_, **__: next(made))
+    fused_loss(lambda *_, **__: next(made))
     autograd.cross_entropy_loss(x.clone().requires_grad_(), t)  # (makes the kernel's scale of 1, once)
     ours = x.clone().requires_grad_()
     with Ops() as forward:

@@ -46,6 +46,16 @@ def test_two_ops_train_in_lockstep_from_one_start(tmp_path: Path, monkeypatch: p
     assert all(r["tokens_per_s"] > 0 for r in data["runs"].values())
 
 
+def test_the_attention_backends_choice_is_asked_once_a_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple] = []
+    monkeypatch.setattr(T, "_PICKED", {})
+    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, *_, **__: asked.append(q.stride()) or 0)
+    q = torch.zeros(2, 4, 16, 8)
+    v = torch.zeros(2, 16, 4, 8).transpose(1, 2)
+    picks = [T._cudnn_picked(q, q, t) for t in (q, v, q, v)]
+    assert picks == [False] * 4 and len(asked) == 2
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
 def test_our_ops_refuse_without_a_gpu_before_training(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):

@@ -24,7 +24,7 @@ _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
 
 
-def _lean_apply(cls: type[torch.autograd.Function]) -> Any:
+def lean_apply(cls: type[torch.autograd.Function]) -> Any:
     """`cls.apply` without the Python wrapper torch puts around it: the wrapper binds default
     arguments for a `setup_context` (ours have none) and unwraps functorch's dead wrappers, and
     costs about as much as the rest of a small op's forward through autograd (17 of 35 us on
@@ -178,7 +178,9 @@ class LayerNormFunction(torch.autograd.Function):
 class CrossEntropyLossFunction(torch.autograd.Function):
     """The mean (or sum) of cross-entropy over rows, its gradient written in the forward pass
     (`cross_entropy_fused`): the logits are read once and not kept for the backward, so they
-    may be freed as soon as the loss is computed (Liger's and QuACK's memory-saving trick)."""
+    may be freed as soon as the loss is computed (Liger's and QuACK's memory-saving trick). Where
+    the C++ nodes are built, the kernel's own ignore_index takes autograd_nodes.cpp's `LossBackward`
+    instead, which does the same from C++."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
@@ -219,13 +221,14 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         return (dx * (g / ctx.applied)).view(ctx.shape), None, None, None
 
 
-_SoftmaxFunction = _lean_apply(SoftmaxFunction)
-_CrossEntropyFunction = _lean_apply(CrossEntropyFunction)
-_RMSNormFunction = _lean_apply(RMSNormFunction)
-_LayerNormFunction = _lean_apply(LayerNormFunction)
-_CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
+_SoftmaxFunction = lean_apply(SoftmaxFunction)
+_CrossEntropyFunction = lean_apply(CrossEntropyFunction)
+_RMSNormFunction = lean_apply(RMSNormFunction)
+_LayerNormFunction = lean_apply(LayerNormFunction)
+_CrossEntropyLossFunction = lean_apply(CrossEntropyLossFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
+FUSED_IGNORE = BUILTIN["cross_entropy_fused"].scalars["ignore_index"]
 LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
 
 
@@ -302,4 +305,6 @@ def cross_entropy_loss(
         scalars = _given("cross_entropy", ignore_index=int(ignore_index))
         total = kernels.cross_entropy(_flat(x), t, **scalars).sum()
         return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
+    if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
+        return ext.cross_entropy_loss(x, target, FUSED_IGNORE, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")

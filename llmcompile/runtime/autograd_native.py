@@ -1,5 +1,6 @@
-"""The row ops' autograd nodes in C++ (`autograd_nodes.cpp`, a torch extension), built once per
-machine and torch version with its C++ compiler into the llmcompile cache.
+"""The row ops' autograd nodes in C++ (`autograd_nodes.cpp`, a torch extension), and the fused
+cross-entropy loss's, built once per machine and torch version with its C++ compiler into the
+llmcompile cache.
 
 A Python `torch.autograd.Function` costs a training step what torch's C++ nodes do not: its
 forward's `Function.apply` and its backward, which the autograd engine runs through Python. The
@@ -83,6 +84,7 @@ def register_kernels(ext: Any) -> None:
     ext.register_op(
         ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
     )
+    ext.register_op(ext.CE_LOSS, kernels.cross_entropy_fused, None)  # (its backward is torch's, on dx)
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
     ext.set_guards(

@@ -17,6 +17,7 @@
  * scalars reach a kernel function as keywords only where they differ from its defaults (a call
  * with keywords goes through Python; one without stays in C), and after the first such call of a
  * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
+ * `cross_entropy_loss`'s node (`LossBackward`) runs only a forward kernel; its backward is torch ops.
  */
 #include <ATen/DLConvertor.h>
 #include <torch/csrc/Exceptions.h>
@@ -51,7 +52,7 @@ TORCH_API void deleteNode(Node* function);
 
 namespace {
 
-enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, N_OPS };
+enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, CE_LOSS, N_OPS };  // CE_LOSS: forward alone
 
 /* A forward's fast call with a non-default eps bound (KernelFunction.fast_call), by what it was
  * made for: x's dtype, last dim and rank, and eps. */
@@ -368,6 +369,69 @@ at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
   return out;
 }
 
+/* cross_entropy_loss's node: its forward kernel (cross_entropy_fused) wrote dx for an upstream
+ * gradient of 1 a row, kept here; the backward scales it in place by the upstream gradient over the
+ * mean's count, on the device (asking the values is a sync: the step would wait for its forward).
+ * As the Python Function it replaces (autograd.py's CrossEntropyLossFunction, whose Python forward
+ * and backward cost the fused loss most of its host time beyond torch's, issue 47), a second
+ * backward of a kept graph rescales a copy, and refuses where the first's gradient was 0. */
+struct LossBackward : public Node {
+  at::Tensor dx_, kept_, applied_;  // kept_: the mean's count (undefined for a sum); applied_: dx's scale now
+  std::vector<int64_t> shape_;
+  std::string name() const override { return "llmcompile::CrossEntropyLossNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dx_.reset();
+    kept_.reset();
+    applied_.reset();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!grads[0].defined()) return {at::Tensor()};
+    TORCH_CHECK(dx_.defined(), "Trying to backward through the graph a second time (or directly access saved tensors ",
+                "after they have already been freed): cross_entropy_loss keeps its gradient only with retain_graph=True");
+    at::AutoGradMode off(false);
+    const at::Tensor g = kept_.defined() ? grads[0] / kept_ : grads[0];
+    if (!applied_.defined()) {
+      dx_.mul_(g);
+      applied_ = g;
+      return {dx_.view(shape_)};
+    }
+    TORCH_CHECK(applied_.ne(0).item<bool>(), "cross_entropy_loss: its first backward had an upstream gradient of 0, ",
+                "which erased the gradient it keeps; a second backward of this graph needs a new forward");
+    return {(dx_ * (g / applied_)).view(shape_)};
+  }
+};
+
+/* F.cross_entropy(x, target, reduction='mean' or 'sum') with the fused kernel's own ignore_index
+ * (autograd.py sends any other to the Python Function), `one` a (1,) fp32 1 on x's device: the
+ * kernel's scale. */
+at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, int64_t ignore_index, bool mean,
+                     const at::Tensor& one) {
+  refuse_forward_ad(x);
+  const at::Tensor t = target.reshape({-1});
+  std::vector<at::Tensor> outs;
+  at::Tensor total, kept;
+  {
+    at::AutoGradMode off(false);
+    outs = forward_of(kernels_of(CE_LOSS), {x.reshape({-1, x.size(-1)}).contiguous(), t, one});
+    total = outs.at(0).sum();
+    if (mean) {  // counted on the device: nobody waits for it
+      kept = t.ne(ignore_index).sum(at::kFloat).clamp_(1);
+      total = total / kept;
+    }
+  }
+  if (torch::autograd::compute_requires_grad(x)) {
+    auto node = new_node<LossBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    torch::autograd::set_history(total, node);
+    node->dx_ = outs.at(1);
+    node->kept_ = kept;
+    node->shape_ = x.sizes().vec();
+  }
+  return total;
+}
+
 void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,
                  double kernel_eps) {
   TORCH_CHECK(op >= 0 && op < N_OPS, "llmcompile autograd node: no op ", op);
@@ -418,7 +482,7 @@ PyObject* not_taken() {
  * it (the guards, or arguments it does not parse: that call says what is wrong). */
 PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
   try {  // (not HANDLE_TH_ERRORS: its warning buffer costs a small call more than the rest of this)
-    if (op < 0 || op >= N_OPS) return not_taken();
+    if (op < 0 || op >= N_OPS || op == CE_LOSS) return not_taken();
     const Kernels& k = registry()[op];
     const Guards& g = guards();
     if (!k.forward || g.is_wrapped == nullptr) return not_taken();
@@ -478,6 +542,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("LOG_SOFTMAX") = static_cast<int>(LOG_SOFTMAX);
   m.attr("RMSNORM") = static_cast<int>(RMSNORM);
   m.attr("LAYERNORM") = static_cast<int>(LAYERNORM);
+  m.attr("CE_LOSS") = static_cast<int>(CE_LOSS);
   m.def("register_op", &register_op, py::arg("op"), py::arg("forward"), py::arg("backward"),
         py::arg("backward_scalar") = py::none(), py::arg("eps") = NAN, py::arg("kernel_eps") = NAN,
         "register_op(op, forward, backward, backward_scalar=None, eps=nan, kernel_eps=nan): the op's kernel "
@@ -507,4 +572,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return norm_with<LAYERNORM>({x, w, b}, eps);
       },
       "layernorm(x, weight, bias, eps) through autograd");
+  m.def("cross_entropy_loss", &loss_with, py::arg("x"), py::arg("target"), py::arg("ignore_index"), py::arg("mean"),
+        py::arg("one"), "cross_entropy_loss(x, target, ignore_index, mean, one): the mean or sum through autograd");
 }

@@ -1,7 +1,8 @@
 """The reference kernels as torch functions: `llmcompile.kernels.softmax(x)`, `rmsnorm(x, w,
 eps=1e-6)`, `cross_entropy(logits, target)`, ... (`runtime/compiled.py`), differentiable where an
 input requires grad (`runtime/autograd.py`: the forward kernel saving what the backward reads);
-`cross_entropy_loss(logits, target)` the mean (or sum) loss whose forward pass writes dlogits.
+`cross_entropy_loss(logits, target)` the mean (or sum) loss whose forward pass writes dlogits;
+the attention's backward is torch's attention backward kernel (`runtime/attention_backward.py`).
 Each is also a torch.library op (`torch.ops.llmcompile.<name>`) torch.compile can call.
 """
 
@@ -43,6 +44,10 @@ log_softmax.grad_fn = autograd.log_softmax
 cross_entropy.grad_fn = autograd.cross_entropy
 rmsnorm.grad_fn = autograd.rmsnorm
 layernorm.grad_fn = autograd.layernorm
+# the attention's backward is torch's attention backward kernel on our o and lse
+for _fn in (attention, attention_causal, attention_d64, attention_causal_d64):
+    _fn.grad_fn = autograd.attention(_fn, "causal" in _fn.spec.name, _fn.spec.scalars["scale"])
+del _fn
 
 __all__ = [
     "BY_NAME", "READ_PROBES", "attention", "attention_causal", "attention_causal_d64", "attention_d64", "copy",

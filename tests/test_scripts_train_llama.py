@@ -46,16 +46,6 @@ def test_two_ops_train_in_lockstep_from_one_start(tmp_path: Path, monkeypatch: p
     assert all(r["tokens_per_s"] > 0 for r in data["runs"].values())
 
 
-def test_the_attention_backends_choice_is_asked_once_a_layout(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[tuple] = []
-    monkeypatch.setattr(T, "_PICKED", {})
-    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, *_, **__: asked.append(q.stride()) or 0)
-    q = torch.zeros(2, 4, 16, 8)
-    v = torch.zeros(2, 16, 4, 8).transpose(1, 2)
-    picks = [T._cudnn_picked(q, q, t) for t in (q, v, q, v)]
-    assert picks == [False] * 4 and len(asked) == 2
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
 def test_our_ops_refuse_without_a_gpu_before_training(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -74,10 +64,9 @@ def test_our_ops_follow_torchs_on_the_gpu(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["model", "dense"])
 def test_our_attention_forward_feeds_torchs_backward_as_well_as_sdpa_does(layout: str) -> None:
-    """Our o and log-sum-exp into torch's attention backward: gradients as near float64's as
-    SDPA's own (an lse of the wrong base, layout or scale puts them far off). q, k, v as the model
-    has them (strided views of one (b, s, 3, h, d) projection: flash-attention's backward) and
-    dense (cuDNN's where torch picks it)."""
+    """The run's attention (our forward, torch's backward kernel on our o and lse, through
+    `kernels.attention_causal_d64`'s autograd): gradients as near float64's as SDPA's own, for q,
+    k, v as the model has them (strided views of one (b, s, 3, h, d) projection) and dense."""
     torch.manual_seed(0)
     b, h, s, d = 2, 4, 384, 64
     qkv = torch.randn(b, s, 3, h, d, device="cuda", dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
@@ -94,7 +83,7 @@ def test_our_attention_forward_feeds_torchs_backward_as_well_as_sdpa_does(layout
     ref, theirs, ours = (
         grads(sdpa, torch.float64),
         grads(sdpa, torch.bfloat16),
-        grads(T._OurAttention.apply, torch.bfloat16),
+        grads(T.OurOps().attention, torch.bfloat16),
     )
     for name, o, t, r in zip("qkv", ours, theirs, ref):
         err_o, err_t = ((g.double() - r).abs().max().item() for g in (o, t))

@@ -15,7 +15,6 @@ DIR/train-llama.png.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import time
@@ -25,9 +24,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend
-
-from llmcompile.runtime.autograd import lean_apply
 
 
 @dataclass(frozen=True)
@@ -60,74 +56,6 @@ class TorchOps:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-@functools.cache
-def _extras(backend: str, device: torch.device) -> tuple:
-    """What torch's attention forward of `backend` hands its backward besides o and lse (no
-    sequence offsets, its dropout state, the lse's shape), from one tiny call, so our forward feeds
-    that backward as torch's own would."""
-    q = torch.zeros(1, 1, 64, 64, device=device, dtype=torch.bfloat16)
-    if backend == "cudnn":
-        r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True, 0.0, True)
-    else:
-        r = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
-    return r[2], r[3], r[6], r[7], r[1].dim()  # (both return o, lse, offsets, sizes, rng state, ...)
-
-
-_PICKED: dict[tuple, bool] = {}
-
-
-def _cudnn_picked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether torch's causal SDPA picks cuDNN for tensors laid out as these: asked once a layout
-    (`_fused_sdp_choice` checks every backend's conditions, host time a backward call repeated),
-    under the process's SDPA settings, which the script leaves as they are."""
-    key = (q.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device)
-    if (picked := _PICKED.get(key)) is None:
-        picked = _PICKED[key] = torch._fused_sdp_choice(q, k, v, is_causal=True) == SDPBackend.CUDNN_ATTENTION.value
-    return picked
-
-
-def _torchs_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                     lse: torch.Tensor) -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """The backward kernel of the backend torch's SDPA picks for q, k, v (cuDNN on an H200 with
-    torch 2.11, else flash-attention), fed our o and natural-log lse of shape (b, h, s)."""
-    s = q.shape[2]
-    # cuDNN's reads o as laid out like q, as its forward writes it (o of another layout gave
-    # gradients off by 7 on an H200): flash-attention's takes any
-    if o.stride() == q.stride() and _cudnn_picked(q, k, v):
-        cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
-        lse = lse.view(*lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
-        return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            do, q, k, v, o, lse, seed, offset, None, cum_q, cum_k, s, s, 0.0, True
-        )
-    cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
-    return torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        do, q, k, v, o, lse, cum_q, cum_k, s, s, 0.0, True, seed, offset
-    )
-
-
-class _OurAttention(torch.autograd.Function):
-    """Our causal attention forward; the backward is torch's attention backward kernel, fed our
-    output and log-sum-exp (we have no attention backward kernel yet)."""
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        from llmcompile import kernels
-
-        b, h, s, d = q.shape
-        fn = kernels.attention_causal_d64 if d == 64 else kernels.attention_causal
-        o, lse = fn(*(t.reshape(b * h, s, d).contiguous() for t in (q, k, v)))
-        o = o.view(b, h, s, d)
-        ctx.save_for_backward(q, k, v, o, lse.view(b, h, s))  # (lse: natural-log, fp32)
-        return o
-
-    @staticmethod
-    def backward(ctx, do: torch.Tensor) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
-        return tuple(_torchs_backward(do, *ctx.saved_tensors))
-
-
-_attention = lean_apply(_OurAttention)  # (torch's Python wrapper of apply: host time every layer)
-
-
 class OurOps(TorchOps):
     name = "llmcompile"
 
@@ -142,7 +70,10 @@ class OurOps(TorchOps):
         return self.k.rmsnorm(x, w, eps=eps)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return _attention(q, k, v)
+        # our kernels take (b * h, s, d) dense: v, a strided view, is copied (SDPA reads it in place)
+        b, h, s, d = q.shape
+        fn = self.k.attention_causal_d64 if d == 64 else self.k.attention_causal
+        return fn(*(t.reshape(b * h, s, d) for t in (q, k, v)))[0].view(b, h, s, d)
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.k.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))

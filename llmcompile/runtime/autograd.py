@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from llmcompile.runtime import autograd_native, native_call
+from llmcompile.runtime import attention_backward, autograd_native, native_call
 from llmcompile.runtime import compiled as kernels
 from llmcompile.specs import BUILTIN
 
@@ -221,11 +221,33 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         return (dx * (g / ctx.applied)).view(ctx.shape), None, None, None
 
 
+class AttentionFunction(torch.autograd.Function):
+    """Softmax attention over (batch x heads, sequence, head dim) q, k, v: our forward kernel `fn`
+    writes o and each query's log-sum-exp; the backward is torch's attention backward kernel fed
+    those (`attention_backward`: we have no attention backward kernel yet). The lse carries no
+    gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, fn: Any, causal: bool, scale: float, scalars: dict, *qkv: torch.Tensor) -> tuple:
+        qkv = tuple(t.contiguous() for t in qkv)  # (what the kernel reads, and cuDNN's backward beside o)
+        o, lse = fn(*qkv, **scalars)
+        ctx.save_for_backward(*qkv, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx: Any, do: torch.Tensor, _: torch.Tensor) -> tuple:
+        q, k, v, o, lse = ctx.saved_tensors
+        return None, None, None, None, *attention_backward.backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+
+
 _SoftmaxFunction = lean_apply(SoftmaxFunction)
 _CrossEntropyFunction = lean_apply(CrossEntropyFunction)
 _RMSNormFunction = lean_apply(RMSNormFunction)
 _LayerNormFunction = lean_apply(LayerNormFunction)
 _CrossEntropyLossFunction = lean_apply(CrossEntropyLossFunction)
+_AttentionFunction = lean_apply(AttentionFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
 FUSED_IGNORE = BUILTIN["cross_entropy_fused"].scalars["ignore_index"]
@@ -308,3 +330,13 @@ def cross_entropy_loss(
     if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
         return ext.cross_entropy_loss(x, target, FUSED_IGNORE, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")
+
+
+def attention(fn: Any, causal: bool, scale: float) -> Any:
+    """The differentiable call of attention kernel function `fn` (its `grad_fn`): `scale` its
+    default, the call's own by keyword."""
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **scalars: float) -> tuple:
+        return _AttentionFunction(fn, causal, float(scalars.get("scale", scale)), scalars, q, k, v)
+
+    return call

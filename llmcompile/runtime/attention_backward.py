@@ -1,0 +1,75 @@
+"""The attention's backward, which we have no kernel for yet: torch's own attention backward kernel
+fed the o and natural-log log-sum-exp our forward kernel wrote (`autograd.attention`).
+
+q, k, v and o are (batch x heads, sequence, head dim), dense (the forward made them so), seen by
+torch as one batch of that many heads. The kernel is the one torch's SDPA picks for them:
+cuDNN's, which reads o laid out as q (given another layout, its gradients were off by 7 on an
+H200), or flash-attention's. Where SDPA would pick neither (another backend, or one turned off by
+`torch.nn.attention.sdpa_kernel`), SDPA's forward and backward run again under autograd: slower,
+right for whatever SDPA takes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
+
+CUDNN, FLASH = SDPBackend.CUDNN_ATTENTION.value, SDPBackend.FLASH_ATTENTION.value
+_PICKED: dict[tuple, int] = {}
+
+
+def backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> int:
+    """The backend SDPA picks for 4-D q, k, v laid out as these (an SDPBackend value), asked once a
+    layout and set of enabled backends: `_fused_sdp_choice` checks each backend's conditions, host
+    time every backward would repeat."""
+    cuda = torch.backends.cuda
+    key = (q.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, causal, scale)
+    key += (cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled())
+    if (picked := _PICKED.get(key)) is None:
+        if len(_PICKED) >= 64:  # (a model runs a few shapes, not one a call)
+            _PICKED.clear()
+        picked = _PICKED[key] = torch._fused_sdp_choice(q, k, v, is_causal=causal, scale=scale)
+    return picked
+
+
+@functools.cache
+def _extras(kind: str, device: torch.device) -> tuple:
+    """What torch's forward of `kind` hands its backward besides o and lse (no sequence offsets, its
+    dropout state, the rank of its lse), from one tiny call, so our forward feeds that backward as
+    torch's own would."""
+    q = torch.zeros(1, 1, 64, 64, device=device, dtype=torch.bfloat16)
+    if kind == "cudnn":
+        r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, q, q, None, True, 0.0, True)
+    else:
+        r = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
+    return r[2], r[3], r[6], r[7], r[1].dim()  # (both return o, lse, offsets, sizes, rng state, ...)
+
+
+def backward(
+    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+    causal: bool, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """dq, dk, dv of the attention o = softmax(q k^T * scale) v over (M, N, D) tensors, lse (M, N)."""
+    q4, k4, v4, o4, do4 = (t.unsqueeze(0) for t in (q, k, v, o, do))
+    n = q.shape[1]
+    picked = backend(q4, k4, v4, causal, scale) if q.is_cuda else None
+    if picked == CUDNN and o4.stride() == q4.stride():
+        cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
+        lse = lse.view(1, *lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
+        grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            do4, q4, k4, v4, o4, lse, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
+        )
+    elif picked == FLASH:
+        cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            do4, q4, k4, v4, o4, lse.unsqueeze(0), cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
+        )
+    else:
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
+            return torch.autograd.grad(out, leaves, do)
+    return grads[0][0], grads[1][0], grads[2][0]

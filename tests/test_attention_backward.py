@@ -1,0 +1,97 @@
+"""The attention's differentiable call (`autograd.attention`) and its backward, torch's attention
+backward kernel on our o and lse (`runtime/attention_backward.py`)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llmcompile.runtime import attention_backward as AB
+from llmcompile.runtime import autograd
+from llmcompile.specs.attention import ref_attention
+
+
+def test_every_attention_kernel_function_is_differentiable() -> None:
+    from llmcompile import kernels
+
+    for fn in (kernels.attention, kernels.attention_causal, kernels.attention_d64, kernels.attention_causal_d64):
+        assert fn.grad_fn is not None, fn.spec.name
+
+
+def test_the_backend_is_asked_once_a_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple] = []
+    monkeypatch.setattr(AB, "_PICKED", {})
+    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, *_, **__: asked.append(q.stride()) or 0)
+    q = torch.zeros(2, 4, 16, 8)
+    v = torch.zeros(2, 16, 4, 8).transpose(1, 2)
+    assert [AB.backend(q, q, t, True, 0.5) for t in (q, v, q, v)] == [0] * 4 and len(asked) == 2
+    torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+    try:  # (another set of enabled backends, as `sdpa_kernel` makes: asked again)
+        AB.backend(q, q, q, True, 0.5)
+    finally:
+        torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+    assert len(asked) == 3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_are_sdpas_where_no_fused_kernel_takes_the_tensors(causal: bool) -> None:
+    """A float64 stand-in for the forward kernel, on the CPU (no fused backward kernel there: SDPA's
+    forward and backward run again): o and lse from the kernel function, the lse with no gradient,
+    SDPA's gradients; a strided q made dense for the kernel; the call's scale reaching both."""
+    seen: list[float] = []
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 0.125) -> list[torch.Tensor]:
+        assert all(t.is_contiguous() for t in (q, k, v))
+        seen.append(scale)
+        return ref_attention(causal)(q, k, v, scale)
+
+    call = autograd.attention(fn, causal, 0.125)
+    q = torch.randn(20, 3, 8, dtype=torch.float64).transpose(0, 1).requires_grad_()
+    k, v = (torch.randn(3, 20, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    dy = torch.randn(3, 20, 8, dtype=torch.float64)
+    for kw in ({}, {"scale": 0.3}):
+        o, lse = call(q, k, v, **kw)
+        assert o.requires_grad and not lse.requires_grad
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=kw.get("scale", 0.125))
+        torch.testing.assert_close(o, want)
+        for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+            torch.testing.assert_close(g, r)
+    assert seen == [0.125, 0.3]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("allowed", ["default", "flash", "math"])
+def test_our_forward_feeds_torchs_backward_as_well_as_sdpa_does(allowed: str) -> None:
+    """kernels.attention_causal_d64 and attention_d64 through autograd: gradients as near float64's
+    as SDPA's own, through cuDNN's backward (where torch picks it), flash-attention's, and SDPA's
+    math path run again (`sdpa_kernel` allowing only it); an lse of the wrong base, layout or scale
+    puts them far off."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from llmcompile import kernels
+
+    only = {"flash": [SDPBackend.FLASH_ATTENTION], "math": [SDPBackend.MATH]}.get(allowed)
+    route = {"flash": (AB.FLASH,), "math": (SDPBackend.MATH.value,)}.get(allowed, (AB.CUDNN, AB.FLASH))
+    torch.manual_seed(0)
+    m, n, d = 6, 384, 64
+    q, k, v, dy = (torch.randn(m, n, d, device="cuda") for _ in range(4))
+    for fn, causal in ((kernels.attention_causal_d64, True), (kernels.attention_d64, False)):
+
+        def grads(f, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
+            x = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+            return torch.autograd.grad(f(*x), x, dy.to(dtype))
+
+        def sdpa(*x: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(*x, is_causal=causal)  # noqa: B023
+
+        with sdpa_kernel(only) if only else contextlib.nullcontext():
+            ours = grads(lambda *x: fn(*x)[0], torch.bfloat16)  # noqa: B023
+            qkv = [t.to(torch.bfloat16).unsqueeze(0) for t in (q, k, v)]
+            assert AB.backend(*qkv, causal, d**-0.5) in route, allowed
+        ref, theirs = grads(sdpa, torch.float64), grads(sdpa, torch.bfloat16)
+        for name, o, t, r in zip("qkv", ours, theirs, ref):
+            err_o, err_t = ((g.double() - r).abs().max().item() for g in (o, t))
+            assert err_o <= 2 * err_t + 1e-2, (fn.spec.name, name, err_o, err_t)

@@ -234,10 +234,13 @@ class AttentionFunction(torch.autograd.Function):
         ctx.save_for_backward(*qkv, o, lse)
         ctx.causal, ctx.scale = causal, scale
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # (lse's gradient, never read, made a zeros launch a backward)
         return o, lse
 
     @staticmethod
-    def backward(ctx: Any, do: torch.Tensor, _: torch.Tensor) -> tuple:
+    def backward(ctx: Any, do: torch.Tensor | None, _: None) -> tuple:
+        if do is None:
+            return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
         return None, None, None, None, *attention_backward.backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
 

@@ -5,8 +5,8 @@ q, k, v and o are (batch x heads, sequence, head dim), dense (the forward made t
 torch as one batch of that many heads. The kernel is the one torch's SDPA picks for them:
 cuDNN's, which reads o laid out as q (given another layout, its gradients were off by 7 on an
 H200), or flash-attention's. Where SDPA would pick neither (another backend, or one turned off by
-`torch.nn.attention.sdpa_kernel`), SDPA's forward and backward run again under autograd: slower,
-right for whatever SDPA takes.
+`torch.nn.attention.sdpa_kernel`), or off the GPU, the gradients SDPA's math path computes, from
+the scores made again in fp32 (or float64): slower, and as much memory as that path.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 CUDNN, FLASH = SDPBackend.CUDNN_ATTENTION.value, SDPBackend.FLASH_ATTENTION.value
@@ -53,10 +52,11 @@ def backward(
     causal: bool, scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """dq, dk, dv of the attention o = softmax(q k^T * scale) v over (M, N, D) tensors, lse (M, N)."""
-    q4, k4, v4, o4, do4 = (t.unsqueeze(0) for t in (q, k, v, o, do))
     n = q.shape[1]
-    picked = backend(q4, k4, v4, causal, scale) if q.is_cuda else None
-    if picked == CUDNN and o4.stride() == q4.stride():
+    picked = backend(q[None], k[None], v[None], causal, scale) if q.is_cuda else None
+    if picked in (CUDNN, FLASH):
+        q4, k4, v4, o4, do4 = (t.unsqueeze(0) for t in (q, k, v, o, do))
+    if picked == CUDNN and o.stride() == q.stride():
         cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
         lse = lse.view(1, *lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
         grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
@@ -67,9 +67,14 @@ def backward(
         grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
             do4, q4, k4, v4, o4, lse.unsqueeze(0), cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
         )
-    else:
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            out = F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=scale)
-            return torch.autograd.grad(out, leaves, do)
+    else:  # what SDPA's math backward computes, from our o and lse, in torch ops (torch.compile traces them)
+        f = torch.promote_types(q.dtype, torch.float32)
+        qf, kf, vf, of, dof = (t.to(f) for t in (q, k, v, o, do))
+        s = qf @ kf.transpose(1, 2) * scale
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        p = torch.exp(s - lse.to(f)[..., None])
+        ds = p * (dof @ vf.transpose(1, 2) - (dof * of).sum(-1, keepdim=True)) * scale
+        grads = ds @ kf, ds.transpose(1, 2) @ qf, p.transpose(1, 2) @ dof
+        return tuple(g.to(q.dtype) for g in grads)
     return grads[0][0], grads[1][0], grads[2][0]

@@ -37,7 +37,7 @@ def test_the_norm_references_are_torchs_gradients() -> None:
 
 
 def test_the_lean_apply_is_the_functions_apply() -> None:
-    """`lean_apply` skips torch's Python wrapper of `Function.apply` (half a small op's host time
+    """`_lean_apply` skips torch's Python wrapper of `Function.apply` (half a small op's host time
     through autograd) and gives the same graph and gradients; under functorch and while dynamo
     traces, the wrapper runs as before."""
 
@@ -51,7 +51,7 @@ def test_the_lean_apply_is_the_functions_apply() -> None:
         def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, None]:
             return g * ctx.k, None
 
-    apply = autograd.lean_apply(Double)
+    apply = autograd._lean_apply(Double)
     x = torch.randn(4, requires_grad=True)
     y = apply(x, 3.0)
     assert type(y.grad_fn).__name__ == "DoubleBackward"

@@ -24,7 +24,7 @@ _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
 
 
-def lean_apply(cls: type[torch.autograd.Function]) -> Any:
+def _lean_apply(cls: type[torch.autograd.Function]) -> Any:
     """`cls.apply` without the Python wrapper torch puts around it: the wrapper binds default
     arguments for a `setup_context` (ours have none) and unwraps functorch's dead wrappers, and
     costs about as much as the rest of a small op's forward through autograd (17 of 35 us on
@@ -245,12 +245,12 @@ class AttentionFunction(torch.autograd.Function):
         return None, None, None, None, *attention_backward.backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
 
 
-_SoftmaxFunction = lean_apply(SoftmaxFunction)
-_CrossEntropyFunction = lean_apply(CrossEntropyFunction)
-_RMSNormFunction = lean_apply(RMSNormFunction)
-_LayerNormFunction = lean_apply(LayerNormFunction)
-_CrossEntropyLossFunction = lean_apply(CrossEntropyLossFunction)
-_AttentionFunction = lean_apply(AttentionFunction)
+_SoftmaxFunction = _lean_apply(SoftmaxFunction)
+_CrossEntropyFunction = _lean_apply(CrossEntropyFunction)
+_RMSNormFunction = _lean_apply(RMSNormFunction)
+_LayerNormFunction = _lean_apply(LayerNormFunction)
+_CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
+_AttentionFunction = _lean_apply(AttentionFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
 FUSED_IGNORE = BUILTIN["cross_entropy_fused"].scalars["ignore_index"]

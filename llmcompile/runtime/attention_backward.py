@@ -53,28 +53,28 @@ def backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """dq, dk, dv of the attention o = softmax(q k^T * scale) v over (M, N, D) tensors, lse (M, N)."""
     n = q.shape[1]
-    picked = backend(q[None], k[None], v[None], causal, scale) if q.is_cuda else None
-    if picked in (CUDNN, FLASH):
+    if q.is_cuda:
         q4, k4, v4, o4, do4 = (t.unsqueeze(0) for t in (q, k, v, o, do))
-    if picked == CUDNN and o.stride() == q.stride():
-        cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
-        lse = lse.view(1, *lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
-        grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            do4, q4, k4, v4, o4, lse, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
-        )
-    elif picked == FLASH:
-        cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
-        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-            do4, q4, k4, v4, o4, lse.unsqueeze(0), cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
-        )
-    else:  # what SDPA's math backward computes, from our o and lse, in torch ops (torch.compile traces them)
-        f = torch.promote_types(q.dtype, torch.float32)
-        qf, kf, vf, of, dof = (t.to(f) for t in (q, k, v, o, do))
-        s = qf @ kf.transpose(1, 2) * scale
-        if causal:
-            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-        p = torch.exp(s - lse.to(f)[..., None])
-        ds = p * (dof @ vf.transpose(1, 2) - (dof * of).sum(-1, keepdim=True)) * scale
-        grads = ds @ kf, ds.transpose(1, 2) @ qf, p.transpose(1, 2) @ dof
-        return tuple(g.to(q.dtype) for g in grads)
-    return grads[0][0], grads[1][0], grads[2][0]
+        picked = backend(q4, k4, v4, causal, scale)
+        if picked == CUDNN and o.stride() == q.stride():
+            cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
+            lse = lse.view(1, *lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
+            grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+                do4, q4, k4, v4, o4, lse, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
+            )
+            return grads[0][0], grads[1][0], grads[2][0]
+        if picked == FLASH:
+            cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
+            grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                do4, q4, k4, v4, o4, lse.unsqueeze(0), cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
+            )
+            return grads[0][0], grads[1][0], grads[2][0]
+    # what SDPA's math backward computes, from our o and lse, in torch ops (torch.compile traces them)
+    f = torch.promote_types(q.dtype, torch.float32)
+    qf, kf, vf, of, dof = (t.to(f) for t in (q, k, v, o, do))
+    s = qf @ kf.transpose(1, 2) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    p = torch.exp(s - lse.to(f)[..., None])
+    ds = p * (dof @ vf.transpose(1, 2) - (dof * of).sum(-1, keepdim=True)) * scale
+    return tuple(g.to(q.dtype) for g in (ds @ kf, ds.transpose(1, 2) @ qf, p.transpose(1, 2) @ dof))

@@ -23,6 +23,7 @@ class CrossEntropy:
     save_lse = False  # also write each row's log-sum-exp (what the backward needs): cross_entropy_fwd
     # also write dlogits from the registers the loss came from: cross_entropy_fused
     write_dx = False
+    unit_scale = False  # dlogits for an upstream 1, mScale never read: cross_entropy_fused_total
 
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
         self.knobs = knobs
@@ -91,7 +92,9 @@ class CrossEntropy:
                 fetch = functools.partial(load_target_index, mTarget, target)
         else:
             fetch = functools.partial(load_target_logit, mX, mTarget, t.n, target, x_target)
-        scale = Float32(mScale[0]) if cutlass.const_expr(self.write_dx) else Float32(0.0)
+        scale = Float32(0.0)
+        if cutlass.const_expr(self.write_dx):
+            scale = Float32(1.0) if cutlass.const_expr(self.unit_scale) else Float32(mScale[0])
         row = functools.partial(
             self.row, mLoss, mLse, mdX, sX, sTarget, scale, ignore_index, scratch_a, scratch_b, target, x_target
         )

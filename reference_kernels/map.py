@@ -9,7 +9,8 @@ computes, so `unroll` vectors per input are in flight per thread. Offsets are 64
 tensor may hold more than 2^31 elements (KernelBench's largest hold 2^32).
 
 Broadcast operands: a "row" input holds one value per leading index (shape (M,) or
-(M, 1, ...)), e.g. the diagonal of diag(a) @ B; scalars arrive as Float32 / Int64 values.
+(M, 1, ...)), e.g. the diagonal of diag(a) @ B; a "one" input holds one value (shape (1,)), read
+on the device (an upstream gradient: no host sync); scalars arrive as Float32 / Int64 values.
 The body sees fp32 `TensorSSA` vectors for full inputs and fp32 scalars for the rest, and
 returns a tuple of fp32 vectors, one per output (converted to each output's dtype).
 
@@ -30,7 +31,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 from reference_kernels.reduce import vector_at as _vector_at
 from reference_kernels.reduce import vector_elems
 
-KINDS = ("full", "row")
+KINDS = ("full", "row", "one")
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,23 @@ class Map:
         if any(k not in KINDS for k in kinds):
             raise ValueError(f"input kinds must be among {KINDS}, got {kinds}")
         self.body, self.kinds, self.knobs = body, kinds, knobs
+        # launched as a programmatic dependent, waiting for the grid before it (set at trace time
+        # by a caller whose row kernels launch so: reference_kernels/scale.py)
+        self.dependent = False
 
     @cute.jit
     def __call__(self, ins: tuple, outs: tuple, scalars: tuple, stream):
         ref = outs[0]
+        for t in (*ins, *outs):  # (a caller then copies such rows dense: callpath.compiled_strided)
+            if const_expr(cute.rank(t) > 1 and not cute.is_static(t.stride[0])):
+                raise ValueError("the map template reads its operands flat, not rows at a run-time stride")
         inner = const_expr(_inner(ref))
         widest = const_expr(max(t.element_type.width for t in (*ins, *outs)))
         self.tiling = resolve_tiling(self.knobs, widest, inner)
         total = Int64(ref.shape[0]) * inner if const_expr(cute.rank(ref) > 0) else Int64(1)
         grid = Int32((total + self.tiling.tile - 1) // self.tiling.tile)
         self.kernel(ins, outs, scalars, total).launch(
-            grid=[grid, 1, 1], block=[self.tiling.num_threads, 1, 1], stream=stream
+            grid=[grid, 1, 1], block=[self.tiling.num_threads, 1, 1], stream=stream, use_pdl=self.dependent
         )
 
     @cute.kernel
@@ -95,6 +102,8 @@ class Map:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         start = Int64(bidx) * t.tile
+        if const_expr(self.dependent):
+            cute.arch.griddepcontrol_wait()
         # Every load of every unrolled vector first, so they are all in flight together.
         loaded = []
         for u in cutlass.range_constexpr(t.unroll):
@@ -111,7 +120,8 @@ class Map:
                     r = cute.make_rmem_tensor(1, ins[i].element_type)
                     r[0] = ins[i].element_type(0)
                     if ok:
-                        r[0] = _vector_at(ins[i], e // t.inner, 1)[0]
+                        at = Int64(0) if const_expr(self.kinds[i] == "one") else e // t.inner
+                        r[0] = _vector_at(ins[i], at, 1)[0]
                     vals.append(r)
             loaded.append((e, ok, vals))
         for e, ok, vals in loaded:

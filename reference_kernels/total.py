@@ -112,6 +112,9 @@ class TotalReduce:
             raise ValueError(f"the reduced tuple holds 1..{MAX_ARITY} values, got {len(identity)}")
         self.prologue, self.combine, self.identity, self.epilogue = prologue, combine, identity, epilogue
         self.kinds, self.rewrite, self.knobs = kinds, rewrite, knobs
+        # launched as programmatic dependents, each kernel waiting for the grid before it (set at
+        # trace time by a caller whose row kernel launched so: the total reads what that wrote)
+        self.dependent = False
 
     @cute.jit
     def __call__(self, ins: tuple, outs: tuple, scalars: tuple, mW: cute.Tensor, stream):
@@ -123,20 +126,25 @@ class TotalReduce:
         t = self.tiling
         rows = Int64(ref.shape[0])
         total = rows * inner
+        pdl = self.dependent
         self.partials(ins, scalars, mW, total // t.vec, last).launch(
-            grid=[t.ctas, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+            grid=[t.ctas, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=pdl
         )
-        self.final(outs, mW, rows, total).launch(grid=[1, 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream)
+        self.final(outs, mW, rows, total).launch(
+            grid=[1, 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream, use_pdl=pdl
+        )
         if const_expr(self.rewrite is not None):
             tile = t.num_threads * t.unroll * t.vec
             grid = Int32((total + tile - 1) // tile)
             self.rewrite_all(ref, outs[0], mW, total).launch(
-                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=pdl
             )
 
     @cute.kernel
     def partials(self, ins: tuple, scalars: tuple, mW: cute.Tensor, nvec: Int64, last: cutlass.Constexpr[int]):
         t = self.tiling
+        if const_expr(self.dependent):
+            cute.arch.griddepcontrol_wait()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         per_step = t.stride * t.unroll
@@ -177,6 +185,8 @@ class TotalReduce:
     @cute.kernel
     def final(self, outs: tuple, mW: cute.Tensor, rows: Int64, total: Int64):
         t = self.tiling
+        if const_expr(self.dependent):
+            cute.arch.griddepcontrol_wait()
         tidx, _, _ = cute.arch.thread_idx()
         acc = tuple(Float32(v) for v in self.identity)
         for c in cutlass.range_constexpr(math.ceil(t.ctas / FINAL_THREADS)):
@@ -196,6 +206,8 @@ class TotalReduce:
     @cute.kernel
     def rewrite_all(self, mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, total: Int64):
         t = self.tiling
+        if const_expr(self.dependent):
+            cute.arch.griddepcontrol_wait()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         stats = tuple(mW[MAX_CTAS * MAX_ARITY + k] for k in range(MAX_ARITY))

@@ -79,6 +79,24 @@ def test_outputs_take_their_dtype_and_rows_and_the_scalars_follow_them() -> None
     assert len(args) == 6 and args[4] == 0.5 and args[5] == 2
 
 
+def test_an_output_of_one_value_is_made_1_long_whatever_the_leading_dims() -> None:
+    """A total (a loss's sum, mean, 1/kept) is an output of one value: made (1,) in C, not flattened
+    with x's leading dims, beside rows made in the caller's shape."""
+    seen: list[tuple] = []
+
+    def kernel(x: object, y: object, total: object) -> None:
+        seen.append((tuple(x.shape), tuple(y.shape), tuple(total.shape)))
+        _torch(y).copy_(_torch(x) * 2)
+        _torch(total).copy_(_torch(x).sum().reshape(1))
+
+    outs = [OutputSpec(0, "all", "float32"), OutputSpec(0, "one", "float32")]
+    call = native_call.make_caller(tvm_ffi.convert(kernel), 1, outs, flat=("rows",))
+    x = torch.randn(2, 3, 8)
+    y, total = call(x)
+    assert seen == [((6, 8), (6, 8), (1,))] and y.shape == x.shape and total.shape == (1,)
+    torch.testing.assert_close(total, x.sum().reshape(1))
+
+
 def test_calls_it_cannot_take_are_refused_before_any_allocation() -> None:
     k = _Kernel()
     call = native_call.make_caller(tvm_ffi.convert(k), 1, [OutputSpec(0, "all", "float32")])

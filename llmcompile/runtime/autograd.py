@@ -119,8 +119,8 @@ _ONES: dict[torch.device, torch.Tensor] = {}
 
 
 def _one(device: torch.device) -> torch.Tensor:
-    """A (1,) fp32 1 on `device`, made once (not inside a CUDA graph's capture, whose memory it
-    would hold)."""
+    """A (1,) fp32 1 on `device` (a sum's scale beside the upstream gradient), made once (not
+    inside a CUDA graph's capture, whose memory it would hold)."""
     one = _ONES.get(device)
     if one is None:
         one = torch.ones(1, device=device)
@@ -177,27 +177,24 @@ class LayerNormFunction(torch.autograd.Function):
 
 class CrossEntropyLossFunction(torch.autograd.Function):
     """The mean (or sum) of cross-entropy over rows, its gradient written in the forward pass
-    (`cross_entropy_fused`): the logits are read once and not kept for the backward, so they
+    (`cross_entropy_fused_total`): the logits are read once and not kept for the backward, so they
     may be freed as soon as the loss is computed (Liger's and QuACK's memory-saving trick). Where
     the C++ nodes are built, the kernel's own ignore_index takes autograd_nodes.cpp's `LossBackward`
     instead, which does the same from C++."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool) -> torch.Tensor:
-        x2, t = _flat(x), target.reshape(-1)
-        # dx for an upstream gradient of 1 a row: the backward's pass over dx applies the mean's
-        # 1/kept with the upstream gradient (each small torch op costs a launch, 10-30 us of host
-        # on an H200 machine; the mean's scale made here for this kernel took three more)
-        loss, dx = kernels.cross_entropy_fused(
-            x2, t, _one(x.device), **_given("cross_entropy_fused", ignore_index=ignore_index)
+        # one call: the rows' losses, dx for an upstream 1, and the sum, mean and 1/kept on the
+        # device (the sum and count in torch ops after the kernel were five launches, 10-30 us of
+        # host each on an H200 machine: 1.70x torch's host time, issue 47)
+        _, dx, total, mean_total, inv_kept = kernels.cross_entropy_fused_total(
+            _flat(x), target.reshape(-1), **_given("cross_entropy_fused_total", ignore_index=ignore_index)
         )
-        total, ctx.kept = loss.sum(), None
-        if mean:  # counted on the device: nobody waits for it
-            ctx.kept = (t != ignore_index).sum(dtype=torch.float32).clamp_(min=1)
-            total = total / ctx.kept
         ctx.save_for_backward(dx)
+        # (a sum's scale is 1: made once per device, or in the graph torch.compile traces)
+        ctx.by = inv_kept if mean else torch.ones_like(inv_kept) if _is_compiling() else _one(x.device)
         ctx.shape, ctx.applied = x.shape, None
-        return total
+        return (mean_total if mean else total).view(())
 
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
@@ -207,12 +204,11 @@ class CrossEntropyLossFunction(torch.autograd.Function):
         # waits for its whole forward before it can launch its backward (a Llama step on an H200:
         # 16.4 ms against torch's 11.2, evals/results/training-run). Through .data, so the saved
         # tensor's version stays and a second backward of the graph (retain_graph) can still read
-        # dx: it finds it scaled by the first's gradient, and rescales a copy.
-        g = dloss if ctx.kept is None else dloss / ctx.kept
+        # dx: it finds it scaled by the first's upstream gradient, and rescales a copy.
+        g = dloss.reshape(1)
         if ctx.applied is None:
-            dx.data.mul_(g)
             ctx.applied = g
-            return dx.view(ctx.shape), None, None, None
+            return kernels.scale_(dx.data, g, ctx.by).view(ctx.shape), None, None, None
         if not ctx.applied.item():  # (only a second backward pays this sync)
             raise RuntimeError(
                 "cross_entropy_loss: its first backward had an upstream gradient of 0, which erased the "
@@ -253,7 +249,7 @@ _CrossEntropyLossFunction = _lean_apply(CrossEntropyLossFunction)
 _AttentionFunction = _lean_apply(AttentionFunction)
 
 RMSNORM_EPS = BUILTIN["rmsnorm"].scalars["eps"]
-FUSED_IGNORE = BUILTIN["cross_entropy_fused"].scalars["ignore_index"]
+FUSED_IGNORE = BUILTIN["cross_entropy_fused_total"].scalars["ignore_index"]
 LAYERNORM_EPS = BUILTIN["layernorm"].scalars["eps"]
 
 
@@ -331,7 +327,7 @@ def cross_entropy_loss(
         total = kernels.cross_entropy(_flat(x), t, **scalars).sum()
         return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
     if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
-        return ext.cross_entropy_loss(x, target, FUSED_IGNORE, reduction == "mean", _one(x.device))
+        return ext.cross_entropy_loss(x, target, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")
 
 

@@ -84,7 +84,7 @@ def register_kernels(ext: Any) -> None:
     ext.register_op(
         ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
     )
-    ext.register_op(ext.CE_LOSS, kernels.cross_entropy_fused, None)  # (its backward is torch's, on dx)
+    ext.register_op(ext.CE_LOSS, kernels.cross_entropy_fused_total, kernels.scale_)  # (in place, on dx)
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
     ext.set_guards(

@@ -17,7 +17,7 @@
  * scalars reach a kernel function as keywords only where they differ from its defaults (a call
  * with keywords goes through Python; one without stays in C), and after the first such call of a
  * shape, not at all: the kernel function's fast call with them bound is kept here (`Given`).
- * `cross_entropy_loss`'s node (`LossBackward`) runs only a forward kernel; its backward is torch ops.
+ * `cross_entropy_loss`'s node (`LossBackward`) runs a forward call and, in its backward, `scale_`.
  */
 #include <ATen/DLConvertor.h>
 #include <torch/csrc/Exceptions.h>
@@ -52,7 +52,7 @@ TORCH_API void deleteNode(Node* function);
 
 namespace {
 
-enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, CE_LOSS, N_OPS };  // CE_LOSS: forward alone
+enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, CE_LOSS, N_OPS };  // CE_LOSS: no backward kernel
 
 /* A forward's fast call with a non-default eps bound (KernelFunction.fast_call), by what it was
  * made for: x's dtype, last dim and rank, and eps. */
@@ -369,20 +369,22 @@ at::Tensor norm_with(const std::vector<at::Tensor>& ins, double eps) {
   return out;
 }
 
-/* cross_entropy_loss's node: its forward kernel (cross_entropy_fused) wrote dx for an upstream
- * gradient of 1 a row, kept here; the backward scales it in place by the upstream gradient over the
- * mean's count, on the device (asking the values is a sync: the step would wait for its forward).
- * As the Python Function it replaces (autograd.py's CrossEntropyLossFunction, whose Python forward
- * and backward cost the fused loss most of its host time beyond torch's, issue 47), a second
- * backward of a kept graph rescales a copy, and refuses where the first's gradient was 0. */
+/* cross_entropy_loss's node: its forward call (cross_entropy_fused_total) wrote dx for an upstream
+ * gradient of 1 a row, kept here, and the mean's scale 1/kept; the backward scales dx in place by the
+ * upstream gradient and that scale (1 for a sum) with the registered backward (compiled.scale_: one
+ * launch, the values read on the device: asking them is a sync, and the step would wait for its
+ * forward; torch's mul_ by a device value ran at a quarter of the copy's speed). As the Python
+ * Function it replaces (autograd.py's CrossEntropyLossFunction, whose Python forward and backward
+ * cost the fused loss most of its host time beyond torch's, issue 47), a second backward of a kept
+ * graph rescales a copy, and refuses where the first's gradient was 0. */
 struct LossBackward : public Node {
-  at::Tensor dx_, kept_, applied_;  // kept_: the mean's count (undefined for a sum); applied_: dx's scale now
+  at::Tensor dx_, by_, applied_;  // by_: 1/kept for a mean, 1 for a sum; applied_: the first upstream gradient
   std::vector<int64_t> shape_;
   std::string name() const override { return "llmcompile::CrossEntropyLossNode"; }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     dx_.reset();
-    kept_.reset();
+    by_.reset();
     applied_.reset();
   }
   variable_list apply(variable_list&& grads) override {
@@ -391,10 +393,11 @@ struct LossBackward : public Node {
     TORCH_CHECK(dx_.defined(), "Trying to backward through the graph a second time (or directly access saved tensors ",
                 "after they have already been freed): cross_entropy_loss keeps its gradient only with retain_graph=True");
     at::AutoGradMode off(false);
-    const at::Tensor g = kept_.defined() ? grads[0] / kept_ : grads[0];
+    const at::Tensor g = grads[0].reshape({1});
     if (!applied_.defined()) {
-      dx_.mul_(g);
       applied_ = g;
+      py::gil_scoped_acquire gil;
+      kernels_of(CE_LOSS).backward(dx_, g, by_);
       return {dx_.view(shape_)};
     }
     TORCH_CHECK(applied_.ne(0).item<bool>(), "cross_entropy_loss: its first backward had an upstream gradient of 0, ",
@@ -404,29 +407,22 @@ struct LossBackward : public Node {
 };
 
 /* F.cross_entropy(x, target, reduction='mean' or 'sum') with the fused kernel's own ignore_index
- * (autograd.py sends any other to the Python Function), `one` a (1,) fp32 1 on x's device: the
- * kernel's scale. */
-at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, int64_t ignore_index, bool mean,
-                     const at::Tensor& one) {
+ * (autograd.py sends any other to the Python Function): one call, whose outputs are the rows'
+ * losses, dx, the sum, the mean and 1/kept; `one` a (1,) fp32 1 on x's device, a sum's scale. */
+at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, bool mean, const at::Tensor& one) {
   refuse_forward_ad(x);
-  const at::Tensor t = target.reshape({-1});
   std::vector<at::Tensor> outs;
-  at::Tensor total, kept;
   {
     at::AutoGradMode off(false);
-    outs = forward_of(kernels_of(CE_LOSS), {x.reshape({-1, x.size(-1)}).contiguous(), t, one});
-    total = outs.at(0).sum();
-    if (mean) {  // counted on the device: nobody waits for it
-      kept = t.ne(ignore_index).sum(at::kFloat).clamp_(1);
-      total = total / kept;
-    }
+    outs = forward_of(kernels_of(CE_LOSS), {x.reshape({-1, x.size(-1)}).contiguous(), target.reshape({-1})});
   }
+  at::Tensor total = outs.at(mean ? 3 : 2).view(at::IntArrayRef{});  // 0-d, as torch's loss
   if (torch::autograd::compute_requires_grad(x)) {
     auto node = new_node<LossBackward>();
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(total, node);
     node->dx_ = outs.at(1);
-    node->kept_ = kept;
+    node->by_ = mean ? outs.at(4) : one;
     node->shape_ = x.sizes().vec();
   }
   return total;
@@ -572,6 +568,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return norm_with<LAYERNORM>({x, w, b}, eps);
       },
       "layernorm(x, weight, bias, eps) through autograd");
-  m.def("cross_entropy_loss", &loss_with, py::arg("x"), py::arg("target"), py::arg("ignore_index"), py::arg("mean"),
-        py::arg("one"), "cross_entropy_loss(x, target, ignore_index, mean, one): the mean or sum through autograd");
+  m.def("cross_entropy_loss", &loss_with, py::arg("x"), py::arg("target"), py::arg("mean"), py::arg("one"),
+        "cross_entropy_loss(x, target, mean, one): the mean or sum through autograd");
 }

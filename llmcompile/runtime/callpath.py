@@ -81,7 +81,7 @@ class _Plan:
     fn: Any  # the TVM-FFI function itself, no Python wrapper around it (but a workspace's)
     n: int
     rest: tuple[tuple[str, torch.dtype], ...]  # inputs after x: ("MN" | "M" | "N" | "fixed", dtype)
-    outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M" | "N"
+    outs: tuple[tuple[str, torch.dtype], ...]  # "like" (x's shape and dtype) | "MN" | "M" | "N" | "one"
     values: tuple[float | int, ...]  # the scalars' defaults, in order
     alloc: Callable[[tuple[torch.Tensor, ...]], Any]  # the outputs from the inputs: one tensor, or a tuple
     arity: int  # inputs a call takes
@@ -97,6 +97,8 @@ def _maker(kind: str, dt: torch.dtype, like: dict[str, int]) -> Callable[[tuple[
         return lambda ins: empty_like(ins[0])
     if kind == "MN":
         return lambda ins: empty_like(ins[0], dtype=dt)
+    if kind == "one":
+        return lambda ins: ins[0].new_empty((1,), dtype=dt)
     if kind in like:
         i = like[kind]
         return lambda ins: empty_like(ins[i], dtype=dt)
@@ -142,7 +144,7 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
         fn, bound = bare_function(fn.fn), tuple(fn.buffers.values())
     if not native_call.is_function(fn) or not native_call.available():
         return None
-    dims = {"M": "first", "N": "last"}
+    dims = {"M": "first", "N": "last", "one": "one"}
     outs = [native_call.OutputSpec(0, dims.get(kind, "all"), str(dt).removeprefix("torch.")) for kind, dt in plan.outs]
     flat = ("rows", *({"MN": "rows", "M": "values"}.get(kind, "none") for kind, _ in plan.rest))
     dtypes = tuple(str(dt).removeprefix("torch.") for dt in (plan.dtype, *(d for _, d in plan.rest)))
@@ -494,6 +496,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         spec = self.spec
         kinds = [_kind(t) for t in spec.tensors]
         n_in = len(spec.inputs)
+        # (an output of one value, a total, is made (1,); other fixed shapes take the checked path)
+        kinds[n_in:] = ["one" if t.dims == ("1",) else k for k, t in zip(kinds[n_in:], spec.outputs)]
         if not spec.flat_rows or None in kinds or kinds[0] != "MN" or "fixed" in kinds[n_in:]:
             self._unplanned.add((DTYPES[dtype], n))
             return

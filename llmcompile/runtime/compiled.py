@@ -86,6 +86,8 @@ layernorm_fwd = reference_function("layernorm_fwd", register=True)
 layernorm_bwd = reference_function("layernorm_bwd", register=True)
 layernorm_bwd_scalar = reference_function("layernorm_bwd_scalar", register=True)
 cross_entropy_fused = reference_function("cross_entropy_fused", register=True)
+cross_entropy_fused_total = reference_function("cross_entropy_fused_total", register=True)
+scale = reference_function("scale", register=True)
 # (M, N, D) = (batch x heads, sequence, head dim); compute-bound, rated in TFLOP/s
 attention = reference_function("attention", register=True)
 attention_causal = reference_function("attention_causal", register=True)
@@ -111,11 +113,31 @@ BY_NAME: dict[str, KernelFunction] = {
     "layernorm_bwd": layernorm_bwd,
     "layernorm_bwd_scalar": layernorm_bwd_scalar,
     "cross_entropy_fused": cross_entropy_fused,
+    "cross_entropy_fused_total": cross_entropy_fused_total,
+    "scale": scale,
     "attention": attention,
     "attention_causal": attention_causal,
     "attention_d64": attention_d64,
     "attention_causal_d64": attention_causal_d64,
 }
+
+
+_SCALE_IN_PLACE: dict[tuple[torch.dtype, int], Any] = {}
+
+
+def scale_(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x *= a[0] * b[0] in place, x dense rows (a fused loss's kept gradient), a and b (1,) fp32 on
+    the device: `scale`'s kernel with x as its output too (each element is read before it is
+    written, by the same thread), one launch and no sync; out of place where torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return scale(x, a, b)
+    a = a if a.data_ptr() % 16 == 0 else a.clone()  # (a 0-d upstream gradient may be a view anywhere)
+    key = (x.dtype, x.shape[-1])
+    fn = _SCALE_IN_PLACE.get(key)
+    if fn is None:
+        fn = _SCALE_IN_PLACE[key] = scale.compiled(str(x.dtype).removeprefix("torch."), x.shape[-1])
+    fn(x, a, b, x)
+    return x
 
 
 def copy_probe(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -15,6 +15,7 @@ from llmcompile.specs.inputs import (
     ce_inputs,
     norm_bwd_inputs,
     norm_inputs,
+    scale_inputs,
     softmax_bwd_inputs,
     softmax_inputs,
 )
@@ -23,6 +24,7 @@ from llmcompile.specs.references import (
     ref_cross_entropy,
     ref_cross_entropy_bwd,
     ref_cross_entropy_fused,
+    ref_cross_entropy_fused_total,
     ref_cross_entropy_fwd,
     ref_layernorm,
     ref_layernorm_bwd,
@@ -32,11 +34,13 @@ from llmcompile.specs.references import (
     ref_rmsnorm,
     ref_rmsnorm_bwd,
     ref_rmsnorm_fwd,
+    ref_scale,
     ref_softmax,
     ref_softmax_bwd,
     t_cross_entropy,
     t_cross_entropy_bwd,
     t_cross_entropy_fused,
+    t_cross_entropy_fused_total,
     t_cross_entropy_fwd,
     t_layernorm,
     t_layernorm_bwd,
@@ -45,6 +49,7 @@ from llmcompile.specs.references import (
     t_rmsnorm,
     t_rmsnorm_bwd,
     t_rmsnorm_fwd,
+    t_scale,
     t_softmax_bwd,
 )
 from llmcompile.specs.types import DEFAULT_TOL, DTYPES, OpSpec, TensorDesc, Tolerance
@@ -304,6 +309,48 @@ BUILTIN: dict[str, OpSpec] = {
                 "0 in rows where target == ignore_index"
             ),
             torch_fn=t_cross_entropy_fused,
+        ),
+        OpSpec(
+            "scale",
+            "x times two values read on the device, a fused loss's backward on the gradient it kept",
+            (
+                _X,
+                TensorDesc("a", ("1",), "float32"),
+                TensorDesc("b", ("1",), "float32"),
+                TensorDesc("out", ("M", "N"), output=True),
+            ),
+            ref_scale,
+            scale_inputs,
+            cases=("random", "large"),
+            reference_module="scale",
+            torch_expr="out = (x * (a * b)).to(x.dtype)",
+            torch_fn=t_scale,
+        ),
+        OpSpec(
+            "cross_entropy_fused_total",
+            "the fused cross-entropy for an upstream 1 and its total: each row's loss (fp32) and dlogits, "
+            "then the losses' sum, their mean over the kept rows and 1 / kept",
+            (
+                _X,
+                TensorDesc("target", ("M",), "int64"),
+                TensorDesc("loss", ("M",), "float32", output=True),
+                _DX,
+                *(TensorDesc(name, ("1",), "float32", output=True) for name in ("sum", "mean", "inv_kept")),
+            ),
+            ref_cross_entropy_fused_total,
+            ce_inputs,
+            scalars={"ignore_index": -100},
+            scalar_cases=IGNORE_CASES,
+            cases=("random", "large", "ignore_index"),
+            reference_module="cross_entropy_fused_total",
+            torch_expr=(
+                "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
+                "dx = (torch.softmax(x.float(), -1) - F.one_hot(target, N)).to(x.dtype), 0 in rows where "
+                "target == ignore_index; kept = (target != ignore_index).sum().clamp(min=1); "
+                "sum = loss.sum(); mean = sum / kept; inv_kept = 1 / kept"
+            ),
+            torch_fn=t_cross_entropy_fused_total,
+            independent_rows=False,
         ),
     )
 }

@@ -28,6 +28,12 @@ def softmax_inputs(m, n, dtype, gen, case, device):
     return [logits(m, n, dtype, gen, case, device)]
 
 
+def scale_inputs(m, n, dtype, gen, case, device):
+    """x, and two fp32 values (an upstream gradient, a mean's 1/kept)."""
+    a, b = (torch.randn(1, generator=gen, device=gen.device) for _ in range(2))
+    return [logits(m, n, dtype, gen, case, device), a.to(device), (b.abs() / 1000).to(device)]
+
+
 def norm_inputs(with_bias: bool):
     def make(m, n, dtype, gen, case, device):
         x = torch.randn(m, n, generator=gen, device=gen.device)

@@ -145,6 +145,29 @@ def t_cross_entropy_fused(x, t, scale, ignore_index):
     ]
 
 
+def ref_scale(x, a, b):
+    return [x * (a[0] * b[0])]
+
+
+def t_scale(x, a, b):
+    return (x * (a * b)).to(x.dtype)
+
+
+def _totals(loss, target, ignore_index):
+    total, kept = loss.sum(), (target != ignore_index).sum().clamp(min=1).to(loss.dtype)
+    return [total.reshape(1), (total / kept).reshape(1), (1 / kept).reshape(1)]
+
+
+def ref_cross_entropy_fused_total(x, target, ignore_index):
+    loss, dx = ref_cross_entropy_fused(x, target, x.new_ones(1), ignore_index)[:2]
+    return [loss, dx, *_totals(loss, target, ignore_index)]
+
+
+def t_cross_entropy_fused_total(x, t, ignore_index):
+    loss, dx = t_cross_entropy_fused(x, t, torch.ones(1, device=x.device), ignore_index)
+    return [loss, dx, *_totals(loss.float(), t, ignore_index)]
+
+
 def t_rmsnorm(x, w, eps):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 

@@ -36,28 +36,32 @@ def test_the_backend_is_asked_once_a_layout(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(asked) == 3
 
 
+@pytest.mark.parametrize("heads", [False, True], ids=["bh-s-d", "b-h-s-d"])
 @pytest.mark.parametrize("causal, compiled", [(False, False), (True, False), (True, True)])
-def test_gradients_are_sdpas_where_no_fused_kernel_takes_the_tensors(causal: bool, compiled: bool) -> None:
+def test_gradients_are_sdpas_where_no_fused_kernel_takes_the_tensors(causal: bool, compiled: bool, heads: bool) -> None:
     """A float64 stand-in for the forward kernel, on the CPU (no fused backward kernel there: SDPA's
     forward and backward run again): o and lse from the kernel function, the lse with no gradient,
     SDPA's gradients, under torch.compile too; a strided q made dense for the kernel; the call's
-    scale reaching both."""
+    scale reaching both; (batch x heads, s, d) and SDPA's (batch, heads, s, d), the kernel seeing
+    the latter as the former."""
     seen: list[float] = []
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 0.125) -> list[torch.Tensor]:
-        assert all(t.is_contiguous() for t in (q, k, v))
+        assert all(t.is_contiguous() and t.shape == (6, 20, 8) for t in (q, k, v))
         if not compiled:  # (dynamo refuses a side effect inside an autograd.Function it traces)
             seen.append(scale)
         return ref_attention(causal)(q, k, v, scale)
 
     call = autograd.attention(fn, causal, 0.125)
     call = torch.compile(call) if compiled else call
-    q = torch.randn(20, 3, 8, dtype=torch.float64).transpose(0, 1).requires_grad_()
-    k, v = (torch.randn(3, 20, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    dy = torch.randn(3, 20, 8, dtype=torch.float64)
+    lead = (2, 3) if heads else (6,)
+    # q strided: the model's layout of a projection's heads, (b, s, h, d) seen as (b, h, s, d)
+    q = torch.randn(20, *lead, 8, dtype=torch.float64).movedim(0, -2).requires_grad_()
+    k, v = (torch.randn(*lead, 20, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    dy = torch.randn(*lead, 20, 8, dtype=torch.float64)
     for kw in ({}, {"scale": 0.3}):
         o, lse = call(q, k, v, **kw)
-        assert o.requires_grad and not lse.requires_grad
+        assert o.requires_grad and not lse.requires_grad and lse.shape == (*lead, 20)
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=kw.get("scale", 0.125))
         torch.testing.assert_close(o, want)
         for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
@@ -98,3 +102,28 @@ def test_our_forward_feeds_torchs_backward_as_well_as_sdpa_does(allowed: str) ->
         for name, o, t, r in zip("qkv", ours, theirs, ref):
             err_o, err_t = ((g.double() - r).abs().max().item() for g in (o, t))
             assert err_o <= 2 * err_t + 1e-2, (fn.spec.name, name, err_o, err_t)
+
+
+@pytest.mark.gpu
+def test_sdpas_layout_is_the_same_call() -> None:
+    """kernels.attention_causal_d64 on (b, h, s, d) q, k, v (v a transposed view, as a model's
+    projection makes it), with and without grad: o, lse and the gradients are those of the same
+    call on (b·h, s, d) dense copies: o and lse bit for bit, the gradients to bf16 rounding (torch's
+    backward kernels may accumulate dq with atomics)."""
+    from llmcompile import kernels
+
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 3, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(2, 256, 3, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    dy = torch.randn(2, 3, 256, 64, device="cuda", dtype=torch.bfloat16)
+    flat = [t.reshape(6, 256, 64).contiguous() for t in (q, k, v)]
+    o3, lse3 = kernels.attention_causal_d64(*flat)
+    o4, lse4 = kernels.attention_causal_d64(q, k, v)
+    assert torch.equal(o4, o3.view(2, 3, 256, 64)) and torch.equal(lse4, lse3.view(2, 3, 256))
+    leaves4 = [t.detach().requires_grad_() for t in (q, k, v)]
+    leaves3 = [t.detach().requires_grad_() for t in flat]
+    g4 = torch.autograd.grad(kernels.attention_causal_d64(*leaves4)[0], leaves4, dy)
+    g3 = torch.autograd.grad(kernels.attention_causal_d64(*leaves3)[0], leaves3, dy.reshape(6, 256, 64))
+    for a, b, leaf in zip(g4, g3, leaves4):
+        assert a.shape == leaf.shape
+        torch.testing.assert_close(a, b.view(leaf.shape), atol=1e-2, rtol=1e-2)

@@ -153,6 +153,27 @@ def test_fixed_shape_problems_always_take_the_checked_path() -> None:
     assert not fn._plans and (torch.float32, 8) in fn._unplanned  # decided once, not at every call
 
 
+def test_attention_takes_sdpas_batch_and_heads_as_its_m() -> None:
+    """(batch, heads, s, d) inputs, as SDPA's: seen as (batch x heads, s, d), a view where the two
+    dims merge and a copy where not (v transposed from a projection's (b, s, h, d)), the outputs
+    given back (b, h, ...); any other rank is not this path's."""
+    fn = KernelFunction(get_op("attention_causal_d64"), lambda dtype, n: "kernel")
+    seen: list[tuple[torch.Tensor, ...]] = []
+
+    def call(ins: tuple[torch.Tensor, ...], scalars: dict) -> list[torch.Tensor]:
+        seen.append(ins)
+        return [torch.zeros(ins[0].shape), torch.zeros(ins[0].shape[:2])]
+
+    q = torch.randn(2, 3, 16, 64)
+    v = torch.randn(2, 16, 3, 64).transpose(1, 2)
+    o, lse = fn._heads_call((q, q, v), {}, call)
+    assert o.shape == (2, 3, 16, 64) and lse.shape == (2, 3, 16)
+    ((q3, _, v3),) = seen
+    assert q3.shape == v3.shape == (6, 16, 64) and q3.data_ptr() == q.data_ptr() and v3.is_contiguous()
+    assert torch.equal(v3, v.reshape(6, 16, 64))
+    assert fn._heads_call((q[0], q[0], q[0]), {}, call) is None and len(seen) == 1
+
+
 def test_the_checked_path_says_what_is_wrong() -> None:
     fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
     with pytest.raises(OpError, match="CUDA device"):

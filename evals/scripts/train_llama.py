@@ -70,10 +70,10 @@ class OurOps(TorchOps):
         return self.k.rmsnorm(x, w, eps=eps)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # our kernels take (b * h, s, d) dense: v, a strided view, is copied (SDPA reads it in place)
-        b, h, s, d = q.shape
-        fn = self.k.attention_causal_d64 if d == 64 else self.k.attention_causal
-        return fn(*(t.reshape(b * h, s, d) for t in (q, k, v)))[0].view(b, h, s, d)
+        # (b, h, s, d) as SDPA's; our kernels read (b * h, s, d) dense: v, a strided view, is copied
+        # inside the call (SDPA reads it in place)
+        fn = self.k.attention_causal_d64 if q.shape[-1] == 64 else self.k.attention_causal
+        return fn(q, k, v)[0]
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.k.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))

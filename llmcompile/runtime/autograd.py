@@ -218,17 +218,22 @@ class CrossEntropyLossFunction(torch.autograd.Function):
 
 
 class AttentionFunction(torch.autograd.Function):
-    """Softmax attention over (batch x heads, sequence, head dim) q, k, v: our forward kernel `fn`
-    writes o and each query's log-sum-exp; the backward is torch's attention backward kernel fed
-    those (`attention_backward`: we have no attention backward kernel yet). The lse carries no
-    gradient."""
+    """Softmax attention over q, k, v of (batch x heads, sequence, head dim), or (batch, heads,
+    sequence, head dim) as SDPA takes them: our forward kernel `fn` writes o and each query's
+    log-sum-exp; the backward is torch's attention backward kernel fed those (`attention_backward`:
+    we have no attention backward kernel yet). The lse carries no gradient."""
 
     @staticmethod
     def forward(ctx: Any, fn: Any, causal: bool, scale: float, scalars: dict, *qkv: torch.Tensor) -> tuple:
-        qkv = tuple(t.contiguous() for t in qkv)  # (what the kernel reads, and cuDNN's backward beside o)
+        ctx.shapes, shape = tuple(t.shape for t in qkv), qkv[0].shape
+        # (b·h, s, d) dense, what the kernel reads and cuDNN's backward beside o: a view where the
+        # dims merge, a copy where not (a v transposed from the projection's layout); inside the
+        # Function, so a model's 4-D call makes no view nodes of its own around it
+        qkv = tuple(t.reshape(-1, *t.shape[-2:]).contiguous() for t in qkv)
         o, lse = fn(*qkv, **scalars)
         ctx.save_for_backward(*qkv, o, lse)
         ctx.causal, ctx.scale = causal, scale
+        o, lse = o.view(shape), lse.view(shape[:-1])
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # (lse's gradient, never read, made a zeros launch a backward)
         return o, lse
@@ -238,7 +243,8 @@ class AttentionFunction(torch.autograd.Function):
         if do is None:
             return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
-        return None, None, None, None, *attention_backward.backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+        grads = attention_backward.backward(do.reshape(o.shape), q, k, v, o, lse, ctx.causal, ctx.scale)
+        return None, None, None, None, *(g.reshape(shape) for g, shape in zip(grads, ctx.shapes))
 
 
 _SoftmaxFunction = _lean_apply(SoftmaxFunction)

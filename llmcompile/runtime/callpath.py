@@ -545,6 +545,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         spec = self.spec
         if self.op_name is None:
             raise OpError(f"{spec.name} is not a torch.library op here: torch.compile cannot call it")
+        if (done := self._heads_call(inputs, scalars, self._traced_call)) is not None:
+            return done
         x = inputs[0]
         dtype = dtype_name(x.dtype)
         n = x.shape[self._n_axis]
@@ -648,10 +650,28 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         fn(*inputs, *made, *self._values(scalars))
         return made[0] if len(made) == 1 else made
 
+    def _heads_call(
+        self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any]
+    ) -> torch.Tensor | list[torch.Tensor] | None:
+        """A fixed-layout op (attention's (M, N, D)) on inputs of one more leading dim, as SDPA takes
+        them (batch, heads, sequence, head dim): the two seen as M (a view where they merge, a copy
+        where not, as a transposed v), the outputs given back both; None for any other call."""
+        x = inputs[0]
+        if self.spec.flat_rows or not isinstance(x, torch.Tensor) or x.dim() != len(self.spec.tensors[0].dims) + 1:
+            return None
+        lead = x.shape[:2]
+        if not all(isinstance(v, torch.Tensor) and v.dim() == x.dim() and v.shape[:2] == lead for v in inputs):
+            return None
+        outs = call(tuple(v.reshape(-1, *v.shape[2:]) for v in inputs), scalars)
+        shaped = [o.view(*lead, *o.shape[1:]) for o in (outs if isinstance(outs, list) else [outs])]
+        return shaped[0] if len(shaped) == 1 else shaped
+
     def _checked_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
+        if (done := self._heads_call(inputs, scalars, self._checked_call)) is not None:
+            return done
         if not self.spec.flat_rows and (done := self._fixed_call(inputs, scalars)) is not None:
             return done
         if (done := self._vectors32_call(inputs, scalars)) is not None:

@@ -79,6 +79,12 @@ def _softmax_bwd_spec(log: bool) -> OpSpec:
 # with 30% of their targets at IGNORE_CASE and that as ignore_index
 EPS_CASES = (("random", {"eps": 0.5}),)
 IGNORE_CASES = (("ignore_7", {"ignore_index": IGNORE_CASE}),)
+# every cross-entropy op's scalar and the value cases it is verified on (ignored rows among them)
+_CE_CASES = {
+    "scalars": {"ignore_index": -100},
+    "scalar_cases": IGNORE_CASES,
+    "cases": ("random", "large", "ignore_index"),
+}
 
 _X = TensorDesc("x", ("M", "N"))
 _OUT = TensorDesc("out", ("M", "N"), output=True)
@@ -162,9 +168,7 @@ BUILTIN: dict[str, OpSpec] = {
             (_X, TensorDesc("target", ("M",), "int64"), TensorDesc("loss", ("M",), "float32", output=True)),
             ref_cross_entropy,
             ce_inputs,
-            scalars={"ignore_index": -100},
-            scalar_cases=IGNORE_CASES,
-            cases=("random", "large", "ignore_index"),
+            **_CE_CASES,
             # the loss is fp32 whatever the logits are: only the kernel's own arithmetic errs
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
             reference_module="cross_entropy",
@@ -182,9 +186,7 @@ BUILTIN: dict[str, OpSpec] = {
             ),
             ref_cross_entropy_fwd,
             ce_inputs,
-            scalars={"ignore_index": -100},
-            scalar_cases=IGNORE_CASES,
-            cases=("random", "large", "ignore_index"),
+            **_CE_CASES,
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
             reference_module="cross_entropy_fwd",
             torch_expr=(
@@ -207,9 +209,7 @@ BUILTIN: dict[str, OpSpec] = {
             ),
             ref_cross_entropy_bwd,
             ce_bwd_inputs,
-            scalars={"ignore_index": -100},
-            scalar_cases=IGNORE_CASES,
-            cases=("random", "large", "ignore_index"),
+            **_CE_CASES,
             reference_module="cross_entropy_bwd",
             torch_expr=(
                 "dx = ((torch.exp(x.float() - lse[:, None]) - F.one_hot(target, N)) * dloss[:, None]).to(x.dtype), "
@@ -299,9 +299,7 @@ BUILTIN: dict[str, OpSpec] = {
             ),
             ref_cross_entropy_fused,
             ce_fused_inputs,
-            scalars={"ignore_index": -100},
-            scalar_cases=IGNORE_CASES,
-            cases=("random", "large", "ignore_index"),
+            **_CE_CASES,
             reference_module="cross_entropy_fused",
             torch_expr=(
                 "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
@@ -339,9 +337,7 @@ BUILTIN: dict[str, OpSpec] = {
             ),
             ref_cross_entropy_fused_total,
             ce_inputs,
-            scalars={"ignore_index": -100},
-            scalar_cases=IGNORE_CASES,
-            cases=("random", "large", "ignore_index"),
+            **_CE_CASES,
             reference_module="cross_entropy_fused_total",
             torch_expr=(
                 "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "

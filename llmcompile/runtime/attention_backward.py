@@ -1,8 +1,8 @@
 """The attention's backward, which we have no kernel for yet: torch's own attention backward kernel
 fed the o and natural-log log-sum-exp our forward kernel wrote (`autograd.attention`).
 
-q, k, v and o are (batch x heads, sequence, head dim), dense (the forward made them so), seen by
-torch as one batch of that many heads. The kernel is the one torch's SDPA picks for them:
+q, k, v and o are (batch x heads, sequence, head dim), seen by torch as one batch of that many
+heads, or (batch, heads, sequence, head dim) as SDPA's; dense (the forward made them so). The kernel is the one torch's SDPA picks for them:
 cuDNN's, which reads o laid out as q (given another layout, its gradients were off by 7 on an
 H200), or flash-attention's. Where SDPA would pick neither (another backend, or one turned off by
 `torch.nn.attention.sdpa_kernel`), or off the GPU, the gradients SDPA's math path computes, from
@@ -50,31 +50,36 @@ def _extras(kind: str, device: torch.device) -> tuple:
 def backward(
     do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
     causal: bool, scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """dq, dk, dv of the attention o = softmax(q k^T * scale) v over (M, N, D) tensors, lse (M, N)."""
-    n = q.shape[1]
+) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """dq, dk, dv of the attention o = softmax(q k^T * scale) v over (M, N, D) tensors and lse (M, N),
+    or SDPA's (B, H, N, D) and (B, H, N), in the inputs' shapes. do as the caller's graph made it (a
+    model's is often a transposed view: torch's kernels read it so, a reshape would copy it)."""
+    n = q.shape[-2]
     if q.is_cuda:
-        q4, k4, v4, o4, do4 = (t.unsqueeze(0) for t in (q, k, v, o, do))
+        four = q.dim() == 4
+        q4, k4, v4, o4, do4 = (t if four else t.unsqueeze(0) for t in (q, k, v, o, do))
+        lse3 = lse if four else lse.unsqueeze(0)
         picked = backend(q4, k4, v4, causal, scale)
-        if picked == CUDNN and o.stride() == q.stride():
+        grads = None
+        if picked == CUDNN and o4.stride() == q4.stride():
             cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
-            lse = lse.view(1, *lse.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
+            lse3 = lse3.view(*lse3.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
             grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-                do4, q4, k4, v4, o4, lse, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
+                do4, q4, k4, v4, o4, lse3, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
             )
-            return grads[0][0], grads[1][0], grads[2][0]
-        if picked == FLASH:
+        elif picked == FLASH:
             cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
             grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-                do4, q4, k4, v4, o4, lse.unsqueeze(0), cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
+                do4, q4, k4, v4, o4, lse3, cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
             )
-            return grads[0][0], grads[1][0], grads[2][0]
+        if grads is not None:
+            return tuple(g.reshape(t.shape) for g, t in zip(grads[:3], (q, k, v)))
     # what SDPA's math backward computes, from our o and lse, in torch ops (torch.compile traces them)
     f = torch.promote_types(q.dtype, torch.float32)
     qf, kf, vf, of, dof = (t.to(f) for t in (q, k, v, o, do))
-    s = qf @ kf.transpose(1, 2) * scale
+    s = qf @ kf.transpose(-1, -2) * scale
     if causal:
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     p = torch.exp(s - lse.to(f)[..., None])
-    ds = p * (dof @ vf.transpose(1, 2) - (dof * of).sum(-1, keepdim=True)) * scale
-    return tuple(g.to(q.dtype) for g in (ds @ kf, ds.transpose(1, 2) @ qf, p.transpose(1, 2) @ dof))
+    ds = p * (dof @ vf.transpose(-1, -2) - (dof * of).sum(-1, keepdim=True)) * scale
+    return tuple(g.to(q.dtype) for g in (ds @ kf, ds.transpose(-1, -2) @ qf, p.transpose(-1, -2) @ dof))

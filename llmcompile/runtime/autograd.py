@@ -225,15 +225,17 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, fn: Any, causal: bool, scale: float, scalars: dict, *qkv: torch.Tensor) -> tuple:
-        ctx.shapes, shape = tuple(t.shape for t in qkv), qkv[0].shape
+        shapes = tuple(t.shape for t in qkv)
         # (b·h, s, d) dense, what the kernel reads and cuDNN's backward beside o: a view where the
         # dims merge, a copy where not (a v transposed from the projection's layout); inside the
         # Function, so a model's 4-D call makes no view nodes of its own around it
-        qkv = tuple(t.reshape(-1, *t.shape[-2:]).contiguous() for t in qkv)
-        o, lse = fn(*qkv, **scalars)
-        ctx.save_for_backward(*qkv, o, lse)
+        flat = tuple(t.reshape(-1, *t.shape[-2:]).contiguous() for t in qkv)
+        o, lse = fn(*flat, **scalars)
+        # saved in the caller's shape, so the backward hands torch's kernel the upstream gradient as
+        # it comes (a model's is a transposed view: reshaped, it would be copied)
+        o, lse = o.view(shapes[0]), lse.view(shapes[0][:-1])
+        ctx.save_for_backward(*(t.view(shape) for t, shape in zip(flat, shapes)), o, lse)
         ctx.causal, ctx.scale = causal, scale
-        o, lse = o.view(shape), lse.view(shape[:-1])
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # (lse's gradient, never read, made a zeros launch a backward)
         return o, lse
@@ -243,8 +245,7 @@ class AttentionFunction(torch.autograd.Function):
         if do is None:
             return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
-        grads = attention_backward.backward(do.reshape(o.shape), q, k, v, o, lse, ctx.causal, ctx.scale)
-        return None, None, None, None, *(g.reshape(shape) for g, shape in zip(grads, ctx.shapes))
+        return None, None, None, None, *attention_backward.backward(do, q, k, v, o, lse, ctx.causal, ctx.scale)
 
 
 _SoftmaxFunction = _lean_apply(SoftmaxFunction)

@@ -58,7 +58,7 @@ def test_gradients_are_sdpas_where_no_fused_kernel_takes_the_tensors(causal: boo
     # q strided: the model's layout of a projection's heads, (b, s, h, d) seen as (b, h, s, d)
     q = torch.randn(20, *lead, 8, dtype=torch.float64).movedim(0, -2).requires_grad_()
     k, v = (torch.randn(*lead, 20, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    dy = torch.randn(*lead, 20, 8, dtype=torch.float64)
+    dy = torch.randn(20, *lead, 8, dtype=torch.float64).movedim(0, -2)  # (a transposed view, as a model's)
     for kw in ({}, {"scale": 0.3}):
         o, lse = call(q, k, v, **kw)
         assert o.requires_grad and not lse.requires_grad and lse.shape == (*lead, 20)

@@ -115,7 +115,8 @@ def test_sdpas_layout_is_the_same_call() -> None:
     torch.manual_seed(0)
     q, k = (torch.randn(2, 3, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     v = torch.randn(2, 256, 3, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    dy = torch.randn(2, 3, 256, 64, device="cuda", dtype=torch.bfloat16)
+    # (the upstream gradient a transposed view, as a model's: torch's kernel reads it so)
+    dy = torch.randn(2, 256, 3, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     flat = [t.reshape(6, 256, 64).contiguous() for t in (q, k, v)]
     o3, lse3 = kernels.attention_causal_d64(*flat)
     o4, lse4 = kernels.attention_causal_d64(q, k, v)

@@ -2,11 +2,12 @@
 fed the o and natural-log log-sum-exp our forward kernel wrote (`autograd.attention`).
 
 q, k, v and o are (batch x heads, sequence, head dim), seen by torch as one batch of that many
-heads, or (batch, heads, sequence, head dim) as SDPA's; dense (the forward made them so). The kernel is the one torch's SDPA picks for them:
-cuDNN's, which reads o laid out as q (given another layout, its gradients were off by 7 on an
-H200), or flash-attention's. Where SDPA would pick neither (another backend, or one turned off by
-`torch.nn.attention.sdpa_kernel`), or off the GPU, the gradients SDPA's math path computes, from
-the scores made again in fp32 (or float64): slower, and as much memory as that path.
+heads, or (batch, heads, sequence, head dim) as SDPA's; dense (the forward made them so). The
+kernel is the one torch's SDPA picks for them: cuDNN's, which reads o laid out as q (given another
+layout, its gradients were off by 7 on an H200), or flash-attention's. Where SDPA would pick
+neither (another backend, or one turned off by `torch.nn.attention.sdpa_kernel`), or off the GPU,
+the gradients SDPA's math path computes, from the scores made again in fp32 (or float64): slower,
+and as much memory as that path.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ def test_gradients_are_sdpas_where_no_fused_kernel_takes_the_tensors(causal: boo
     for kw in ({}, {"scale": 0.3}):
         o, lse = call(q, k, v, **kw)
         assert o.requires_grad and not lse.requires_grad and lse.shape == (*lead, 20)
+        if not compiled:  # (the C++ node where it is built; a scale by keyword, the Python Function)
+            node = not kw and autograd._nodes(q) is not None
+            assert o.grad_fn.name() == ("llmcompile::AttentionNode" if node else "AttentionFunctionBackward")
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=kw.get("scale", 0.125))
         torch.testing.assert_close(o, want)
         for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
@@ -123,7 +126,9 @@ def test_sdpas_layout_is_the_same_call() -> None:
     assert torch.equal(o4, o3.view(2, 3, 256, 64)) and torch.equal(lse4, lse3.view(2, 3, 256))
     leaves4 = [t.detach().requires_grad_() for t in (q, k, v)]
     leaves3 = [t.detach().requires_grad_() for t in flat]
-    g4 = torch.autograd.grad(kernels.attention_causal_d64(*leaves4)[0], leaves4, dy)
+    o4 = kernels.attention_causal_d64(*leaves4)[0]
+    assert autograd._nodes(q) is None or o4.grad_fn.name() == "llmcompile::AttentionNode"
+    g4 = torch.autograd.grad(o4, leaves4, dy)
     g3 = torch.autograd.grad(kernels.attention_causal_d64(*leaves3)[0], leaves3, dy.reshape(6, 256, 64))
     for a, b, leaf in zip(g4, g3, leaves4):
         assert a.shape == leaf.shape

@@ -479,3 +479,66 @@ def test_a_norm_forward_with_eps_runs_its_fast_call_from_cpp(ext: object) -> Non
         assert ext.forward_runs() == (runs[0] + 1, runs[1])
         assert seen[-1] == pytest.approx(eps)
         torch.testing.assert_close(out, F.rms_norm(x, (16,), w, eps))
+
+
+def test_the_attention_node_asks_its_route_once_a_layout(ext: object) -> None:
+    """The attention's node (q, k, v of (b·h, s, d) or (b, h, s, d)): the kernel function sees dense
+    (b·h, s, d) copies, o and lse come back in the caller's shape, lse without a gradient, the
+    gradients are SDPA's; the backward's route is asked of Python once a layout and set of enabled
+    SDPA backends (here the math path, `backward` through Python: the CPU has no fused kernel);
+    a call without grad makes no node and asks nothing; a saved q changed in place is refused."""
+    from llmcompile.runtime import attention_backward as AB
+    from llmcompile.specs.attention import ref_attention
+
+    asked: list[tuple] = []
+    backwards: list[int] = []
+
+    def route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, causal: bool, scale: float) -> tuple:
+        assert q.dim() == 4 and o.stride() == q.stride()
+        asked.append((tuple(q.shape), causal, scale))
+        return AB.route(q, k, v, o, causal, scale)
+
+    def backward(*args: object) -> tuple:
+        backwards.append(1)
+        return AB.backward(*args)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+        assert not torch.is_grad_enabled() and all(
+            t.is_contiguous() and t.dim() == 3 and not t.requires_grad for t in (q, k, v)
+        )
+        return ref_attention(True)(q, k, v, 0.5)
+
+    ext.set_attention(route, backward)
+    for lead in ((2, 3), (6,), (2, 3)):
+        q, k = (torch.randn(*lead, 16, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+        v = torch.randn(16, *lead, 8, dtype=torch.float64).movedim(0, -2).requires_grad_()  # (strided: copied)
+        dy = torch.randn(16, *lead, 8, dtype=torch.float64).movedim(0, -2)
+        o, lse = ext.attention(fn, True, 0.5, q, k, v)
+        assert o.grad_fn.name() == "llmcompile::AttentionNode" and not lse.requires_grad
+        assert o.shape == q.shape and lse.shape == (*lead, 16)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+        torch.testing.assert_close(o, want)
+        for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+            torch.testing.assert_close(g, r)
+    assert asked == [((2, 3, 16, 8), True, 0.5), ((1, 6, 16, 8), True, 0.5)] and len(backwards) == 3
+    torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+    try:  # (another set of enabled backends, as `sdpa_kernel` makes: asked again)
+        ext.attention(fn, True, 0.5, q, k, v)
+    finally:
+        torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+    assert len(asked) == 3
+    o, lse = ext.attention(fn, True, 0.5, *(t.detach() for t in (q, k, v)))
+    assert o.grad_fn is None and len(asked) == 3
+    o, _ = ext.attention(fn, True, 0.5, q, k, v)
+    with torch.no_grad():
+        q.mul_(2.0)  # (a saved input: the node keeps q itself where it is already dense)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(o, q, dy)
+    # a fused route (its extras None, as torch's dense forward gives them) is taken by the backward
+    # itself: on the CPU, where torch has no such kernel, that kernel's own error comes back
+    ext.set_attention(lambda *_: (AB.FLASH, None, None, None, None, 3), backward)
+    q2 = q.detach().requires_grad_()
+    o, _ = ext.attention(fn, True, 0.5, q2, k, v)
+    with pytest.raises(RuntimeError, match="flash_attention_backward"):
+        torch.autograd.grad(o, q2, dy)
+    assert len(backwards) == 3

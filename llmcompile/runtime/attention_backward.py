@@ -7,7 +7,8 @@ kernel is the one torch's SDPA picks for them: cuDNN's, which reads o laid out a
 layout, its gradients were off by 7 on an H200), or flash-attention's. Where SDPA would pick
 neither (another backend, or one turned off by `torch.nn.attention.sdpa_kernel`), or off the GPU,
 the gradients SDPA's math path computes, from the scores made again in fp32 (or float64): slower,
-and as much memory as that path.
+and as much memory as that path. `route` says which; the C++ attention node (autograd_nodes.cpp)
+calls cuDNN's or flash-attention's kernel itself, and `backward` for the math path.
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ def _extras(kind: str, device: torch.device) -> tuple:
     return r[2], r[3], r[6], r[7], r[1].dim()  # (both return o, lse, offsets, sizes, rng state, ...)
 
 
+PYTHON = SDPBackend.MATH.value  # (a route: `backward` below, through Python)
+
+
+def route(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, causal: bool, scale: float
+) -> tuple:  # fmt: skip
+    """How the backward of 4-D q, k, v and o runs: (CUDNN or FLASH, cum_q, cum_k, seed, offset, the
+    rank of that backend's lse), torch's kernel fed as its own forward would; or (PYTHON,), SDPA's
+    math path in `backward`. The C++ attention node (autograd_nodes.cpp) asks it once a layout and
+    set of enabled backends, and calls the kernel itself."""
+    if q.is_cuda:
+        picked = backend(q, k, v, causal, scale)
+        if picked == CUDNN and o.stride() == q.stride():
+            return (CUDNN, *_extras("cudnn", q.device))
+        if picked == FLASH:
+            return (FLASH, *_extras("flash", q.device))
+    return (PYTHON,)
+
+
 def backward(
     do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
     causal: bool, scale: float,
@@ -56,20 +76,20 @@ def backward(
     or SDPA's (B, H, N, D) and (B, H, N), in the inputs' shapes. do as the caller's graph made it (a
     model's is often a transposed view: torch's kernels read it so, a reshape would copy it)."""
     n = q.shape[-2]
-    if q.is_cuda:
+    if q.is_cuda and q.dim() in (3, 4):
         four = q.dim() == 4
         q4, k4, v4, o4, do4 = (t if four else t.unsqueeze(0) for t in (q, k, v, o, do))
         lse3 = lse if four else lse.unsqueeze(0)
-        picked = backend(q4, k4, v4, causal, scale)
+        kind, *extras = route(q4, k4, v4, o4, causal, scale)
         grads = None
-        if picked == CUDNN and o4.stride() == q4.stride():
-            cum_q, cum_k, seed, offset, dims = _extras("cudnn", q.device)
+        if kind == CUDNN:
+            cum_q, cum_k, seed, offset, dims = extras
             lse3 = lse3.view(*lse3.shape, *[1] * (dims - 3))  # (cuDNN's is (b, h, s, 1))
             grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
                 do4, q4, k4, v4, o4, lse3, seed, offset, None, cum_q, cum_k, n, n, 0.0, causal, scale=scale
             )
-        elif picked == FLASH:
-            cum_q, cum_k, seed, offset, _ = _extras("flash", q.device)
+        elif kind == FLASH:
+            cum_q, cum_k, seed, offset, _ = extras
             grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
                 do4, q4, k4, v4, o4, lse3, cum_q, cum_k, n, n, 0.0, causal, seed, offset, scale=scale
             )

@@ -343,6 +343,9 @@ def attention(fn: Any, causal: bool, scale: float) -> Any:
     default, the call's own by keyword."""
 
     def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **scalars: float) -> tuple:
+        # (a scale by keyword, or another rank, takes the Python Function)
+        if not scalars and q.dim() in (3, 4) and (ext := _nodes(q, k, v)) is not None:
+            return ext.attention(fn, causal, scale, q, k, v)
         return _AttentionFunction(fn, causal, float(scalars.get("scale", scale)), scalars, q, k, v)
 
     return call

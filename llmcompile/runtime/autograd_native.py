@@ -1,5 +1,5 @@
 """The row ops' autograd nodes in C++ (`autograd_nodes.cpp`, a torch extension), and the fused
-cross-entropy loss's, built once per machine and torch version with its C++ compiler into the
+cross-entropy loss's and the attention's, built once per machine and torch version with its C++ compiler into the
 llmcompile cache.
 
 A Python `torch.autograd.Function` costs a training step what torch's C++ nodes do not: its
@@ -72,6 +72,7 @@ def register_kernels(ext: Any) -> None:
     that send a call back to the Python Functions."""
     import torch
 
+    from llmcompile.runtime import attention_backward
     from llmcompile.runtime import compiled as kernels
     from llmcompile.specs import BUILTIN
 
@@ -85,6 +86,7 @@ def register_kernels(ext: Any) -> None:
         ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
     )
     ext.register_op(ext.CE_LOSS, kernels.cross_entropy_fused_total, kernels.scale_)  # (in place, on dx)
+    ext.set_attention(attention_backward.route, attention_backward.backward)  # (the kernel comes with each call)
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
     ext.set_guards(

@@ -428,6 +428,166 @@ at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, bool mean, c
   return total;
 }
 
+/* The attention's node: our forward kernel (any of the four attention kernel functions, passed with
+ * the call) on (b·h, s, d) dense copies, and torch's own attention backward kernel on our o and lse
+ * (attention_backward.py; we have no backward kernel yet). The Python Function it replaces
+ * (autograd.py's AttentionFunction) cost a Llama layer's attention about 130 us of host time more
+ * than SDPA's on an H200 (54 in its forward: Function.apply, the views, v's copy; 80 in its
+ * backward: the engine's Python call and attention_backward's Python): the step is host-bound, so
+ * that was most of the run's 8-9% under torch's tokens/s. How the backward runs (cuDNN's or
+ * flash-attention's kernel, called here without the GIL, or `attention_backward.backward` through
+ * Python) is asked of Python's `route` once a layout and set of enabled SDPA backends. */
+enum Route { ROUTE_PYTHON = 0, ROUTE_FLASH = 1, ROUTE_CUDNN = 3 };  // (SDPBackend's values: math, flash, cudnn)
+
+struct AttentionRoute {
+  int64_t kind = ROUTE_PYTHON;
+  at::Tensor cum_q, cum_k, seed, offset;  // what torch's forward hands its backward (none, no dropout)
+  int64_t lse_dims = 3;                   // the rank of the backend's lse ((b, h, s, 1) for cuDNN)
+};
+
+struct RouteKey {
+  at::Device device;
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  bool causal;
+  double scale;
+  int flags;  // which SDPA backends are enabled (sdpa_kernel changes them)
+  bool operator==(const RouteKey& o) const {
+    return device == o.device && dtype == o.dtype && sizes == o.sizes && causal == o.causal && scale == o.scale &&
+           flags == o.flags;
+  }
+};
+
+struct AttentionPython {
+  py::object route, backward;  // attention_backward.route and .backward
+  std::vector<std::pair<RouteKey, AttentionRoute>> routes;  // (a model runs a few shapes)
+};
+
+AttentionPython& attention_python() {
+  static auto* a = new AttentionPython(); /* held for the process, as the registry */
+  return *a;
+}
+
+int sdpa_flags() {
+  const at::Context& c = at::globalContext();
+  return c.userEnabledCuDNNSDP() | c.userEnabledFlashSDP() << 1 | c.userEnabledMemEfficientSDP() << 2 |
+         c.userEnabledMathSDP() << 3;
+}
+
+/* The backward's route for dense 4-D q, k, v, o (GIL held: the forward's thread). */
+AttentionRoute route_for(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                         bool causal, double scale) {
+  AttentionPython& a = attention_python();
+  TORCH_CHECK(a.route, "llmcompile autograd node: the attention's route is not registered");
+  RouteKey key{q.device(), q.scalar_type(), q.sizes().vec(), causal, scale, sdpa_flags()};
+  for (const auto& [k_, r] : a.routes)
+    if (k_ == key) return r;
+  py::tuple got = a.route(q, k, v, o, causal, scale);
+  AttentionRoute r;
+  r.kind = got[0].cast<int64_t>();
+  if (r.kind != ROUTE_PYTHON) {  // (None: no such tensor, as a dense batch has no sequence offsets)
+    auto tensor = [&got](int i) { return got[i].is_none() ? at::Tensor() : got[i].cast<at::Tensor>(); };
+    r.cum_q = tensor(1);
+    r.cum_k = tensor(2);
+    r.seed = tensor(3);
+    r.offset = tensor(4);
+    r.lse_dims = got[5].cast<int64_t>();
+  }
+  if (a.routes.size() >= 64) a.routes.clear();
+  a.routes.emplace_back(std::move(key), r);
+  return r;
+}
+
+struct AttentionBackward : public Node {
+  SavedVariable q_, k_, v_, o_, lse_;  // q, k, v: the dense copies, in the caller's shapes
+  AttentionRoute route_;
+  bool causal_ = false;
+  double scale_ = 0.0;
+  std::string name() const override { return "llmcompile::AttentionNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (SavedVariable* v : {&q_, &k_, &v_, &o_, &lse_}) v->reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list out(3);
+    if (!grads[0].defined()) return out;
+    const at::Tensor q = q_.unpack(), k = k_.unpack(), v = v_.unpack(), o = o_.unpack(getptr()), lse = lse_.unpack();
+    // the upstream gradient as it comes: a model's is a transposed view, which torch's kernels read
+    const at::Tensor& dout = grads[0];
+    if (route_.kind == ROUTE_PYTHON) {
+      py::gil_scoped_acquire gil;
+      auto d = outputs(attention_python().backward(dout, q, k, v, o, lse, causal_, scale_));
+      for (size_t i = 0; i < 3; ++i) out[i] = d.at(i);
+      return out;
+    }
+    auto four = [](const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); };
+    at::Tensor lse4 = lse.dim() == 3 ? lse : lse.unsqueeze(0);
+    const int64_t n = q.size(-2);
+    std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
+    if (route_.kind == ROUTE_CUDNN) {
+      std::vector<int64_t> shape = lse4.sizes().vec();
+      shape.resize(route_.lse_dims, 1);
+      d = at::_scaled_dot_product_cudnn_attention_backward(four(dout), four(q), four(k), four(v), four(o),
+                                                           lse4.view(shape), route_.seed, route_.offset, at::Tensor(),
+                                                           route_.cum_q, route_.cum_k, n, n, 0.0, causal_, scale_);
+    } else {
+      d = at::_scaled_dot_product_flash_attention_backward(four(dout), four(q), four(k), four(v), four(o), lse4,
+                                                           route_.cum_q, route_.cum_k, n, n, 0.0, causal_, route_.seed,
+                                                           route_.offset, scale_);
+    }
+    out[0] = std::get<0>(d).reshape(q.sizes());
+    out[1] = std::get<1>(d).reshape(k.sizes());
+    out[2] = std::get<2>(d).reshape(v.sizes());
+    return out;
+  }
+};
+
+/* o, lse = fn(q, k, v) through autograd, q, k, v of (b·h, s, d) or SDPA's (b, h, s, d): each made
+ * (b·h, s, d) dense for the kernel (a view where the dims merge, a copy where not: a v transposed
+ * from the projection's layout), o and lse given back in the caller's shape, lse without a
+ * gradient. (The caller's thread, GIL held.) */
+std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool causal, double scale,
+                                                  const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  for (const at::Tensor& t : {q, k, v}) {
+    refuse_forward_ad(t);
+    TORCH_CHECK(t.dim() >= 2, "llmcompile attention: q, k and v must be (b·h, s, d) or (b, h, s, d), got ", t.sizes());
+  }
+  at::Tensor flat[3];
+  std::vector<at::Tensor> outs;
+  {
+    at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
+    int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
+    for (const at::Tensor& t : {q, k, v}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
+    outs = outputs(fn(flat[0], flat[1], flat[2]));
+  }
+  TORCH_CHECK(outs.size() == 2, "llmcompile attention: the kernel function gave ", outs.size(), " outputs, not o and lse");
+  at::Tensor o = outs[0].view(q.sizes()), lse = outs[1].view(q.sizes().slice(0, q.dim() - 1));
+  if (torch::autograd::compute_requires_grad(q, k, v)) {
+    auto node = new_node<AttentionBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(q, k, v));
+    torch::autograd::set_history(o, node);
+    at::Tensor q4 = flat[0].view(q.sizes()), k4 = flat[1].view(k.sizes()), v4 = flat[2].view(v.sizes());
+    node->q_ = SavedVariable(q4, false);
+    node->k_ = SavedVariable(k4, false);
+    node->v_ = SavedVariable(v4, false);
+    node->o_ = SavedVariable(o, true);
+    node->lse_ = SavedVariable(lse, false);
+    node->causal_ = causal;
+    node->scale_ = scale;
+    auto four = [](const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); };
+    node->route_ = q.dim() <= 4 ? route_for(four(q4), four(k4), four(v4), four(o), causal, scale) : AttentionRoute{};
+  }
+  return {o, lse};
+}
+
+void set_attention(py::object route, py::object backward) {
+  AttentionPython& a = attention_python();
+  a.route = std::move(route);
+  a.backward = std::move(backward);
+  a.routes.clear();
+}
+
 void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,
                  double kernel_eps) {
   TORCH_CHECK(op >= 0 && op < N_OPS, "llmcompile autograd node: no op ", op);
@@ -568,6 +728,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return norm_with<LAYERNORM>({x, w, b}, eps);
       },
       "layernorm(x, weight, bias, eps) through autograd");
+  m.def("set_attention", &set_attention, py::arg("route"), py::arg("backward"),
+        "set_attention(route, backward): attention_backward's route (asked once a layout) and Python backward");
+  m.def("attention", &attention_with, py::arg("fn"), py::arg("causal"), py::arg("scale"), py::arg("q"),
+        py::arg("k"), py::arg("v"), "attention(fn, causal, scale, q, k, v) -> (o, lse) through autograd");
   m.def("cross_entropy_loss", &loss_with, py::arg("x"), py::arg("target"), py::arg("mean"), py::arg("one"),
         "cross_entropy_loss(x, target, mean, one): the mean or sum through autograd");
 }

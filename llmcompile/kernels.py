@@ -22,6 +22,7 @@ from llmcompile.runtime.compiled import (
     cross_entropy_fused,
     cross_entropy_fused_total,
     cross_entropy_fwd,
+    cross_entropy_total,
     layernorm,
     layernorm_bwd,
     layernorm_bwd_scalar,
@@ -54,7 +55,7 @@ del _fn
 __all__ = [
     "BY_NAME", "READ_PROBES", "attention", "attention_causal", "attention_causal_d64", "attention_d64", "copy",
     "copy_probe", "cross_entropy", "cross_entropy_loss", "cross_entropy_bwd", "cross_entropy_fused",
-    "cross_entropy_fused_total", "cross_entropy_fwd", "layernorm",
+    "cross_entropy_fused_total", "cross_entropy_fwd", "cross_entropy_total", "layernorm",
     "layernorm_bwd", "layernorm_bwd_scalar", "layernorm_fwd", "log_softmax", "log_softmax_bwd", "log_softmax_bwd_scalar", "reference_function",
     "rmsnorm", "rmsnorm_bwd", "rmsnorm_bwd_scalar", "rmsnorm_fwd", "scale", "softmax", "softmax_bwd", "softmax_bwd_scalar",
 ]  # fmt: skip

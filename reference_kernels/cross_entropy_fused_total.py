@@ -1,47 +1,27 @@
 """The fused cross-entropy (reference_kernels/cross_entropy_fused.py) and its total in one call:
 each row's loss and dlogits for an upstream 1, then the rows' sum, their mean over the kept rows
-and the mean's scale 1/kept, so a training step's loss takes one call, not the kernel and the
-five small torch ops that sum and count after it (issue 47: their host time).
+and the mean's scale 1/kept (cross_entropy_total.py's), so a training step's loss takes one call,
+not the kernel and the five small torch ops that sum and count after it (issue 47: their host
+time).
 
 Kernel contract entry: `launch(mX, mTarget, mLoss, mdX, mSum, mMean, mInvKept, mW, ignore_index,
 stream)`; mX, mdX (M, N), mTarget (M,) int64, mLoss (M,) fp32, mSum, mMean, mInvKept (1,) fp32,
-mW the workspace. kept = the rows whose target is not ignore_index, at least 1 (so a batch of
-ignored rows has a mean of 0, not NaN). The count compares targets in fp32: exact for N <= 2^24.
+mW the workspace; kept as in cross_entropy_total.
 """
 
 from __future__ import annotations
 
-import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int64
+from cutlass import Int64
 
 from reference_kernels import reduce as R
-from reference_kernels import strided as S
-from reference_kernels import total as T
-from reference_kernels.cross_entropy import CrossEntropy
-from reference_kernels.tuning import cross_entropy as CE
+from reference_kernels.cross_entropy_total import WORKSPACE, CrossEntropyTotal
 
 OP = "cross_entropy_fused_total"
-WORKSPACE = T.WORKSPACE  # the total's partials
+__all__ = ["OP", "WORKSPACE", "launch"]
 
 
-def kept_loss(xs: tuple, scalars: tuple) -> tuple:
-    loss, target = xs
-    (ignore_index,) = scalars
-    return loss, cutlass.select_(target != Float32(ignore_index), Float32(1.0), Float32(0.0))
-
-
-def sum_mean_inv(acc: tuple, rows: Float32, count: Float32) -> tuple:
-    total, kept = acc[0], cutlass.max(acc[1], Float32(1.0))
-    return total, total / kept, Float32(1.0) / kept
-
-
-_total = T.TotalReduce(
-    kept_loss, S.add, (0.0, 0.0), sum_mean_inv, ("full", "full"), knobs=T.TotalKnobs(**CE.TOTAL_KNOBS)
-)
-
-
-class CrossEntropyFusedTotal(CrossEntropy):
+class CrossEntropyFusedTotal(CrossEntropyTotal):
     write_dx = unit_scale = True
 
     @cute.jit
@@ -58,9 +38,7 @@ class CrossEntropyFusedTotal(CrossEntropy):
         ignore_index: Int64,
         stream,
     ):
-        self._launch(mX, mTarget, mLoss, mLoss, mLoss, mdX, ignore_index, stream)
-        _total.dependent = self.tiling.dependent_launch
-        _total((mLoss, mTarget), (mSum, mMean, mInvKept), (ignore_index,), mW, stream)
+        self._launch_total(mX, mTarget, mLoss, mdX, mSum, mMean, mInvKept, mW, ignore_index, stream)
 
 
 launch = CrossEntropyFusedTotal(R.RowKnobs())

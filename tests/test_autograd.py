@@ -285,6 +285,49 @@ def test_the_fused_loss_is_one_call_forward_and_one_backward(
     assert dx.data_ptr() == made[1].data_ptr() and a.shape == (1,) and a.item() == 1.0 and b is made[4]
 
 
+def test_the_loss_without_a_gradient_is_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cross_entropy_loss where no gradient is wanted (no_grad, or logits that need none): the
+    kernel's one call (cross_entropy_total, a float64 stand-in here) gives the sum and the mean, no
+    torch op after it; an ignore_index not the kernel's own reaches it by keyword; a batch of
+    ignored rows has a mean of 0, as the gradient's path gives (kept is at least 1)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[dict] = []
+
+    def total(x: torch.Tensor, t: torch.Tensor, **kw: int) -> list[torch.Tensor]:
+        seen.append(kw)
+        return BUILTIN["cross_entropy_total"].reference(x, t, kw.get("ignore_index", -100))
+
+    monkeypatch.setattr(autograd.kernels, "cross_entropy_total", total)
+    x = torch.randn(2, 5, 7, dtype=torch.float64)
+    t = torch.randint(0, 7, (2, 5))
+    t[0, 0] = -100
+    for reduction in ("mean", "sum"):
+        want = F.cross_entropy(x.reshape(-1, 7), t.reshape(-1), reduction=reduction)
+        torch.testing.assert_close(autograd.cross_entropy_loss(x, t, reduction=reduction), want)
+        with torch.no_grad():
+            got = autograd.cross_entropy_loss(x.clone().requires_grad_(), t, reduction=reduction)
+        assert got.shape == () and not got.requires_grad
+        torch.testing.assert_close(got, want)
+    got = autograd.cross_entropy_loss(x, t.clamp(min=0), ignore_index=3)
+    torch.testing.assert_close(got, F.cross_entropy(x.reshape(-1, 7), t.clamp(min=0).reshape(-1), ignore_index=3))
+    assert seen == [{}] * 4 + [{"ignore_index": 3}]
+    assert autograd.cross_entropy_loss(x, torch.full_like(t, -100)).item() == 0.0
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if func.__name__.split(".")[0] not in ("view", "_unsafe_view"):
+                self.seen.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    made = total(x.reshape(-1, 7), t.reshape(-1))  # (made here: the kernel's ops are not counted)
+    monkeypatch.setattr(autograd.kernels, "cross_entropy_total", lambda *_, **__: made)
+    with Ops() as ops:
+        ops.seen = []
+        autograd.cross_entropy_loss(x, t)
+    assert ops.seen == []
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("log", [False, True])

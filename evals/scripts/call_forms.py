@@ -132,11 +132,30 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
         lambda: torch.autograd.grad(F.cross_entropy(xg2, t2), xg2),
         None,
     )
+    add(
+        "cross_entropy_loss(x, t) without grad (the mean), 8 x N",
+        lambda: kernels.cross_entropy_loss(x2, t2),
+        lambda: F.cross_entropy(x2, t2),
+        None,
+    )
     qkv = torch.randn(3, 8, 1024, 64, device=dev, dtype=torch.bfloat16)  # (batch x heads, sequence, head dim)
     add(
         "attention_causal_d64(q, k, v) 8 x 1024 x 64, bf16",
         lambda: kernels.attention_causal_d64(*qkv),
         lambda: F.scaled_dot_product_attention(*qkv[:, None], is_causal=True),
+        None,
+    )
+    # a model's: (batch, heads, sequence, head dim), v and the upstream gradient transposed views of
+    # the projection's (batch, sequence, heads, head dim)
+    qk = [torch.randn(2, 4, 1024, 64, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    vb = torch.randn(2, 1024, 4, 64, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(2, 1024, 4, 64, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+    add(
+        "train: attention_causal_d64(q, k, v) backward, 2 x 4 x 1024 x 64, v strided, bf16",
+        lambda: torch.autograd.grad(kernels.attention_causal_d64(*qk, vb.transpose(1, 2))[0], (*qk, vb), dy),
+        lambda: torch.autograd.grad(
+            F.scaled_dot_product_attention(*qk, vb.transpose(1, 2), is_causal=True), (*qk, vb), dy
+        ),
         None,
     )
     return out

@@ -26,6 +26,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.norm",
     "reference_kernels.pool",
     "reference_kernels.cross_entropy",  # the rows' losses of a reduced cross-entropy
+    "reference_kernels.cross_entropy_total",  # and their sum, mean over the kept rows and 1/kept
     "reference_kernels.softmax",  # a softmax of a longer input, as rows
     "reference_kernels.log_softmax",
     "reference_kernels.softmax_bwd",  # a softmax backward, or with log-softmax's combine

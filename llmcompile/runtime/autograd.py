@@ -328,11 +328,10 @@ def cross_entropy_loss(
     the gradient computed with the loss in one pass over the logits."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy_loss reduces by 'mean' or 'sum', not {reduction!r} (per row: cross_entropy)")
-    if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone
-        t = target.reshape(-1)
-        scalars = _given("cross_entropy", ignore_index=int(ignore_index))
-        total = kernels.cross_entropy(_flat(x), t, **scalars).sum()
-        return total / (t != ignore_index).sum().clamp(min=1) if reduction == "mean" else total
+    if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone, one call
+        scalars = _given("cross_entropy_total", ignore_index=int(ignore_index))
+        _, total, mean_total, _ = kernels.cross_entropy_total(_flat(x), target.reshape(-1), **scalars)
+        return (mean_total if reduction == "mean" else total).view(())
     if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
         return ext.cross_entropy_loss(x, target, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")

@@ -87,6 +87,7 @@ layernorm_bwd = reference_function("layernorm_bwd", register=True)
 layernorm_bwd_scalar = reference_function("layernorm_bwd_scalar", register=True)
 cross_entropy_fused = reference_function("cross_entropy_fused", register=True)
 cross_entropy_fused_total = reference_function("cross_entropy_fused_total", register=True)
+cross_entropy_total = reference_function("cross_entropy_total", register=True)
 scale = reference_function("scale", register=True)
 # (M, N, D) = (batch x heads, sequence, head dim); compute-bound, rated in TFLOP/s
 attention = reference_function("attention", register=True)
@@ -114,6 +115,7 @@ BY_NAME: dict[str, KernelFunction] = {
     "layernorm_bwd_scalar": layernorm_bwd_scalar,
     "cross_entropy_fused": cross_entropy_fused,
     "cross_entropy_fused_total": cross_entropy_fused_total,
+    "cross_entropy_total": cross_entropy_total,
     "scale": scale,
     "attention": attention,
     "attention_causal": attention_causal,

@@ -26,6 +26,7 @@ from llmcompile.specs.references import (
     ref_cross_entropy_fused,
     ref_cross_entropy_fused_total,
     ref_cross_entropy_fwd,
+    ref_cross_entropy_total,
     ref_layernorm,
     ref_layernorm_bwd,
     ref_layernorm_fwd,
@@ -42,6 +43,7 @@ from llmcompile.specs.references import (
     t_cross_entropy_fused,
     t_cross_entropy_fused_total,
     t_cross_entropy_fwd,
+    t_cross_entropy_total,
     t_layernorm,
     t_layernorm_bwd,
     t_layernorm_fwd,
@@ -91,6 +93,8 @@ _OUT = TensorDesc("out", ("M", "N"), output=True)
 _W = TensorDesc("weight", ("N",))
 _DY = TensorDesc("dy", ("M", "N"))
 _DX = TensorDesc("dx", ("M", "N"), output=True)
+# a loss's sum, mean over the kept rows and 1/kept, each one fp32 value
+_TOTALS = tuple(TensorDesc(name, ("1",), "float32", output=True) for name in ("sum", "mean", "inv_kept"))
 _ONE_DY = TensorDesc("dy", ("1",))  # an upstream gradient of one value everywhere, in x's dtype
 
 
@@ -333,7 +337,7 @@ BUILTIN: dict[str, OpSpec] = {
                 TensorDesc("target", ("M",), "int64"),
                 TensorDesc("loss", ("M",), "float32", output=True),
                 _DX,
-                *(TensorDesc(name, ("1",), "float32", output=True) for name in ("sum", "mean", "inv_kept")),
+                *_TOTALS,
             ),
             ref_cross_entropy_fused_total,
             ce_inputs,
@@ -346,6 +350,29 @@ BUILTIN: dict[str, OpSpec] = {
                 "sum = loss.sum(); mean = sum / kept; inv_kept = 1 / kept"
             ),
             torch_fn=t_cross_entropy_fused_total,
+            independent_rows=False,
+        ),
+        OpSpec(
+            "cross_entropy_total",
+            "the per-row cross-entropy (fp32) and its total, the loss without its gradient: the losses' "
+            "sum, their mean over the kept rows and 1 / kept",
+            (
+                _X,
+                TensorDesc("target", ("M",), "int64"),
+                TensorDesc("loss", ("M",), "float32", output=True),
+                *_TOTALS,
+            ),
+            ref_cross_entropy_total,
+            ce_inputs,
+            **_CE_CASES,
+            tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
+            reference_module="cross_entropy_total",
+            torch_expr=(
+                "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
+                "kept = (target != ignore_index).sum().clamp(min=1); sum = loss.sum(); mean = sum / kept; "
+                "inv_kept = 1 / kept"
+            ),
+            torch_fn=t_cross_entropy_total,
             independent_rows=False,
         ),
     )

@@ -168,6 +168,16 @@ def t_cross_entropy_fused_total(x, t, ignore_index):
     return [loss, dx, *_totals(loss.float(), t, ignore_index)]
 
 
+def ref_cross_entropy_total(x, target, ignore_index):
+    loss = ref_cross_entropy(x, target, ignore_index)[0]
+    return [loss, *_totals(loss, target, ignore_index)]
+
+
+def t_cross_entropy_total(x, t, ignore_index):
+    loss = t_cross_entropy(x, t, ignore_index)
+    return [loss, *_totals(loss.float(), t, ignore_index)]
+
+
 def t_rmsnorm(x, w, eps):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 

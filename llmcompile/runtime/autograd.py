@@ -329,9 +329,16 @@ def cross_entropy_loss(
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy_loss reduces by 'mean' or 'sum', not {reduction!r} (per row: cross_entropy)")
     if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone, one call
-        scalars = _given("cross_entropy_total", ignore_index=int(ignore_index))
-        _, total, mean_total, _ = kernels.cross_entropy_total(_flat(x), target.reshape(-1), **scalars)
-        return (mean_total if reduction == "mean" else total).view(())
+        # (rows as they come: the call takes leading dims, dense or not, and says what is wrong)
+        x, target = (
+            (x, target) if x.dim() == 2 and target.dim() == 1 else (x.reshape(-1, x.shape[-1]), target.reshape(-1))
+        )
+        outs = (
+            kernels.cross_entropy_total(x, target)
+            if ignore_index == FUSED_IGNORE
+            else kernels.cross_entropy_total(x, target, ignore_index=int(ignore_index))
+        )
+        return outs[2 if reduction == "mean" else 1].view(())
     if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
         return ext.cross_entropy_loss(x, target, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")

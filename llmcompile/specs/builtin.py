@@ -93,8 +93,13 @@ _OUT = TensorDesc("out", ("M", "N"), output=True)
 _W = TensorDesc("weight", ("N",))
 _DY = TensorDesc("dy", ("M", "N"))
 _DX = TensorDesc("dx", ("M", "N"), output=True)
-# a loss's sum, mean over the kept rows and 1/kept, each one fp32 value
+# a loss's rows (logits, targets, each row's loss), then its sum, mean over the kept rows and 1/kept,
+# each one fp32 value
+_CE_ROWS = (_X, TensorDesc("target", ("M",), "int64"), TensorDesc("loss", ("M",), "float32", output=True))
 _TOTALS = tuple(TensorDesc(name, ("1",), "float32", output=True) for name in ("sum", "mean", "inv_kept"))
+_TOTALS_EXPR = (
+    "kept = (target != ignore_index).sum().clamp(min=1); sum = loss.sum(); mean = sum / kept; inv_kept = 1 / kept"
+)
 _ONE_DY = TensorDesc("dy", ("1",))  # an upstream gradient of one value everywhere, in x's dtype
 
 
@@ -183,9 +188,7 @@ BUILTIN: dict[str, OpSpec] = {
             "cross_entropy_fwd",
             "per-row cross-entropy loss and log-sum-exp (fp32), the forward a training step runs",
             (
-                _X,
-                TensorDesc("target", ("M",), "int64"),
-                TensorDesc("loss", ("M",), "float32", output=True),
+                *_CE_ROWS,
                 TensorDesc("lse", ("M",), "float32", output=True),
             ),
             ref_cross_entropy_fwd,
@@ -333,9 +336,7 @@ BUILTIN: dict[str, OpSpec] = {
             "the fused cross-entropy for an upstream 1 and its total: each row's loss (fp32) and dlogits, "
             "then the losses' sum, their mean over the kept rows and 1 / kept",
             (
-                _X,
-                TensorDesc("target", ("M",), "int64"),
-                TensorDesc("loss", ("M",), "float32", output=True),
+                *_CE_ROWS,
                 _DX,
                 *_TOTALS,
             ),
@@ -346,8 +347,7 @@ BUILTIN: dict[str, OpSpec] = {
             torch_expr=(
                 "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
                 "dx = (torch.softmax(x.float(), -1) - F.one_hot(target, N)).to(x.dtype), 0 in rows where "
-                "target == ignore_index; kept = (target != ignore_index).sum().clamp(min=1); "
-                "sum = loss.sum(); mean = sum / kept; inv_kept = 1 / kept"
+                "target == ignore_index; " + _TOTALS_EXPR
             ),
             torch_fn=t_cross_entropy_fused_total,
             independent_rows=False,
@@ -357,9 +357,7 @@ BUILTIN: dict[str, OpSpec] = {
             "the per-row cross-entropy (fp32) and its total, the loss without its gradient: the losses' "
             "sum, their mean over the kept rows and 1 / kept",
             (
-                _X,
-                TensorDesc("target", ("M",), "int64"),
-                TensorDesc("loss", ("M",), "float32", output=True),
+                *_CE_ROWS,
                 *_TOTALS,
             ),
             ref_cross_entropy_total,
@@ -367,11 +365,8 @@ BUILTIN: dict[str, OpSpec] = {
             **_CE_CASES,
             tolerance={d: Tolerance(1e-4, 1e-4) for d in DTYPES},
             reference_module="cross_entropy_total",
-            torch_expr=(
-                "loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
-                "kept = (target != ignore_index).sum().clamp(min=1); sum = loss.sum(); mean = sum / kept; "
-                "inv_kept = 1 / kept"
-            ),
+            torch_expr="loss = F.cross_entropy(x, target, ignore_index=ignore_index, reduction='none'); "
+            + _TOTALS_EXPR,
             torch_fn=t_cross_entropy_total,
             independent_rows=False,
         ),

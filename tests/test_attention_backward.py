@@ -124,6 +124,10 @@ def test_sdpas_layout_is_the_same_call() -> None:
     o3, lse3 = kernels.attention_causal_d64(*flat)
     o4, lse4 = kernels.attention_causal_d64(q, k, v)
     assert torch.equal(o4, o3.view(2, 3, 256, 64)) and torch.equal(lse4, lse3.view(2, 3, 256))
+    from llmcompile.runtime import native_call
+
+    if native_call.available():  # (the fixed-layout call in C, made by the shape's first call, took the second)
+        assert native_call.is_caller(kernels.attention_causal_d64.fixed_caller(flat[0]))
     leaves4 = [t.detach().requires_grad_() for t in (q, k, v)]
     leaves3 = [t.detach().requires_grad_() for t in flat]
     o4 = kernels.attention_causal_d64(*leaves4)[0]

@@ -542,3 +542,53 @@ def test_the_attention_node_asks_its_route_once_a_layout(ext: object) -> None:
     with pytest.raises(RuntimeError, match="flash_attention_backward"):
         torch.autograd.grad(o, q2, dy)
     assert len(backwards) == 3
+
+
+def test_the_attention_node_runs_the_fixed_layout_call_in_c(ext: object) -> None:
+    """Once the kernel function has made its fixed-layout call in C (callpath's `fixed_caller`: a
+    TVM-FFI stand-in here), the node's forward runs it from C++ (`forward_runs`' first count), not
+    the kernel function, with SDPA's output and gradients; k of another shape goes to the kernel
+    function's own call, which says what is wrong."""
+    from llmcompile.runtime import native_call
+    from llmcompile.runtime.native_call import OutputSpec
+    from llmcompile.specs.attention import ref_attention
+
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    ran: list[float] = []
+
+    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
+        ran.append(scale)
+        out, s = ref_attention(True)(*(_by_address(t) for t in (q, k, v)), scale)
+        _by_address(o).copy_(out)
+        _by_address(lse).copy_(s)
+
+    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
+    caller = native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
+
+    class Fn:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            self.calls += 1
+            if k.shape != q.shape:
+                raise ValueError("k must be of q's shape")
+            return ref_attention(True)(q, k, v, 0.5)
+
+        def fixed_caller(self, q: torch.Tensor) -> object:
+            return caller if q.shape == (6, 16, 8) else None
+
+    fn = Fn()
+    q, k = (torch.randn(2, 3, 16, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(16, 2, 3, 8, dtype=torch.float64).movedim(0, -2).requires_grad_()
+    dy = torch.randn(2, 3, 16, 8, dtype=torch.float64)
+    native, python = ext.forward_runs()
+    o, lse = ext.attention(fn, True, 0.5, q, k, v)
+    assert ext.forward_runs() == (native + 1, python) and ran == [0.5] and fn.calls == 0
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    torch.testing.assert_close(o, want)
+    for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+        torch.testing.assert_close(g, r)
+    with pytest.raises(ValueError, match="q's shape"):
+        ext.attention(fn, True, 0.5, q, k[..., :12, :], v)
+    assert ran == [0.5] and fn.calls == 1 and ext.forward_runs() == (native + 1, python + 1)

@@ -97,6 +97,25 @@ def test_an_output_of_one_value_is_made_1_long_whatever_the_leading_dims() -> No
     torch.testing.assert_close(total, x.sum().reshape(1))
 
 
+def test_a_fixed_layouts_outputs_keep_their_dims() -> None:
+    """A fixed layout's call (attention's: q, k, v taken as they are): o made like q, not flattened
+    to rows, and lse of q's dims but the last ("lead"); the scalar follows the outputs."""
+    seen: list[tuple] = []
+
+    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
+        seen.append((tuple(q.shape), tuple(o.shape), tuple(lse.shape), str(lse.dtype), scale))
+        _torch(o).copy_(_torch(v) * scale)
+        _torch(lse).copy_(_torch(q).float().sum(-1))
+
+    outs = [OutputSpec(0, "all", "bfloat16"), OutputSpec(0, "lead", "float32")]
+    call = native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("bfloat16",) * 3)
+    q, k, v = (torch.randn(6, 16, 8, dtype=torch.bfloat16) for _ in range(3))
+    o, lse = call(q, k, v)
+    assert seen == [((6, 16, 8), (6, 16, 8), (6, 16), "float32", 0.5)]
+    assert o.shape == q.shape and lse.shape == (6, 16) and lse.dtype == torch.float32
+    assert torch.equal(o, v * 0.5) and torch.equal(lse, q.float().sum(-1))
+
+
 def test_calls_it_cannot_take_are_refused_before_any_allocation() -> None:
     k = _Kernel()
     call = native_call.make_caller(tvm_ffi.convert(k), 1, [OutputSpec(0, "all", "float32")])

@@ -436,7 +436,8 @@ at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, bool mean, c
  * backward: the engine's Python call and attention_backward's Python): the step is host-bound, so
  * that was most of the run's 8-9% under torch's tokens/s. How the backward runs (cuDNN's or
  * flash-attention's kernel, called here without the GIL, or `attention_backward.backward` through
- * Python) is asked of Python's `route` once a layout and set of enabled SDPA backends. */
+ * Python) is asked of Python's `route` once a layout and set of enabled SDPA backends. The forward
+ * runs the kernel function's fixed-layout call in C (`attention_caller`) once one is made. */
 enum Route { ROUTE_PYTHON = 0, ROUTE_FLASH = 1, ROUTE_CUDNN = 3 };  // (SDPBackend's values: math, flash, cudnn)
 
 struct AttentionRoute {
@@ -458,9 +459,19 @@ struct RouteKey {
   }
 };
 
+/* A kernel function's fixed-layout call in C (callpath's `fixed_caller`) for q of one dtype and shape. */
+struct FixedCaller {
+  py::object fn;  // (held: an address is not reused for another while its entry stands)
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes;
+  py::object caller;
+  void* run;
+};
+
 struct AttentionPython {
   py::object route, backward;  // attention_backward.route and .backward
   std::vector<std::pair<RouteKey, AttentionRoute>> routes;  // (a model runs a few shapes)
+  std::vector<FixedCaller> callers;
 };
 
 AttentionPython& attention_python() {
@@ -496,6 +507,24 @@ AttentionRoute route_for(const at::Tensor& q, const at::Tensor& k, const at::Ten
   if (a.routes.size() >= 64) a.routes.clear();
   a.routes.emplace_back(std::move(key), r);
   return r;
+}
+
+/* The Caller of `fn` for dense (M, N, D) q, k and v alike (GIL held), or null: none is made yet (the
+ * kernel function's first call of the shape makes it), fn has none (a stand-in), k or v differs. */
+void* attention_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (native == nullptr || k.sizes() != q.sizes() || v.sizes() != q.sizes() || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type())
+    return nullptr;
+  AttentionPython& a = attention_python();
+  for (const FixedCaller& c : a.callers)
+    if (c.fn.ptr() == fn.ptr() && c.dtype == q.scalar_type() && q.sizes() == c.sizes) return c.run;
+  if (!py::hasattr(fn, "fixed_caller")) return nullptr;
+  py::object caller = fn.attr("fixed_caller")(q);
+  void* run = caller.is_none() ? nullptr : native->as_caller(caller.ptr());
+  if (run == nullptr) return nullptr;
+  if (a.callers.size() >= 64) a.callers.clear();
+  a.callers.push_back(FixedCaller{fn, q.scalar_type(), q.sizes().vec(), std::move(caller), run});
+  return run;
 }
 
 struct AttentionBackward : public Node {
@@ -559,7 +588,13 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
     int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
     for (const at::Tensor& t : {q, k, v}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
-    outs = outputs(fn(flat[0], flat[1], flat[2]));
+    if (auto d = run_native(attention_caller(fn, flat[0], flat[1], flat[2]), {flat[0], flat[1], flat[2]})) {
+      ++forward_native_runs;
+      outs = std::move(*d);
+    } else {  // (the kernel function's call: it plans the shape, or says what is wrong)
+      ++forward_python_runs;
+      outs = outputs(fn(flat[0], flat[1], flat[2]));
+    }
   }
   TORCH_CHECK(outs.size() == 2, "llmcompile attention: the kernel function gave ", outs.size(), " outputs, not o and lse");
   at::Tensor o = outs[0].view(q.sizes()), lse = outs[1].view(q.sizes().slice(0, q.dim() - 1));
@@ -586,6 +621,7 @@ void set_attention(py::object route, py::object backward) {
   a.route = std::move(route);
   a.backward = std::move(backward);
   a.routes.clear();
+  a.callers.clear();
 }
 
 void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,

@@ -154,6 +154,29 @@ def _native_function(plan: _Plan) -> Callable[..., Any] | None:
         return None
 
 
+def _fixed_caller(fn: Any, ins: list, outs: list, values: tuple) -> Any | None:
+    """A fixed-layout op's call in C (`native_call`): its outputs made there (two torch.empty from
+    Python and TVM-FFI's conversions cost the attention's call about 10 us of host on an H200),
+    each output of an input's shape or of all but its last dim (attention's o and lse). None
+    where it cannot be built here, or an output is of another shape."""
+    if not native_call.is_function(fn) or not native_call.available():
+        return None
+    specs = []
+    for shape, dt in outs:
+        src = next(
+            ((i, k) for i, (s, _) in enumerate(ins) for k, like in (("all", s), ("lead", s[:-1])) if like == shape),
+            None,
+        )
+        if src is None:
+            return None
+        specs.append(native_call.OutputSpec(*src, str(dt).removeprefix("torch.")))
+    dtypes = tuple(str(dt).removeprefix("torch.") for _, dt in ins)
+    try:
+        return native_call.make_caller(fn, len(ins), specs, values, (), ("none",) * len(ins), dtypes)
+    except (OSError, TypeError, ValueError):
+        return None
+
+
 def _fast_of(plan: _Plan) -> Callable[..., Any] | None:
     """The plan's fast call: in C where it can be built (it checks that every tensor is on x's
     device), else the Python one, which checks no device: on one GPU only (on a host of several,
@@ -636,8 +659,8 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                 self._fixed.clear()
             shapes = [(t.shape(key[1], key[2]), t.torch_dtype(dtype)) for t in self.spec.tensors]
             n_in = len(self.spec.inputs)
-            plan = self._fixed[key] = [shapes[:n_in], shapes[n_in:], None, dtype]
-        ins, outs, fn, dtype = plan
+            plan = self._fixed[key] = [shapes[:n_in], shapes[n_in:], None, dtype, None]
+        ins, outs, fn, dtype, caller = plan
         if len(inputs) != len(ins):
             return None
         dev = x.device
@@ -646,9 +669,25 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
                 return None
         if fn is None:  # (compiled once the inputs fit)
             fn = plan[2] = bare_function(self.compiled(dtype, key[2]))
+            caller = plan[4] = _fixed_caller(fn, ins, outs, self._values({}))
+        if caller is not None and (not scalars or self._values(scalars) == self._values({})):
+            try:  # (its outputs made in C; it refuses what the kernel's int32 indexing cannot take)
+                return caller(*inputs)
+            except (TypeError, ValueError):
+                pass
         made = [torch.empty(shape, dtype=dt, device=dev) for shape, dt in outs]
         fn(*inputs, *made, *self._values(scalars))
         return made[0] if len(made) == 1 else made
+
+    def fixed_caller(self, x: torch.Tensor) -> Any | None:
+        """A fixed-layout op's call in C (`_fixed_caller`) for inputs of the shapes x implies, with
+        the op's default scalars, once a call of those shapes has made it; else None. The
+        attention's C++ node runs it (runtime/autograd_nodes.cpp) after checking k's and v's
+        shapes against q's: it checks no shape itself."""
+        if self.spec.flat_rows or x.dim() < 2:
+            return None
+        plan = self._fixed.get((x.dtype, x.shape[0], x.shape[self._n_axis]))
+        return None if plan is None else plan[4]
 
     def _heads_call(
         self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any]

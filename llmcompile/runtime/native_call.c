@@ -10,8 +10,8 @@
  * with DLTensor pointers.
  *
  * `Caller` is that call for one kernel: `make_caller(fn, n_in, specs, values, bound, flat)`; output i
- * has the shape of input `src` (dims 0), only its first dim (1), only its last (2) or is one value (3,
- * a total: shape (1,)) and the dtype
+ * has the shape of input `src` (dims 0), only its first dim (1), only its last (2), is one value (3,
+ * a total: shape (1,)) or has all of src's dims but the last (4, attention's lse) and the dtype
  * (code, bits); the `bound` tensors (a kernel's workspace) follow the outputs, then the scalars.
  * `flat` says which inputs are rows or a value a row: their leading dims (batch, sequence) reach
  * the kernel as one M, and outputs made like them come back in the caller's shape.
@@ -45,7 +45,7 @@
 
 enum { MAX_TENSORS = 16, MAX_BOUND = 4, MAX_BOUND_DIMS = 4, MAX_VALUES = 8 };
 enum { MAX_ARGS = 2 * MAX_TENSORS + MAX_BOUND + MAX_VALUES };
-enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2, DIMS_ONE = 3 };
+enum { DIMS_ALL = 0, DIMS_FIRST = 1, DIMS_LAST = 2, DIMS_ONE = 3, DIMS_LEAD = 4 };
 static const int64_t ONE_VALUE[1] = {1};
 /* How an input's leading dims reach the kernel: as they are; rows (..., N) seen as (M, N); values
  * of each row (...) seen as (M,). A view, never a copy: dims that do not flatten are refused. */
@@ -269,6 +269,9 @@ static int caller_run(Caller* c, const DLTensor* ins, int32_t n_in, NativeAlloc 
     } else if (c->dims[i] == DIMS_ONE) {
       proto.ndim = 1;
       proto.shape = (int64_t*)ONE_VALUE;
+    } else if (c->dims[i] == DIMS_LEAD) {
+      proto.ndim = s->ndim - 1; /* one value a row of src, in the shape of its leading dims */
+      proto.shape = s->shape;
     } else if (c->dims[i] == DIMS_FIRST && like_lead) {
       proto.ndim = lead_ndim; /* a value a row, in the shape of x's leading dims */
       proto.shape = ins[0].shape;
@@ -277,7 +280,8 @@ static int caller_run(Caller* c, const DLTensor* ins, int32_t n_in, NativeAlloc 
       proto.shape = c->dims[i] == DIMS_LAST ? s->shape + (s->ndim - 1) : s->shape;
     }
     if (alloc(ctx, &proto, out) != 0) return RUN_NO_MEMORY;
-    if (c->dims[i] != DIMS_LAST && c->dims[i] != DIMS_ONE &&
+    /* (an output made like an input the kernel takes as it is, a fixed layout's, stays as it is) */
+    if (c->dims[i] != DIMS_LAST && c->dims[i] != DIMS_ONE && c->flat[c->src[i]] != FLAT_NONE &&
         flatten(out, c->dims[i] == DIMS_ALL ? FLAT_ROWS : FLAT_VALUES, shapes[c->n_in + i], strides[c->n_in + i]) != 0) {
       *why = "an output that does not flatten";
       return RUN_REFUSED_VALUE;
@@ -525,7 +529,7 @@ static PyObject* make_caller(PyObject* module, PyObject* args) {
     if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 4 || as_int32(PyTuple_GET_ITEM(s, 0), &c->src[i]) ||
         as_int32(PyTuple_GET_ITEM(s, 1), &c->dims[i]) || as_int32(PyTuple_GET_ITEM(s, 2), &code) ||
         as_int32(PyTuple_GET_ITEM(s, 3), &bits) || c->src[i] < 0 || c->src[i] >= n_in || c->dims[i] < DIMS_ALL ||
-        c->dims[i] > DIMS_ONE) {
+        c->dims[i] > DIMS_LEAD) {
       PyErr_Clear();
       Py_DECREF(c);
       return refuse(PyExc_ValueError, "make_caller: bad output spec");

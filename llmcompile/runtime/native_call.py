@@ -29,7 +29,13 @@ MODULE = "llmcompile_native"  # PyInit_llmcompile_native in the C file
 _failure: list[str] = []
 
 
-DIMS = ("all", "first", "last", "one")  # "one": a single value (1,), a total
+DIMS = (
+    "all",
+    "first",
+    "last",
+    "one",
+    "lead",
+)  # "one": a single value (1,), a total; "lead": src's shape less its last dim
 # how an input's leading dims reach the kernel: as they are; rows (..., N) as (M, N); a value a row (...) as (M,)
 FLAT = ("none", "rows", "values")
 
@@ -37,7 +43,8 @@ FLAT = ("none", "rows", "values")
 @dataclass(frozen=True)
 class OutputSpec:
     """Output i of a call: the shape of input `src`, all its dims or only its first (a value per
-    row) or last (a value per column), or one value (a total, shape (1,)), and `dtype`."""
+    row) or last (a value per column), or one value (a total, shape (1,)), or all but its last
+    (attention's lse: a value per query), and `dtype`."""
 
     src: int
     dims: str  # one of DIMS

@@ -174,6 +174,27 @@ def test_attention_takes_sdpas_batch_and_heads_as_its_m() -> None:
     assert fn._heads_call((q[0], q[0], q[0]), {}, call) is None and len(seen) == 1
 
 
+def test_the_fixed_layout_call_in_c_is_made_once_and_found_for_its_shape_only() -> None:
+    """A fixed-layout op (attention: q, k, v and o of (M, N, D), lse (M, N)) gets its call in C
+    from its outputs' shapes ("all" and "lead" of q); `fixed_caller` finds it for q's shape and
+    dtype, never for another head dim (the key holds M and N only)."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    from llmcompile.runtime import callpath, native_call
+
+    fn = KernelFunction(get_op("attention_causal_d64"), lambda dtype, n: "kernel")
+    ins = [((6, 16, 64), torch.bfloat16)] * 3
+    outs = [((6, 16, 64), torch.bfloat16), ((6, 16), torch.float32)]
+    caller = callpath._fixed_caller(tvm_ffi.convert(lambda *_: None), ins, outs, (0.125,))
+    assert native_call.is_caller(caller)
+    assert callpath._fixed_caller(tvm_ffi.convert(lambda *_: None), ins, [((6, 8), torch.float32)], ()) is None
+    assert callpath._fixed_caller("not a TVM-FFI function", ins, outs, (0.125,)) is None
+    fn._fixed[(torch.bfloat16, 6, 16)] = [ins, outs, "kernel", "bfloat16", caller]
+    assert fn.fixed_caller(torch.empty(6, 16, 64, dtype=torch.bfloat16)) is caller
+    assert fn.fixed_caller(torch.empty(6, 16, 128, dtype=torch.bfloat16)) is None
+    assert fn.fixed_caller(torch.empty(6, 16, 64, dtype=torch.float16)) is None
+    assert fn.fixed_caller(torch.empty(6, 20, 64, dtype=torch.bfloat16)) is None
+
+
 def test_the_checked_path_says_what_is_wrong() -> None:
     fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
     with pytest.raises(OpError, match="CUDA device"):

@@ -687,7 +687,9 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if self.spec.flat_rows or x.dim() < 2:
             return None
         plan = self._fixed.get((x.dtype, x.shape[0], x.shape[self._n_axis]))
-        return None if plan is None else plan[4]
+        if plan is None or tuple(x.shape) != tuple(plan[0][0][0]):  # (a head dim the op does not have)
+            return None
+        return plan[4]
 
     def _heads_call(
         self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any]

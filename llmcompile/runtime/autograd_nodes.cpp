@@ -527,6 +527,9 @@ void* attention_caller(const py::object& fn, const at::Tensor& q, const at::Tens
   return run;
 }
 
+/* t as SDPA's (b, h, ...): itself where it has 4 dims, else one batch of its (b·h) heads */
+at::Tensor four(const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); }
+
 struct AttentionBackward : public Node {
   SavedVariable q_, k_, v_, o_, lse_;  // q, k, v: the dense copies, in the caller's shapes
   AttentionRoute route_;
@@ -550,7 +553,6 @@ struct AttentionBackward : public Node {
       for (size_t i = 0; i < 3; ++i) out[i] = d.at(i);
       return out;
     }
-    auto four = [](const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); };
     at::Tensor lse4 = lse.dim() == 3 ? lse : lse.unsqueeze(0);
     const int64_t n = q.size(-2);
     std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
@@ -610,7 +612,6 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     node->lse_ = SavedVariable(lse, false);
     node->causal_ = causal;
     node->scale_ = scale;
-    auto four = [](const at::Tensor& t) { return t.dim() == 4 ? t : t.unsqueeze(0); };
     node->route_ = q.dim() <= 4 ? route_for(four(q4), four(k4), four(v4), four(o), causal, scale) : AttentionRoute{};
   }
   return {o, lse};

@@ -24,6 +24,9 @@ class CrossEntropy:
     # also write dlogits from the registers the loss came from: cross_entropy_fused
     write_dx = False
     unit_scale = False  # dlogits for an upstream 1, mScale never read: cross_entropy_fused_total
+    # also fold the CTA's rows' losses and kept count into its partial in the workspace
+    # (cross_entropy_total.py finishes them): the total without a launch over the losses
+    fold_total = False
 
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
         self.knobs = knobs
@@ -33,7 +36,7 @@ class CrossEntropy:
         # (no lse, no dlogits: mLse, mScale and mdX are never touched)
         self._launch(mX, mTarget, mLoss, mLoss, mLoss, mX, ignore_index, stream)
 
-    def _launch(self, mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, stream) -> None:
+    def _launch(self, mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, stream, mW=None) -> None:
         # The template's threads-per-row table. (16 threads a row up to N = 256 paid while the
         # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
@@ -55,7 +58,7 @@ class CrossEntropy:
         offsets = T.EXP_OFFSET_FUSED if self.write_dx else T.EXP_OFFSET_LSE if self.save_lse else T.EXP_OFFSET
         self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
-        kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, copy)
+        kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, mLoss if mW is None else mW, ignore_index, copy)
         R.launch_rows(kernel, t, mX.shape[0], stream, waits=True)
 
     @cute.kernel
@@ -67,6 +70,7 @@ class CrossEntropy:
         mLse: cute.Tensor,
         mScale: cute.Tensor,
         mdX: cute.Tensor,
+        mW: cute.Tensor,
         ignore_index: Int64,
         copy: cute.TiledCopy,
     ):
@@ -95,16 +99,20 @@ class CrossEntropy:
         scale = Float32(0.0)
         if cutlass.const_expr(self.write_dx):
             scale = Float32(1.0) if cutlass.const_expr(self.unit_scale) else Float32(mScale[0])
+        kept = cute.make_rmem_tensor(2, Float32)  # the thread's rows: their losses' sum, their kept count
+        kept.fill(0.0)
         row = functools.partial(
-            self.row, mLoss, mLse, mdX, sX, sTarget, scale, ignore_index, scratch_a, scratch_b, target, x_target
+            self.row, mLoss, mLse, mdX, sX, sTarget, scale, ignore_index, scratch_a, scratch_b, target, x_target, kept
         )
         # (a staged index joins the row's commit group only if issued before the row's copies)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch, scalars_first=self.staged_index)
+        if cutlass.const_expr(self.fold_total):
+            write_partial(t, mW, kept, tidx)
 
     @cute.jit
     def row(
         self, mLoss, mLse, mdX, sX, sTarget, scale: Float32, ignore_index: Int64, scratch_a, scratch_b, target, x_target,
-        ctx: R.RowContext, tXrX,
+        kept, ctx: R.RowContext, tXrX,
     ):  # fmt: skip
         t = self.tiling
         if cutlass.const_expr(self.staged_index):
@@ -143,10 +151,32 @@ class CrossEntropy:
             # one writer a row: the row leader for a loss without a logit, else the holder
             if ignored | outside:
                 if ctx.row_leader:
-                    mLoss[ctx.row] = cutlass.select_(ignored, Float32(0.0), Float32(float("nan")))
+                    loss = cutlass.select_(ignored, Float32(0.0), Float32(float("nan")))
+                    mLoss[ctx.row] = loss
+                    if cutlass.const_expr(self.fold_total):
+                        # (a target outside [0, N) counts as kept: its NaN reaches the total)
+                        kept[0] = kept[0] + loss
+                        kept[1] = kept[1] + cutlass.select_(ignored, Float32(0.0), Float32(1.0))
             elif holds:
                 # (max - target logit) first: exact when the target is the max, however large
-                mLoss[ctx.row] = (m - x_target[0]) + cute.math.log(s, fastmath=True)
+                loss = (m - x_target[0]) + cute.math.log(s, fastmath=True)
+                mLoss[ctx.row] = loss
+                if cutlass.const_expr(self.fold_total):
+                    kept[0] = kept[0] + loss
+                    kept[1] = kept[1] + Float32(1.0)
+
+
+@cute.jit
+def write_partial(tiling: cutlass.Constexpr, mW: cute.Tensor, kept: cute.Tensor, tidx: Int32):
+    """The CTA's (sum, kept) over its threads, in a fixed order, to its slot of the workspace:
+    CTA (x, y) of the grid at x * cluster_n + y. A slot past the workspace is not written: the
+    total then folds the rows themselves (cross_entropy_total.PARTS)."""
+    acc = R.block_fold((kept[0], kept[1]), R.add, tidx, tiling.num_threads)
+    bidx, bidy, _ = cute.arch.block_idx()
+    slot = Int64(bidx) * tiling.cluster_n + Int64(bidy)
+    if (tidx == 0) & (slot * 2 < cute.size(mW)):
+        mW[slot * 2] = acc[0]
+        mW[slot * 2 + 1] = acc[1]
 
 
 @cute.jit

@@ -188,22 +188,31 @@ def _scale_(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(params=["python", "cpp"])
 def fused_loss(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
     """cross_entropy_loss on one of its two paths, with a setter for its fused kernel's stand-in
-    (and `scale_`'s, its backward): the Python Function (LLMCOMPILE_NATIVE_AUTOGRAD=0, the kernel
-    function module's attributes) or the C++ node (the extension's registration; the real kernels
-    registered again after)."""
+    (and `scale_`'s, its backward; and `total`, the loss's call where no gradient is wanted): the
+    Python Function (LLMCOMPILE_NATIVE_AUTOGRAD=0, the kernel function module's attributes) or the
+    C++ node (the extension's registration; the real kernels registered again after)."""
     monkeypatch.setattr(autograd, "NATIVE_NODES", request.param == "cpp")
 
-    def python(fn: object, scale: object = _scale_) -> None:
+    def python(fn: object, scale: object = _scale_, total: object = None) -> None:
         monkeypatch.setattr(autograd.kernels, "cross_entropy_fused_total", fn)
         monkeypatch.setattr(autograd.kernels, "scale_", scale)
+        if total is not None:
+            monkeypatch.setattr(autograd.kernels, "cross_entropy_total", total)
 
     if request.param == "python":
         yield python
         return
     m = autograd_native.module()
     assert m is not None, f"the C++ autograd nodes did not build on this machine: {autograd_native.reason()}"
-    try:  # (an ignore_index not the kernel's own goes to the Python Function on this path too)
-        yield lambda fn, scale=_scale_: python(fn, scale) or m.register_op(m.CE_LOSS, fn, scale)
+
+    def cpp(fn: object, scale: object = _scale_, total: object = None) -> None:
+        python(fn, scale, total)  # (an ignore_index not the kernel's own goes to Python on this path too)
+        m.register_op(m.CE_LOSS, fn, scale)
+        if total is not None:
+            m.register_op(m.CE_TOTAL, total, None)
+
+    try:
+        yield cpp
     finally:
         autograd_native.register_kernels(m)
 
@@ -285,11 +294,12 @@ def test_the_fused_loss_is_one_call_forward_and_one_backward(
     assert dx.data_ptr() == made[1].data_ptr() and a.shape == (1,) and a.item() == 1.0 and b is made[4]
 
 
-def test_the_loss_without_a_gradient_is_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_loss_without_a_gradient_is_one_call(fused_loss: Callable[..., None]) -> None:
     """cross_entropy_loss where no gradient is wanted (no_grad, or logits that need none): the
-    kernel's one call (cross_entropy_total, a float64 stand-in here) gives the sum and the mean, no
-    torch op after it; an ignore_index not the kernel's own reaches it by keyword; a batch of
-    ignored rows has a mean of 0, as the gradient's path gives (kept is at least 1)."""
+    kernel's one call (cross_entropy_total, a float64 stand-in here; the fused kernel never) gives
+    the sum and the mean, no torch op after it, through the C++ node and the Python path alike; an
+    ignore_index not the kernel's own reaches it by keyword; a batch of ignored rows has a mean of
+    0, as the gradient's path gives (kept is at least 1)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: list[dict] = []
@@ -298,7 +308,10 @@ def test_the_loss_without_a_gradient_is_one_call(monkeypatch: pytest.MonkeyPatch
         seen.append(kw)
         return BUILTIN["cross_entropy_total"].reference(x, t, kw.get("ignore_index", -100))
 
-    monkeypatch.setattr(autograd.kernels, "cross_entropy_total", total)
+    def fused(*_: object) -> None:
+        raise AssertionError("the fused kernel (it writes dx) took a loss that wants no gradient")
+
+    fused_loss(fused, total=total)
     x = torch.randn(2, 5, 7, dtype=torch.float64)
     t = torch.randint(0, 7, (2, 5))
     t[0, 0] = -100
@@ -321,7 +334,7 @@ def test_the_loss_without_a_gradient_is_one_call(monkeypatch: pytest.MonkeyPatch
             return func(*args, **(kwargs or {}))
 
     made = total(x.reshape(-1, 7), t.reshape(-1))  # (made here: the kernel's ops are not counted)
-    monkeypatch.setattr(autograd.kernels, "cross_entropy_total", lambda *_, **__: made)
+    fused_loss(fused, total=lambda *_, **__: made)
     with Ops() as ops:
         ops.seen = []
         autograd.cross_entropy_loss(x, t)

@@ -7,6 +7,7 @@ import pytest
 from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.harness.verify import compare, poison
 from llmcompile.specs import BUILTIN, OpError
+from reference_kernels.cross_entropy_total import PARTS
 
 pytestmark = pytest.mark.gpu
 
@@ -322,6 +323,46 @@ def test_fused_cross_entropy_targets_outside_and_ignored(n: int) -> None:
     p[kept] -= F.one_hot(target[kept], n).double() * scale
     p[target == ignore] = 0.0
     torch.testing.assert_close(dx.double(), p, atol=2e-3, rtol=2e-2)
+
+
+@pytest.mark.parametrize("parts", (PARTS, 3))
+@pytest.mark.parametrize(("n", "dtype"), ((512, "bfloat16"), (5001, "float32"), (65536, "bfloat16")))
+def test_cross_entropy_total_from_partials_or_rows(n: int, dtype: str, parts: int) -> None:
+    """The loss's total from the row kernel's CTA partials, and, where there are more CTAs than
+    the workspace holds (3 here, 2^18 in use), from the rows themselves: sum, mean over the kept
+    rows and 1/kept as float64's, ignored and outside rows among them, the same bits on a second
+    run (a fixed order, no atomics)."""
+    import torch
+    import torch.nn.functional as F
+
+    from llmcompile.runtime.compiled import compiler_of
+    from reference_kernels.cross_entropy_total import WORKSPACE, CrossEntropyTotal
+
+    spec = BUILTIN["cross_entropy_total"]
+    fn = compiler_of(spec, CrossEntropyTotal(parts=parts), WORKSPACE)(dtype, n)
+    m = 1000
+    gen = torch.Generator().manual_seed(n + parts)
+    x = torch.randn(m, n, generator=gen).to(getattr(torch, dtype)).cuda()
+    target = torch.randint(0, n, (m,), generator=gen).cuda()
+    target[::7] = -100
+    runs = []
+    for _ in range(2):
+        outs = spec.alloc_outputs(m, n, dtype, "cuda")
+        poison(outs)
+        fn(x, target, *outs, -100)
+        runs.append(outs)
+    torch.cuda.synchronize()
+    loss, total, mean, inv = runs[0]
+    kept = int((target != -100).sum())
+    want = F.cross_entropy(x.double(), target, reduction="sum")
+    torch.testing.assert_close(total.double()[0], want, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(mean.double()[0], want / kept, rtol=1e-5, atol=1e-5)
+    assert inv.item() == pytest.approx(1.0 / kept, rel=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1:], runs[1][1:]))
+    target[5] = n  # outside [0, N): NaN, as the row's loss
+    outs = spec.alloc_outputs(m, n, dtype, "cuda")
+    fn(x, target, *outs, -100)
+    assert outs[1].isnan().all() and outs[2].isnan().all()
 
 
 # (M, N): partial query and key tiles (129, 1000, 5001), one tile, many heads

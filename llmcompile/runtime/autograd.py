@@ -328,6 +328,9 @@ def cross_entropy_loss(
     the gradient computed with the loss in one pass over the logits."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"cross_entropy_loss reduces by 'mean' or 'sum', not {reduction!r} (per row: cross_entropy)")
+    if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
+        # (with no gradient wanted, the loss alone: the call without dx)
+        return ext.cross_entropy_loss(x, target, reduction == "mean", _one(x.device))
     if not (x.requires_grad and torch.is_grad_enabled()):  # no gradient wanted: the loss alone, one call
         # (rows as they come: the call takes leading dims, dense or not, and says what is wrong)
         x, target = (
@@ -339,8 +342,6 @@ def cross_entropy_loss(
             else kernels.cross_entropy_total(x, target, ignore_index=int(ignore_index))
         )
         return outs[2 if reduction == "mean" else 1].view(())
-    if ignore_index == FUSED_IGNORE and (ext := _nodes(x)) is not None:  # (another goes to Python by keyword)
-        return ext.cross_entropy_loss(x, target, reduction == "mean", _one(x.device))
     return _CrossEntropyLossFunction(x, target, int(ignore_index), reduction == "mean")
 
 

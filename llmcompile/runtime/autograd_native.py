@@ -86,6 +86,7 @@ def register_kernels(ext: Any) -> None:
         ext.LAYERNORM, kernels.layernorm_fwd, kernels.layernorm_bwd, kernels.layernorm_bwd_scalar, **eps("layernorm")
     )
     ext.register_op(ext.CE_LOSS, kernels.cross_entropy_fused_total, kernels.scale_)  # (in place, on dx)
+    ext.register_op(ext.CE_TOTAL, kernels.cross_entropy_total, None)  # (no gradient wanted: no backward)
     ext.set_attention(attention_backward.route, attention_backward.backward)  # (the kernel comes with each call)
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)

@@ -52,7 +52,8 @@ TORCH_API void deleteNode(Node* function);
 
 namespace {
 
-enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, CE_LOSS, N_OPS };  // CE_LOSS: no backward kernel
+// CE_LOSS: no backward kernel; CE_TOTAL: the loss where no gradient is wanted (no backward at all)
+enum Op { SOFTMAX = 0, LOG_SOFTMAX, RMSNORM, LAYERNORM, CE_LOSS, CE_TOTAL, N_OPS };
 
 /* A forward's fast call with a non-default eps bound (KernelFunction.fast_call), by what it was
  * made for: x's dtype, last dim and rank, and eps. */
@@ -408,16 +409,22 @@ struct LossBackward : public Node {
 
 /* F.cross_entropy(x, target, reduction='mean' or 'sum') with the fused kernel's own ignore_index
  * (autograd.py sends any other to the Python Function): one call, whose outputs are the rows'
- * losses, dx, the sum, the mean and 1/kept; `one` a (1,) fp32 1 on x's device, a sum's scale. */
+ * losses, dx, the sum, the mean and 1/kept; `one` a (1,) fp32 1 on x's device, a sum's scale.
+ * Where no gradient is wanted (an eval loop), the call without dx (CE_TOTAL): the rows' losses,
+ * the sum, the mean and 1/kept; the rows are passed as they come (the call says what is wrong). */
 at::Tensor loss_with(const at::Tensor& x, const at::Tensor& target, bool mean, const at::Tensor& one) {
   refuse_forward_ad(x);
+  const bool grad = torch::autograd::compute_requires_grad(x);
   std::vector<at::Tensor> outs;
   {
     at::AutoGradMode off(false);
-    outs = forward_of(kernels_of(CE_LOSS), {x.reshape({-1, x.size(-1)}).contiguous(), target.reshape({-1})});
+    const at::Tensor rows = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+    const at::Tensor targets = target.dim() == 1 ? target : target.reshape({-1});
+    outs = grad ? forward_of(kernels_of(CE_LOSS), {rows.contiguous(), targets})
+                : forward_of(kernels_of(CE_TOTAL), {rows, targets});
   }
-  at::Tensor total = outs.at(mean ? 3 : 2).view(at::IntArrayRef{});  // 0-d, as torch's loss
-  if (torch::autograd::compute_requires_grad(x)) {
+  at::Tensor total = outs.at((mean ? 3 : 2) - (grad ? 0 : 1)).view(at::IntArrayRef{});  // 0-d, as torch's loss
+  if (grad) {
     auto node = new_node<LossBackward>();
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(total, node);
@@ -736,6 +743,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("RMSNORM") = static_cast<int>(RMSNORM);
   m.attr("LAYERNORM") = static_cast<int>(LAYERNORM);
   m.attr("CE_LOSS") = static_cast<int>(CE_LOSS);
+  m.attr("CE_TOTAL") = static_cast<int>(CE_TOTAL);
   m.def("register_op", &register_op, py::arg("op"), py::arg("forward"), py::arg("backward"),
         py::arg("backward_scalar") = py::none(), py::arg("eps") = NAN, py::arg("kernel_eps") = NAN,
         "register_op(op, forward, backward, backward_scalar=None, eps=nan, kernel_eps=nan): the op's kernel "

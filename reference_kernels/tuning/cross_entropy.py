@@ -34,7 +34,3 @@ EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
 # and 32-bit x). Measurements: docs/tuning.md, cross_entropy.INDEX_LOAD.
 INDEX_LOAD: tuple[tuple[int | None, str], ...] = ((256, "plain"), (512, "staged"), (None, "plain"))
 INDEX_LOAD_32BIT: tuple[tuple[int | None, str], ...] = ((None, "plain"),)
-
-# A loss's total over its (M,) row losses and targets (cross_entropy_total, _fused_total): two CTAs
-# an SM, as rows are few (M = tokens) and the step waits on this tail; the rest TotalKnobs' own.
-TOTAL_KNOBS: dict[str, int] = {"ctas": 264}

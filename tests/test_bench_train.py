@@ -59,7 +59,10 @@ def test_bench_train_times_ours_and_torch_on_a_small_grid(tmp_path) -> None:  # 
     assert {(r.op, r.impl) for r in result.rows} == {
         (o, i) for o in ("rmsnorm", "cross_entropy") for i in ("llmcompile", "eager")
     }
-    assert all(r.ms and r.ms > 0 and r.tbs and r.tbs < 1.05 * result.sol_tbs for r in result.rows), result.rows
+    # (a rate a wrong byte count or clock would give, a factor off, fails. The copy is measured while
+    # the suite's other workers share the GPU: at 14 of them it read 2.06 TB/s on an H200 and this
+    # step's cross-entropy 2.21, so the bound is not the 1.05 a GPU of its own would allow.)
+    assert all(r.ms and r.ms > 0 and r.tbs and r.tbs < 1.5 * result.sol_tbs for r in result.rows), result.rows
 
 
 def test_the_first_point_is_measured_once_more_and_dropped(monkeypatch: pytest.MonkeyPatch) -> None:

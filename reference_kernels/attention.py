@@ -15,7 +15,10 @@ first (across a group of heads whose keys and values L2 holds), so the short one
 
 Kernel contract entry: `launch(mQ, mK, mV, mO, mLse, scale, stream)`; mQ, mK, mV, mO (M, N, D)
 with M the (batch x head) pairs, N the sequence length, D the head dim (64 or 128); mLse (M, N)
-fp32; bf16 or fp16. (`attention_sm80.py` is the same algorithm with Ampere's instructions.)
+fp32; bf16 or fp16. mV may also be (B, H, N, D) at any strides whose last is 1 and the others
+multiples of 16 bytes, M = B x H (a model's v: a transposed view of its projection's (B, N, H, D)),
+read where it lies: its TMA view is ((H, B), N, D), so head m = b x H + h. (`attention_sm80.py` is
+the same algorithm with Ampere's instructions.)
 """
 
 from __future__ import annotations
@@ -104,7 +107,17 @@ def tile_of(pos, heads, m_blocks: int, group: int, causal: bool):
     return m_block, head
 
 
+def heads_as_m(mV: cute.Tensor) -> cute.Tensor:
+    """A (B, H, N, D) tensor at its own strides as ((H, B), N, D): mode 0 indexed by m = b x H + h,
+    the (b x h) order of the dense (M, N, D) layout."""
+    b, h, n, d = mV.shape
+    sb, sh, sn, _ = mV.stride
+    return cute.make_tensor(mV.iterator, cute.make_layout(((h, b), n, d), stride=((sh, sb), sn, 1)))
+
+
 class Attention:
+    takes_strided_v = True  # (compiled.py: also compiled for v of (B, H, N, D) at run-time strides)
+
     def __init__(self, causal: bool = False, knobs: AttentionKnobs = AttentionKnobs()) -> None:
         self.causal = causal
         self.knobs = knobs
@@ -122,6 +135,8 @@ class Attention:
         scale: Float32,
         stream,
     ):
+        if const_expr(cute.rank(mV) == 4):
+            mV = heads_as_m(mV)
         dtype = mQ.element_type
         self.d = mQ.shape[2]
         self.n = mQ.shape[1]

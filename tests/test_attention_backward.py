@@ -108,32 +108,42 @@ def test_our_forward_feeds_torchs_backward_as_well_as_sdpa_does(allowed: str) ->
 
 
 @pytest.mark.gpu
-def test_sdpas_layout_is_the_same_call() -> None:
-    """kernels.attention_causal_d64 on (b, h, s, d) q, k, v (v a transposed view, as a model's
+@pytest.mark.parametrize(
+    ("op", "n", "d"), [("attention_causal_d64", 256, 64), ("attention_causal_d64", 1000, 64), ("attention", 384, 128)]
+)
+def test_sdpas_layout_is_the_same_call(op: str, n: int, d: int) -> None:
+    """An attention kernel function on (b, h, s, d) q, k, v (v a transposed view, as a model's
     projection makes it), with and without grad: o, lse and the gradients are those of the same
     call on (b·h, s, d) dense copies: o and lse bit for bit, the gradients to bf16 rounding (torch's
-    backward kernels may accumulate dq with atomics)."""
+    backward kernels may accumulate dq with atomics). Through autograd's C++ node, v is read where it
+    lies (`strided_v_call`, the kernel compiled for v at run-time strides), a partial tile included."""
     from llmcompile import kernels
 
+    fn = getattr(kernels, op)
     torch.manual_seed(0)
-    q, k = (torch.randn(2, 3, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    v = torch.randn(2, 256, 3, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    q, k = (torch.randn(2, 3, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(2, n, 3, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     # (the upstream gradient a transposed view, as a model's: torch's kernel reads it so)
-    dy = torch.randn(2, 256, 3, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    flat = [t.reshape(6, 256, 64).contiguous() for t in (q, k, v)]
-    o3, lse3 = kernels.attention_causal_d64(*flat)
-    o4, lse4 = kernels.attention_causal_d64(q, k, v)
-    assert torch.equal(o4, o3.view(2, 3, 256, 64)) and torch.equal(lse4, lse3.view(2, 3, 256))
+    dy = torch.randn(2, n, 3, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    flat = [t.reshape(6, n, d).contiguous() for t in (q, k, v)]
+    o3, lse3 = fn(*flat)
+    o4, lse4 = fn(q, k, v)
+    assert torch.equal(o4, o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
     from llmcompile.runtime import native_call
 
     if native_call.available():  # (the fixed-layout call in C, made by the shape's first call, took the second)
-        assert native_call.is_caller(kernels.attention_causal_d64.fixed_caller(flat[0]))
+        assert native_call.is_caller(fn.fixed_caller(flat[0]))
     leaves4 = [t.detach().requires_grad_() for t in (q, k, v)]
     leaves3 = [t.detach().requires_grad_() for t in flat]
-    o4 = kernels.attention_causal_d64(*leaves4)[0]
-    assert autograd._nodes(q) is None or o4.grad_fn.name() == "llmcompile::AttentionNode"
+    ext = autograd._nodes(q)
+    runs = ext.strided_v_runs() if ext is not None else 0
+    o4, lse4 = fn(*leaves4)
+    assert ext is None or o4.grad_fn.name() == "llmcompile::AttentionNode"
+    if ext is not None:  # (v was not copied: the strided-v kernel's output, the dense one's bits)
+        assert ext.strided_v_runs() == runs + 1
+        assert torch.equal(o4.detach(), o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
     g4 = torch.autograd.grad(o4, leaves4, dy)
-    g3 = torch.autograd.grad(kernels.attention_causal_d64(*leaves3)[0], leaves3, dy.reshape(6, 256, 64))
+    g3 = torch.autograd.grad(fn(*leaves3)[0], leaves3, dy.reshape(6, n, d))
     for a, b, leaf in zip(g4, g3, leaves4):
         assert a.shape == leaf.shape
         torch.testing.assert_close(a, b.view(leaf.shape), atol=1e-2, rtol=1e-2)

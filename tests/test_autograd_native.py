@@ -592,3 +592,45 @@ def test_the_attention_node_runs_the_fixed_layout_call_in_c(ext: object) -> None
     with pytest.raises(ValueError, match="q's shape"):
         ext.attention(fn, True, 0.5, q, k[..., :12, :], v)
     assert ran == [0.5] and fn.calls == 1 and ext.forward_runs() == (native + 1, python + 1)
+
+
+def test_the_attention_node_reads_a_strided_v_where_it_lies(ext: object) -> None:
+    """A model's v, a strided (b, h, s, d) view, goes to the kernel function's `strided_v_call` as it
+    is (q and k as dense (b·h, s, d)), not copied, and the gradients are SDPA's, v's among them; a
+    layout that call refuses (None) is copied dense for the kernel function's own call; a dense v
+    never reaches it."""
+    from llmcompile.runtime import attention_backward as AB
+    from llmcompile.specs.attention import ref_attention
+
+    class Fn:
+        def __init__(self) -> None:
+            self.calls, self.strided = 0, []
+
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            assert v.is_contiguous() and v.dim() == 3
+            self.calls += 1
+            return ref_attention(True)(q, k, v, 0.5)
+
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor] | None:
+            assert q.is_contiguous() and q.dim() == 3 and not v.is_contiguous() and not v.requires_grad
+            self.strided.append(v.stride())
+            if v.shape[0] == 1:  # (a layout this kernel cannot take)
+                return None
+            return list(ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5))
+
+    ext.set_attention(AB.route, AB.backward)
+    fn = Fn()
+    for b in (2, 1):
+        q, k = (torch.randn(b, 3, 16, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+        v = torch.randn(b, 16, 3, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()
+        dy = torch.randn(b, 3, 16, 8, dtype=torch.float64)
+        runs = ext.strided_v_runs()
+        o, lse = ext.attention(fn, True, 0.5, q, k, v)
+        assert ext.strided_v_runs() == runs + (b == 2) and fn.calls == (b == 1)
+        assert fn.strided[-1] == v.stride() and o.shape == q.shape and lse.shape == (b, 3, 16)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+        torch.testing.assert_close(o, want)
+        for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+            torch.testing.assert_close(g, r)
+    ext.attention(fn, True, 0.5, q, k, v.detach().contiguous())
+    assert len(fn.strided) == 2 and fn.calls == 2

@@ -195,6 +195,46 @@ def test_the_fixed_layout_call_in_c_is_made_once_and_found_for_its_shape_only() 
     assert fn.fixed_caller(torch.empty(6, 20, 64, dtype=torch.bfloat16)) is None
 
 
+def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`strided_v_call` (the attention node's forward for a model's v, a transposed (b, h, s, d)
+    view): the kernel compiled for v at run-time strides gets v itself, q and k dense, o and lse
+    made for it, the op's default scale; compiled once per (dtype, N), the layout decided once.
+    None where it cannot take the call (the node then copies v dense): strides not whole 16 bytes,
+    b x h not q's M, another dtype, an unaligned q, no such kernel, LLMCOMPILE_STRIDED_V=0."""
+    from llmcompile.runtime import callpath
+
+    ran: list[tuple] = []
+    compiled: list[tuple[str, int]] = []
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, scale: float):
+        ran.append((v.data_ptr(), v.stride(), o.shape, o.dtype, lse.shape, lse.dtype, scale))
+
+    def compile_strided(dtype: str, n: int) -> object:
+        compiled.append((dtype, n))
+        return kernel
+
+    spec = get_op("attention_causal_d64")
+    fn = KernelFunction(spec, lambda dtype, n: "kernel", compile_strided=compile_strided)
+    bf16 = torch.bfloat16
+    q, k = (torch.randn(6, 16, 64, dtype=bf16) for _ in range(2))
+    v = torch.randn(2, 16, 3, 64, dtype=bf16).transpose(1, 2)  # (b, h, s, d) of a (b, s, h, d) projection
+    for _ in range(2):
+        o, lse = fn.strided_v_call(q, k, v)
+        assert o.shape == (6, 16, 64) and lse.shape == (6, 16)
+    assert compiled == [("bfloat16", 16)] and len(ran) == 2
+    assert ran[0] == (v.data_ptr(), v.stride(), (6, 16, 64), bf16, (6, 16), torch.float32, 0.125)
+    odd = torch.randn(2, 16, 3, 72, dtype=bf16)[..., 4:68].transpose(1, 2)  # (its rows 8-byte aligned)
+    assert fn.strided_v_call(q, k, odd) is None
+    assert fn.strided_v_call(q, k, v[:1]) is None
+    assert fn.strided_v_call(q.half(), k.half(), v) is None
+    unaligned = torch.randn(6 * 16 * 64 + 1, dtype=bf16)[1:].view(6, 16, 64)
+    assert fn.strided_v_call(unaligned, k, v) is None
+    assert len(ran) == 2 and compiled == [("bfloat16", 16)]
+    assert KernelFunction(spec, lambda dtype, n: "kernel").strided_v_call(q, k, v) is None
+    monkeypatch.setattr(callpath, "STRIDED_V", False)
+    assert fn.strided_v_call(q, k, v) is None and len(ran) == 2
+
+
 def test_the_checked_path_says_what_is_wrong() -> None:
     fn = KernelFunction(get_op("rmsnorm"), lambda dtype, n: "kernel")
     with pytest.raises(OpError, match="CUDA device"):

@@ -93,6 +93,22 @@ def test_row_ops_compile_for_strided_rows(op: str, capfd: pytest.CaptureFixture[
         contract.fake_args(BUILTIN["attention"], "bfloat16", 1024, strided_rows=True)
 
 
+@pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
+def test_attention_compiles_for_a_strided_v(op: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """The variant the attention node calls for a model's v (`strided_v`: v of (B, H, N, D) at
+    run-time strides, read through a 4-D TMA view) builds clean, as the dense one does; the flag
+    wants an attention's (M, N, D) third tensor."""
+    spec = BUILTIN[op]
+    entry = contract.entry_of(importlib.import_module(f"reference_kernels.{spec.reference_module}"))
+    assert getattr(entry, "takes_strided_v", False)
+    assert contract.compile_entry(entry, spec, "bfloat16", 1000, options="remarks{ptx}", strided_v=True) is not None
+    text = "".join(capfd.readouterr())
+    spills = _spill_stores(text)
+    assert spills and max(spills) == 0 and not WGMMA_LOSS.search(text), text[-1500:]
+    with pytest.raises(ValueError, match="attention's third tensor"):
+        contract.fake_args(BUILTIN["softmax"], "bfloat16", 1024, strided_v=True)
+
+
 @pytest.mark.parametrize("mode", ["early", "late", "smem"])
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
 def test_every_column_mode_compiles(op: str, mode: str, capfd: pytest.CaptureFixture[str]) -> None:

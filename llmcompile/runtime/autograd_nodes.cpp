@@ -127,6 +127,7 @@ void set_native(py::object capsule) {
 /* backward launches: through `native` without the GIL, through Python with it; forwards with grad:
  * through `native`, through Python (tests read these) */
 std::atomic<int64_t> gil_free_runs{0}, python_runs{0}, forward_native_runs{0}, forward_python_runs{0};
+std::atomic<int64_t> forward_strided_v_runs{0};  // attention forwards that read v where it lies
 
 /* The Caller planned in kernel function `fn` for rows like `t` (GIL held: the forward's thread). */
 void* caller_for(const py::object& fn, const at::Tensor& t) {
@@ -582,8 +583,9 @@ struct AttentionBackward : public Node {
 };
 
 /* o, lse = fn(q, k, v) through autograd, q, k, v of (b·h, s, d) or SDPA's (b, h, s, d): each made
- * (b·h, s, d) dense for the kernel (a view where the dims merge, a copy where not: a v transposed
- * from the projection's layout), o and lse given back in the caller's shape, lse without a
+ * (b·h, s, d) dense for the kernel (a view where the dims merge, a copy where not), but a strided
+ * (b, h, s, d) v (transposed from the projection's layout) read where it lies where the kernel
+ * function can (`strided_v_call`); o and lse given back in the caller's shape, lse without a
  * gradient. (The caller's thread, GIL held.) */
 std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool causal, double scale,
                                                   const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -596,13 +598,26 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
   {
     at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
     int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
-    for (const at::Tensor& t : {q, k, v}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
-    if (auto d = run_native(attention_caller(fn, flat[0], flat[1], flat[2]), {flat[0], flat[1], flat[2]})) {
-      ++forward_native_runs;
-      outs = std::move(*d);
-    } else {  // (the kernel function's call: it plans the shape, or says what is wrong)
-      ++forward_python_runs;
-      outs = outputs(fn(flat[0], flat[1], flat[2]));
+    for (const at::Tensor& t : {q, k}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
+    // A model's v, a transposed view of its projection's output (SDPA reads it so), is read where
+    // it lies by the kernel function's strided-v call where it has one; else copied dense.
+    if (v.dim() == 4 && !v.is_contiguous() && py::hasattr(fn, "strided_v_call")) {
+      py::object made = fn.attr("strided_v_call")(flat[0], flat[1], v.detach());
+      if (!made.is_none()) {
+        ++forward_strided_v_runs;
+        outs = outputs(made);
+        flat[2] = v.detach();
+      }
+    }
+    if (outs.empty()) {
+      flat[2] = v.reshape({-1, v.size(-2), v.size(-1)}).contiguous().detach();
+      if (auto d = run_native(attention_caller(fn, flat[0], flat[1], flat[2]), {flat[0], flat[1], flat[2]})) {
+        ++forward_native_runs;
+        outs = std::move(*d);
+      } else {  // (the kernel function's call: it plans the shape, or says what is wrong)
+        ++forward_python_runs;
+        outs = outputs(fn(flat[0], flat[1], flat[2]));
+      }
     }
   }
   TORCH_CHECK(outs.size() == 2, "llmcompile attention: the kernel function gave ", outs.size(), " outputs, not o and lse");
@@ -756,6 +771,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "forward_runs", [] { return py::make_tuple(forward_native_runs.load(), forward_python_runs.load()); },
       "forward_runs() -> (forwards with grad launched from C++, called through Python), since the process began");
+  m.def(
+      "strided_v_runs", [] { return forward_strided_v_runs.load(); },
+      "strided_v_runs() -> attention forwards whose v was read where it lies (strided_v_call), since the process began");
   m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
         "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
   // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ _LIB = torch.library.Library("llmcompile", "FRAGMENT")
 _is_grad_enabled, _is_compiling = torch.is_grad_enabled, torch.compiler.is_compiling
 _ALIGN = 16
 MAX_GIVEN = 64  # fast calls kept for scalars given by keyword, across (dtype, N, values)
+# An attention's v read where it lies ((B, H, N, D) strided, `strided_v_call`) rather than copied
+# dense; LLMCOMPILE_STRIDED_V=0 copies it (the comparison in evals/results/host-time)
+STRIDED_V = os.environ.get("LLMCOMPILE_STRIDED_V", "1") != "0"
 MAX_LEAD_DIMS = 4  # leading dims a Python-side lookup finds the C call for (in C: any)
 
 
@@ -264,6 +268,9 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         # None where it cannot be made (then such rows are copied dense first)
         self.strided_compiler = compile_strided
         self._strided: dict[tuple[str, int], Any] = {}
+        # an attention's strided-v kernel (bare) per (dtype, q's shape, v's shape and strides), or
+        # False where that layout cannot take it: `strided_v_call`
+        self._strided_v: dict[tuple[Any, ...], Any] = {}
         # the same op compiled with its (N,) tensors (weight, bias, their gradients) in fp32 beside
         # 16-bit rows, as mixed-precision training keeps weights (compiled.py sets it)
         self.vectors32: KernelFunction | None = None
@@ -690,6 +697,49 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         if plan is None or tuple(x.shape) != tuple(plan[0][0][0]):  # (a head dim the op does not have)
             return None
         return plan[4]
+
+    def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor] | None:
+        """o, lse of an attention with q and k dense (M, N, D) and v (B, H, N, D) at its own strides
+        (B x H = M; a model's v, a transposed view of its projection's output), read where it lies
+        by the kernel compiled for it, with the op's default scalars; None where this kernel or
+        layout cannot take it (the caller then copies v dense). The attention's C++ node calls it
+        (runtime/autograd_nodes.cpp): a dense copy of v cost a training step's forward its host
+        time and a launch."""
+        if not STRIDED_V:
+            return None
+        key = (q.dtype, q.shape, v.shape, v.stride())
+        fn = self._strided_v.get(key)
+        if fn is None:
+            if len(self._strided_v) >= MAX_GIVEN:  # (a model runs a few layouts)
+                self._strided_v.clear()
+            fn = self._strided_v[key] = self._strided_v_function(q, k, v)
+        if fn is False or k.shape != q.shape or not (q.is_contiguous() and k.is_contiguous()):
+            return None
+        if q.data_ptr() % _ALIGN or k.data_ptr() % _ALIGN or v.data_ptr() % _ALIGN or q.device != v.device:
+            return None
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        fn(q, k, v, o, lse, *self._values({}))
+        return [o, lse]
+
+    def _strided_v_function(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        """The strided-v kernel for these shapes (False where it does not apply)."""
+        dtype = next((d for d in self.spec.dtypes if DTYPES[d] == q.dtype), None)
+        fits = (
+            dtype is not None
+            and self.strided_compiler is not None
+            and not self.spec.flat_rows
+            and q.dim() == 3
+            and v.dim() == 4
+            and v.dtype == q.dtype == k.dtype
+            and v.shape[0] * v.shape[1] == q.shape[0]
+            and v.shape[2:] == q.shape[1:]
+            and v.stride(-1) == 1
+            and all(s * v.element_size() % _ALIGN == 0 for s in v.stride()[:3])
+            and q.numel() < MAX_ELEMS  # (the kernels index with 32 bits)
+        )
+        fn = self.compiled_strided(dtype, q.shape[1]) if fits else None
+        return False if fn is None else bare_function(fn)
 
     def _heads_call(
         self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any]

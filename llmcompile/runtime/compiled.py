@@ -26,12 +26,17 @@ from llmcompile.specs import OpError, OpSpec, contract, get_op
 os.environ.setdefault("CUTE_DSL_CACHE_DIR", str(Path.home() / ".cache" / "llmcompile" / "cute"))
 
 
-def compiler_of(spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool = False) -> Callable[[str, int], Any]:
+def compiler_of(
+    spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool = False, strided_v: bool = False
+) -> Callable[[str, int], Any]:
     """`entry` compiled on demand per (dtype, N), as `KernelFunction` asks for it (`strided_rows`:
-    for x's rows at a run-time stride, a slice of wider rows)."""
+    for x's rows at a run-time stride, a slice of wider rows; `strided_v`: an attention's v of
+    (B, H, N, D) at run-time strides)."""
 
     def compile_one(dtype: str, n: int) -> Any:
-        fn = contract.compile_entry(entry, spec, dtype, n, workspace=workspace, strided_rows=strided_rows)
+        fn = contract.compile_entry(
+            entry, spec, dtype, n, workspace=workspace, strided_rows=strided_rows, strided_v=strided_v
+        )
         check_launchable(launches_of(fn))
         return contract.with_workspace(fn, len(spec.tensors), workspace)
 
@@ -56,8 +61,14 @@ def reference_function(op: str, knobs: Any = None, register: bool = False) -> Ke
     mod = importlib.import_module(f"reference_kernels.{spec.reference_module}")
     entry = contract.entry_of(mod) if knobs is None else type(contract.entry_of(mod))(knobs)
     ws = contract.workspace_of(mod)
-    # (row ops only: attention's x is not rows)
-    strided = compiler_of(spec, entry, ws, strided_rows=True) if spec.flat_rows else None
+    # (row ops: x's rows at a stride; an attention kernel that reads v where it lies: v strided)
+    strided = (
+        compiler_of(spec, entry, ws, strided_rows=True)
+        if spec.flat_rows
+        else compiler_of(spec, entry, ws, strided_v=True)
+        if getattr(entry, "takes_strided_v", False)
+        else None
+    )
     fn = KernelFunction(spec, compiler_of(spec, entry, ws), op_name=op if register else None, compile_strided=strided)
     mixed = vectors_in_fp32(spec) if spec.flat_rows else None
     if mixed is not None:

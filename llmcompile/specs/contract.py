@@ -105,11 +105,18 @@ def workspace_of(module: ModuleType) -> int:
 
 
 def fake_args(
-    spec: OpSpec | Signature, dtype: str, n: int, workspace: int = 0, strided_rows: bool = False
+    spec: OpSpec | Signature,
+    dtype: str,
+    n: int,
+    workspace: int = 0,
+    strided_rows: bool = False,
+    strided_v: bool = False,
 ) -> list[Any]:
     """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed.
     `strided_rows`: the first tensor's rows (M, N) lie at a run-time stride that keeps each row
-    16-byte aligned (a slice x[:, :N] of wider rows), not densely."""
+    16-byte aligned (a slice x[:, :N] of wider rows), not densely. `strided_v`: an attention's
+    third tensor (M, N, D) is (B, H, N, D) instead, B and H and every stride but the last's
+    (1) known at run time, multiples of 16 bytes (a model's v, a transposed view)."""
     import cutlass.cute as cute
 
     m = cute.sym_int()
@@ -119,12 +126,25 @@ def fake_args(
     ]
     if workspace:
         shapes.append(((workspace,), "float32"))
+    if strided_v and (len(spec.tensors) < 3 or spec.tensors[2].dims[:2] != ("M", "N") or len(shapes[2][0]) != 3):
+        raise ValueError("strided v needs an attention's third tensor (M, N, D)")
     for i, (shape, dt) in enumerate(shapes):
         if strided_rows and i == 0:
             if spec.tensors[0].dims != ("M", "N"):
                 raise ValueError("strided rows need a first tensor of rows (M, N)")
             per_row = cute.sym_int(divisibility=128 // cute_type(dt).width)  # (elements in 16 bytes)
             args.append(cute.runtime.make_fake_tensor(cute_type(dt), shape, (per_row, 1), assumed_align=16))
+            continue
+        if strided_v and i == 2:
+            per = 128 // cute_type(dt).width
+            heads = (cute.sym_int(), cute.sym_int(), n, shape[2])
+            strides = (
+                cute.sym_int(divisibility=per),
+                cute.sym_int(divisibility=per),
+                cute.sym_int(divisibility=per),
+                1,
+            )
+            args.append(cute.runtime.make_fake_tensor(cute_type(dt), heads, strides, assumed_align=16))
             continue
         args.append(
             cute.runtime.make_fake_compact_tensor(
@@ -144,6 +164,7 @@ def compile_entry(
     options: str = "",
     workspace: int = 0,
     strided_rows: bool = False,
+    strided_v: bool = False,
 ) -> Any:
     """Compile `entry` for (spec, dtype, n); the result is called with torch tensors then scalars
     (and, with a workspace, the workspace tensor after the outputs: see `with_workspace`).
@@ -154,7 +175,7 @@ def compile_entry(
     import cutlass.cute as cute
 
     opts = " ".join(o for o in ("--enable-tvm-ffi", options) if o)
-    return cute.compile(entry, *fake_args(spec, dtype, n, workspace, strided_rows), options=opts)
+    return cute.compile(entry, *fake_args(spec, dtype, n, workspace, strided_rows, strided_v), options=opts)
 
 
 class WithWorkspace:

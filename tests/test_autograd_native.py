@@ -355,6 +355,16 @@ def _by_address(t: object) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=dtype).view(tuple(t.shape))
 
 
+def _strided_by_address(t: object) -> torch.Tensor:
+    """A CPU torch tensor over the memory of a DLTensor view at its own strides."""
+    import ctypes
+
+    dtype = getattr(torch, str(t.dtype))
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.strides))
+    buf = (ctypes.c_byte * (extent * dtype.itemsize)).from_address(t.data_ptr())
+    return torch.frombuffer(buf, dtype=dtype).as_strided(tuple(t.shape), tuple(t.strides))
+
+
 def _softmax_bwd_kernel(threads: list[int], fail: bool = False) -> object:
     """A TVM-FFI function standing in for the compiled softmax backward (dy, y, dx); TVM-FFI takes
     the GIL for a Python function itself. It records the thread it ran in."""
@@ -634,3 +644,75 @@ def test_the_attention_node_reads_a_strided_v_where_it_lies(ext: object) -> None
             torch.testing.assert_close(g, r)
     ext.attention(fn, True, 0.5, q, k, v.detach().contiguous())
     assert len(fn.strided) == 2 and fn.calls == 2
+
+
+def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
+    """Once the kernel function gives its strided-v call in C (`strided_v_caller`: a TVM-FFI stand-in
+    here), the node runs it from C++ with v as it lies, asking Python once a layout, never the
+    Python call; SDPA's output and gradients."""
+    from llmcompile.runtime import attention_backward as AB
+    from llmcompile.runtime import native_call
+    from llmcompile.runtime.native_call import OutputSpec
+    from llmcompile.specs.attention import ref_attention
+
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    ran: list[tuple] = []
+
+    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
+        ran.append(tuple(v.strides))
+        v4 = _strided_by_address(v)
+        out, s = ref_attention(True)(_by_address(q), _by_address(k), v4.reshape(-1, *v4.shape[2:]), scale)
+        _by_address(o).copy_(out)
+        _by_address(lse).copy_(s)
+
+    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
+    caller = native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
+
+    class Fn:
+        def __init__(self) -> None:
+            self.asked, self.calls = 0, 0
+
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            self.calls += 1
+            return ref_attention(True)(q, k, v, 0.5)
+
+        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> object:
+            self.asked += 1
+            return caller
+
+        def strided_v_call(self, *_: torch.Tensor) -> None:
+            raise AssertionError("the Python call, where the C one was given")
+
+    ext.set_attention(AB.route, AB.backward)
+    fn = Fn()
+    q, k = (torch.randn(2, 3, 16, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, 16, 3, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    dy = torch.randn(2, 3, 16, 8, dtype=torch.float64)
+    runs = ext.strided_v_runs()
+    for _ in range(2):
+        o, lse = ext.attention(fn, True, 0.5, q, k, v)
+    assert fn.asked == 1 and fn.calls == 0 and ran == [v.stride()] * 2 and ext.strided_v_runs() == runs + 2
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    torch.testing.assert_close(o, want)
+    for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
+        torch.testing.assert_close(g, r)
+    # a call in C whose kernel refuses the tensors: the Python call takes this layout from then on
+    refusing = native_call.make_caller(
+        tvm_ffi.convert(lambda *_: (_ for _ in ()).throw(ValueError("refused"))), 3, outs, (0.5,), (),
+        ("none",) * 3, ("float64",) * 3,
+    )  # fmt: skip
+
+    class Refused(Fn):
+        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> object:
+            self.asked += 1
+            return refusing
+
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            self.calls += 1
+            return list(ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5))
+
+    fn = Refused()
+    for _ in range(2):
+        o, _ = ext.attention(fn, True, 0.5, q, k, v)
+    assert fn.asked == 1 and fn.calls == 2 and ext.strided_v_runs() == runs + 4
+    torch.testing.assert_close(o, want)

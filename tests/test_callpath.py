@@ -231,8 +231,31 @@ def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(m
     assert fn.strided_v_call(unaligned, k, v) is None
     assert len(ran) == 2 and compiled == [("bfloat16", 16)]
     assert KernelFunction(spec, lambda dtype, n: "kernel").strided_v_call(q, k, v) is None
+    assert fn.strided_v_caller(q, k, v) is None  # (a Python stand-in: no call in C is made of it)
     monkeypatch.setattr(callpath, "STRIDED_V", False)
     assert fn.strided_v_call(q, k, v) is None and len(ran) == 2
+
+
+def test_the_strided_v_call_in_c_is_made_for_its_layout() -> None:
+    """`strided_v_caller`: the strided-v kernel (a TVM-FFI stand-in) as a call in C whose outputs are
+    o of q's shape and lse of q's leading dims, made there; None for a layout the kernel cannot
+    take."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    from llmcompile.runtime import native_call
+
+    if not native_call.available():
+        pytest.skip(f"native_call did not build here: {native_call.reason()}")
+    seen: list[tuple] = []
+    kernel = tvm_ffi.convert(lambda q, k, v, o, lse, scale: seen.append((tuple(v.strides), tuple(o.shape), scale)))
+    fn = KernelFunction(get_op("attention_causal_d64"), lambda dtype, n: "kernel", compile_strided=lambda *_: kernel)
+    q, k = (torch.randn(6, 16, 64, dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(2, 16, 3, 64, dtype=torch.bfloat16).transpose(1, 2)
+    caller = fn.strided_v_caller(q, k, v)
+    assert native_call.is_caller(caller)
+    o, lse = caller(q, k, v)
+    assert o.shape == (6, 16, 64) and o.dtype == torch.bfloat16 and lse.shape == (6, 16) and lse.dtype == torch.float32
+    assert seen == [(v.stride(), (6, 16, 64), 0.125)]
+    assert fn.strided_v_caller(q, k, v[:1]) is None
 
 
 def test_the_checked_path_says_what_is_wrong() -> None:

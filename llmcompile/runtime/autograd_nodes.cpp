@@ -476,10 +476,21 @@ struct FixedCaller {
   void* run;
 };
 
+/* The strided-v kernel's call in C (callpath's `strided_v_caller`) for q of one dtype and shape and
+ * v of one shape and strides; `run` null where the kernel function has none for them. */
+struct StridedVCaller {
+  py::object fn;
+  at::ScalarType dtype;
+  std::vector<int64_t> q_sizes, v_sizes, v_strides;
+  py::object caller;
+  void* run;
+};
+
 struct AttentionPython {
   py::object route, backward;  // attention_backward.route and .backward
   std::vector<std::pair<RouteKey, AttentionRoute>> routes;  // (a model runs a few shapes)
   std::vector<FixedCaller> callers;
+  std::vector<StridedVCaller> strided_callers;
 };
 
 AttentionPython& attention_python() {
@@ -533,6 +544,35 @@ void* attention_caller(const py::object& fn, const at::Tensor& q, const at::Tens
   if (a.callers.size() >= 64) a.callers.clear();
   a.callers.push_back(FixedCaller{fn, q.scalar_type(), q.sizes().vec(), std::move(caller), run});
   return run;
+}
+
+bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+/* The strided-v call in C for dense (b·h, s, d) q and k and a strided (b, h, s, d) v (GIL held: the
+ * forward's thread); asked of Python once a layout. Null where there is none or the tensors are not
+ * 16-byte aligned (then `strided_v_call` through Python, which says None, and v is copied). */
+void* strided_v_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (native == nullptr || k.sizes() != q.sizes() || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type() || !aligned(q) || !aligned(k) || !aligned(v))
+    return nullptr;
+  AttentionPython& a = attention_python();
+  for (const StridedVCaller& c : a.strided_callers)
+    if (c.fn.ptr() == fn.ptr() && c.dtype == q.scalar_type() && q.sizes() == c.q_sizes && v.sizes() == c.v_sizes &&
+        v.strides() == c.v_strides)
+      return c.run;
+  if (!py::hasattr(fn, "strided_v_caller")) return nullptr;
+  py::object caller = fn.attr("strided_v_caller")(q, k, v);
+  void* run = caller.is_none() ? nullptr : native->as_caller(caller.ptr());
+  if (a.strided_callers.size() >= 64) a.strided_callers.clear();
+  a.strided_callers.push_back(StridedVCaller{fn, q.scalar_type(), q.sizes().vec(), v.sizes().vec(),
+                                             v.strides().vec(), std::move(caller), run});
+  return run;
+}
+
+/* A strided-v call in C whose kernel refused its tensors: its layouts take the Python call after. */
+void forget_strided_v_caller(void* run) {
+  for (StridedVCaller& c : attention_python().strided_callers)
+    if (c.run == run) c.run = nullptr;
 }
 
 /* t as SDPA's (b, h, ...): itself where it has 4 dims, else one batch of its (b·h) heads */
@@ -601,12 +641,25 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     for (const at::Tensor& t : {q, k}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
     // A model's v, a transposed view of its projection's output (SDPA reads it so), is read where
     // it lies by the kernel function's strided-v call where it has one; else copied dense.
-    if (v.dim() == 4 && !v.is_contiguous() && py::hasattr(fn, "strided_v_call")) {
-      py::object made = fn.attr("strided_v_call")(flat[0], flat[1], v.detach());
-      if (!made.is_none()) {
+    if (v.dim() == 4 && !v.is_contiguous()) {
+      const at::Tensor lies = v.detach();
+      void* run = strided_v_caller(fn, flat[0], flat[1], lies);
+      std::optional<std::vector<at::Tensor>> d;
+      try {
+        d = run_native(run, {flat[0], flat[1], lies});
+      } catch (const std::exception&) {  // (the kernel's own checks refused the call: not this layout's again)
+        forget_strided_v_caller(run);
+        PyErr_Clear();
+      }
+      if (d) {
+        outs = std::move(*d);
+      } else if (py::hasattr(fn, "strided_v_call")) {
+        py::object made = fn.attr("strided_v_call")(flat[0], flat[1], lies);
+        if (!made.is_none()) outs = outputs(made);
+      }
+      if (!outs.empty()) {
         ++forward_strided_v_runs;
-        outs = outputs(made);
-        flat[2] = v.detach();
+        flat[2] = lies;
       }
     }
     if (outs.empty()) {
@@ -645,6 +698,7 @@ void set_attention(py::object route, py::object backward) {
   a.backward = std::move(backward);
   a.routes.clear();
   a.callers.clear();
+  a.strided_callers.clear();
 }
 
 void register_op(int64_t op, py::object forward, py::object backward, py::object backward_scalar, double eps,

@@ -705,14 +705,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         layout cannot take it (the caller then copies v dense). The attention's C++ node calls it
         (runtime/autograd_nodes.cpp): a dense copy of v cost a training step's forward its host
         time and a launch."""
-        if not STRIDED_V:
-            return None
-        key = (q.dtype, q.shape, v.shape, v.stride())
-        fn = self._strided_v.get(key)
-        if fn is None:
-            if len(self._strided_v) >= MAX_GIVEN:  # (a model runs a few layouts)
-                self._strided_v.clear()
-            fn = self._strided_v[key] = self._strided_v_function(q, k, v)
+        fn = self._strided_v_of(q, k, v)
         if fn is False or k.shape != q.shape or not (q.is_contiguous() and k.is_contiguous()):
             return None
         if q.data_ptr() % _ALIGN or k.data_ptr() % _ALIGN or v.data_ptr() % _ALIGN or q.device != v.device:
@@ -721,6 +714,30 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         fn(q, k, v, o, lse, *self._values({}))
         return [o, lse]
+
+    def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any | None:
+        """`strided_v_call`'s kernel as a call in C (`native_call`, its outputs made there) for q, k
+        and v of these shapes, v of these strides: what the C++ node runs, asking once a layout
+        (the Python call and its two torch.empty cost as much host time as v's copy saved); None
+        where there is none. It checks no shape itself: the node checks q's, k's and v's; the
+        kernel refuses strides it cannot take."""
+        fn = self._strided_v_of(q, k, v)
+        if fn is False:
+            return None
+        ins = [(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)]
+        return _fixed_caller(fn, ins, [(q.shape, q.dtype), (q.shape[:2], torch.float32)], self._values({}))
+
+    def _strided_v_of(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+        """The strided-v kernel (bare) for this layout, decided once a layout; False where none."""
+        if not STRIDED_V:
+            return False
+        key = (q.dtype, q.shape, v.shape, v.stride())
+        fn = self._strided_v.get(key)
+        if fn is None:
+            if len(self._strided_v) >= MAX_GIVEN:  # (a model runs a few layouts)
+                self._strided_v.clear()
+            fn = self._strided_v[key] = self._strided_v_function(q, k, v)
+        return fn
 
     def _strided_v_function(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         """The strided-v kernel for these shapes (False where it does not apply)."""

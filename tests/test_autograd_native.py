@@ -4,7 +4,7 @@ machine's C++ compiler against this torch, driven with stand-in kernel functions
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -365,6 +365,27 @@ def _strided_by_address(t: object) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=dtype).as_strided(tuple(t.shape), tuple(t.strides))
 
 
+def _attention_caller(record: Callable[[object, float], object]) -> object:
+    """A call in C (`native_call`) of a TVM-FFI stand-in for a compiled attention kernel (q, k, v, o,
+    lse, scale; v at any strides, of (b·h, s, d) or (b, h, s, d)): float64 SDPA on the CPU; `record(v,
+    scale)` sees each run."""
+    from llmcompile.runtime import native_call
+    from llmcompile.runtime.native_call import OutputSpec
+    from llmcompile.specs.attention import ref_attention
+
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+
+    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
+        record(v, scale)
+        rows = _strided_by_address(v)
+        out, s = ref_attention(True)(_by_address(q), _by_address(k), rows.reshape(-1, *rows.shape[-2:]), scale)
+        _by_address(o).copy_(out)
+        _by_address(lse).copy_(s)
+
+    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
+    return native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
+
+
 def _softmax_bwd_kernel(threads: list[int], fail: bool = False) -> object:
     """A TVM-FFI function standing in for the compiled softmax backward (dy, y, dx); TVM-FFI takes
     the GIL for a Python function itself. It records the thread it ran in."""
@@ -559,21 +580,10 @@ def test_the_attention_node_runs_the_fixed_layout_call_in_c(ext: object) -> None
     TVM-FFI stand-in here), the node's forward runs it from C++ (`forward_runs`' first count), not
     the kernel function, with SDPA's output and gradients; k of another shape goes to the kernel
     function's own call, which says what is wrong."""
-    from llmcompile.runtime import native_call
-    from llmcompile.runtime.native_call import OutputSpec
     from llmcompile.specs.attention import ref_attention
 
-    tvm_ffi = pytest.importorskip("tvm_ffi")
     ran: list[float] = []
-
-    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
-        ran.append(scale)
-        out, s = ref_attention(True)(*(_by_address(t) for t in (q, k, v)), scale)
-        _by_address(o).copy_(out)
-        _by_address(lse).copy_(s)
-
-    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
-    caller = native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
+    caller = _attention_caller(lambda v, scale: ran.append(scale))
 
     class Fn:
         def __init__(self) -> None:
@@ -657,16 +667,8 @@ def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
 
     tvm_ffi = pytest.importorskip("tvm_ffi")
     ran: list[tuple] = []
-
-    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
-        ran.append(tuple(v.strides))
-        v4 = _strided_by_address(v)
-        out, s = ref_attention(True)(_by_address(q), _by_address(k), v4.reshape(-1, *v4.shape[2:]), scale)
-        _by_address(o).copy_(out)
-        _by_address(lse).copy_(s)
-
+    caller = _attention_caller(lambda v, scale: ran.append(tuple(v.strides)))
     outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
-    caller = native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
 
     class Fn:
         def __init__(self) -> None:

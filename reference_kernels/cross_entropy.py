@@ -99,8 +99,10 @@ class CrossEntropy:
         scale = Float32(0.0)
         if cutlass.const_expr(self.write_dx):
             scale = Float32(1.0) if cutlass.const_expr(self.unit_scale) else Float32(mScale[0])
-        kept = cute.make_rmem_tensor(2, Float32)  # the thread's rows: their losses' sum, their kept count
-        kept.fill(0.0)
+        kept = None
+        if cutlass.const_expr(self.fold_total):
+            kept = cute.make_rmem_tensor(2, Float32)  # the thread's rows: their losses' sum, their kept count
+            kept.fill(0.0)
         row = functools.partial(
             self.row, mLoss, mLse, mdX, sX, sTarget, scale, ignore_index, scratch_a, scratch_b, target, x_target, kept
         )
@@ -153,17 +155,19 @@ class CrossEntropy:
                 if ctx.row_leader:
                     loss = cutlass.select_(ignored, Float32(0.0), Float32(float("nan")))
                     mLoss[ctx.row] = loss
-                    if cutlass.const_expr(self.fold_total):
-                        # (a target outside [0, N) counts as kept: its NaN reaches the total)
-                        kept[0] = kept[0] + loss
-                        kept[1] = kept[1] + cutlass.select_(ignored, Float32(0.0), Float32(1.0))
+                    # (a target outside [0, N) counts as kept: its NaN reaches the total)
+                    self.keep(kept, loss, cutlass.select_(ignored, Float32(0.0), Float32(1.0)))
             elif holds:
                 # (max - target logit) first: exact when the target is the max, however large
                 loss = (m - x_target[0]) + cute.math.log(s, fastmath=True)
                 mLoss[ctx.row] = loss
-                if cutlass.const_expr(self.fold_total):
-                    kept[0] = kept[0] + loss
-                    kept[1] = kept[1] + Float32(1.0)
+                self.keep(kept, loss, Float32(1.0))
+
+    def keep(self, kept: cute.Tensor | None, loss: Float32, count: Float32) -> None:
+        """The row's loss and count added to its writer's running (sum, kept) (`fold_total`)."""
+        if cutlass.const_expr(self.fold_total):
+            kept[0] = kept[0] + loss
+            kept[1] = kept[1] + count
 
 
 @cute.jit

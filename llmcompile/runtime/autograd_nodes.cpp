@@ -467,21 +467,11 @@ struct RouteKey {
   }
 };
 
-/* A kernel function's fixed-layout call in C (callpath's `fixed_caller`) for q of one dtype and shape. */
-struct FixedCaller {
+/* A kernel function's call in C that Python gave for `key` (what it was made for: dtype, shapes,
+ * strides); `run` null where it gave none. */
+struct KeptCaller {
   py::object fn;  // (held: an address is not reused for another while its entry stands)
-  at::ScalarType dtype;
-  std::vector<int64_t> sizes;
-  py::object caller;
-  void* run;
-};
-
-/* The strided-v kernel's call in C (callpath's `strided_v_caller`) for q of one dtype and shape and
- * v of one shape and strides; `run` null where the kernel function has none for them. */
-struct StridedVCaller {
-  py::object fn;
-  at::ScalarType dtype;
-  std::vector<int64_t> q_sizes, v_sizes, v_strides;
+  std::vector<int64_t> key;
   py::object caller;
   void* run;
 };
@@ -489,8 +479,8 @@ struct StridedVCaller {
 struct AttentionPython {
   py::object route, backward;  // attention_backward.route and .backward
   std::vector<std::pair<RouteKey, AttentionRoute>> routes;  // (a model runs a few shapes)
-  std::vector<FixedCaller> callers;
-  std::vector<StridedVCaller> strided_callers;
+  std::vector<KeptCaller> callers;          // the fixed-layout calls (callpath's `fixed_caller`)
+  std::vector<KeptCaller> strided_callers;  // the strided-v calls (callpath's `strided_v_caller`)
 };
 
 AttentionPython& attention_python() {
@@ -528,51 +518,68 @@ AttentionRoute route_for(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return r;
 }
 
+/* `fn`'s call in C kept in `cache` for `key`, else asked of Python (`fn.<method>(args...)`) and kept
+ * (64 at most: a model runs a few layouts); null where there is none. `keep_none`: a null answer is
+ * kept too (the layout is decided), else asked again (it may be made later). (GIL held) */
+template <class... Args>
+void* kept_caller(std::vector<KeptCaller>& cache, const py::object& fn, std::vector<int64_t>&& key, bool keep_none,
+                  const char* method, const Args&... args) {
+  for (const KeptCaller& c : cache)
+    if (c.fn.ptr() == fn.ptr() && c.key == key) return c.run;
+  if (!py::hasattr(fn, method)) return nullptr;
+  py::object caller = fn.attr(method)(args...);
+  void* run = caller.is_none() ? nullptr : native->as_caller(caller.ptr());
+  if (run == nullptr && !keep_none) return nullptr;
+  if (cache.size() >= 64) cache.clear();
+  cache.push_back(KeptCaller{fn, std::move(key), std::move(caller), run});
+  return run;
+}
+
+/* what a call in C is kept by: the dtype, then each tensor's sizes (and strides where asked) */
+void append(std::vector<int64_t>& key, c10::IntArrayRef values) { key.insert(key.end(), values.begin(), values.end()); }
+
 /* The Caller of `fn` for dense (M, N, D) q, k and v alike (GIL held), or null: none is made yet (the
  * kernel function's first call of the shape makes it), fn has none (a stand-in), k or v differs. */
 void* attention_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (native == nullptr || k.sizes() != q.sizes() || v.sizes() != q.sizes() || k.scalar_type() != q.scalar_type() ||
       v.scalar_type() != q.scalar_type())
     return nullptr;
-  AttentionPython& a = attention_python();
-  for (const FixedCaller& c : a.callers)
-    if (c.fn.ptr() == fn.ptr() && c.dtype == q.scalar_type() && q.sizes() == c.sizes) return c.run;
-  if (!py::hasattr(fn, "fixed_caller")) return nullptr;
-  py::object caller = fn.attr("fixed_caller")(q);
-  void* run = caller.is_none() ? nullptr : native->as_caller(caller.ptr());
-  if (run == nullptr) return nullptr;
-  if (a.callers.size() >= 64) a.callers.clear();
-  a.callers.push_back(FixedCaller{fn, q.scalar_type(), q.sizes().vec(), std::move(caller), run});
-  return run;
+  std::vector<int64_t> key{static_cast<int64_t>(q.scalar_type())};
+  append(key, q.sizes());
+  return kept_caller(attention_python().callers, fn, std::move(key), false, "fixed_caller", q);
 }
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 /* The strided-v call in C for dense (b·h, s, d) q and k and a strided (b, h, s, d) v (GIL held: the
  * forward's thread); asked of Python once a layout. Null where there is none or the tensors are not
- * 16-byte aligned (then `strided_v_call` through Python, which says None, and v is copied). */
+ * 16-byte aligned. */
 void* strided_v_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (native == nullptr || k.sizes() != q.sizes() || k.scalar_type() != q.scalar_type() ||
       v.scalar_type() != q.scalar_type() || !aligned(q) || !aligned(k) || !aligned(v))
     return nullptr;
-  AttentionPython& a = attention_python();
-  for (const StridedVCaller& c : a.strided_callers)
-    if (c.fn.ptr() == fn.ptr() && c.dtype == q.scalar_type() && q.sizes() == c.q_sizes && v.sizes() == c.v_sizes &&
-        v.strides() == c.v_strides)
-      return c.run;
-  if (!py::hasattr(fn, "strided_v_caller")) return nullptr;
-  py::object caller = fn.attr("strided_v_caller")(q, k, v);
-  void* run = caller.is_none() ? nullptr : native->as_caller(caller.ptr());
-  if (a.strided_callers.size() >= 64) a.strided_callers.clear();
-  a.strided_callers.push_back(StridedVCaller{fn, q.scalar_type(), q.sizes().vec(), v.sizes().vec(),
-                                             v.strides().vec(), std::move(caller), run});
-  return run;
+  std::vector<int64_t> key{static_cast<int64_t>(q.scalar_type())};
+  for (c10::IntArrayRef part : {q.sizes(), v.sizes(), v.strides()}) append(key, part);
+  return kept_caller(attention_python().strided_callers, fn, std::move(key), true, "strided_v_caller", q, k, v);
 }
 
-/* A strided-v call in C whose kernel refused its tensors: its layouts take the Python call after. */
-void forget_strided_v_caller(void* run) {
-  for (StridedVCaller& c : attention_python().strided_callers)
-    if (c.run == run) c.run = nullptr;
+/* o and lse of dense (b·h, s, d) q and k and a strided (b, h, s, d) v read where it lies: the
+ * strided-v call in C, else through Python (`strided_v_call`); nullopt where neither takes it. A call
+ * in C whose kernel refuses the tensors is not this layout's again: the Python call takes it. */
+std::optional<std::vector<at::Tensor>> strided_v_forward(const py::object& fn, const at::Tensor& q,
+                                                         const at::Tensor& k, const at::Tensor& v) {
+  void* run = strided_v_caller(fn, q, k, v);
+  try {
+    if (auto d = run_native(run, {q, k, v})) return d;
+  } catch (const std::exception&) {
+    for (KeptCaller& c : attention_python().strided_callers)
+      if (c.run == run) c.run = nullptr;
+    PyErr_Clear();
+  }
+  if (!py::hasattr(fn, "strided_v_call")) return std::nullopt;
+  py::object made = fn.attr("strided_v_call")(q, k, v);
+  if (made.is_none()) return std::nullopt;
+  return outputs(made);
 }
 
 /* t as SDPA's (b, h, ...): itself where it has 4 dims, else one batch of its (b·h) heads */
@@ -643,22 +650,9 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     // it lies by the kernel function's strided-v call where it has one; else copied dense.
     if (v.dim() == 4 && !v.is_contiguous()) {
       const at::Tensor lies = v.detach();
-      void* run = strided_v_caller(fn, flat[0], flat[1], lies);
-      std::optional<std::vector<at::Tensor>> d;
-      try {
-        d = run_native(run, {flat[0], flat[1], lies});
-      } catch (const std::exception&) {  // (the kernel's own checks refused the call: not this layout's again)
-        forget_strided_v_caller(run);
-        PyErr_Clear();
-      }
-      if (d) {
-        outs = std::move(*d);
-      } else if (py::hasattr(fn, "strided_v_call")) {
-        py::object made = fn.attr("strided_v_call")(flat[0], flat[1], lies);
-        if (!made.is_none()) outs = outputs(made);
-      }
-      if (!outs.empty()) {
+      if (auto d = strided_v_forward(fn, flat[0], flat[1], lies)) {
         ++forward_strided_v_runs;
+        outs = std::move(*d);
         flat[2] = lies;
       }
     }

@@ -129,21 +129,16 @@ def fake_args(
     if strided_v and (len(spec.tensors) < 3 or spec.tensors[2].dims[:2] != ("M", "N") or len(shapes[2][0]) != 3):
         raise ValueError("strided v needs an attention's third tensor (M, N, D)")
     for i, (shape, dt) in enumerate(shapes):
+        per16 = 128 // cute_type(dt).width  # (elements in 16 bytes: a run-time stride's multiple)
         if strided_rows and i == 0:
             if spec.tensors[0].dims != ("M", "N"):
                 raise ValueError("strided rows need a first tensor of rows (M, N)")
-            per_row = cute.sym_int(divisibility=128 // cute_type(dt).width)  # (elements in 16 bytes)
+            per_row = cute.sym_int(divisibility=per16)
             args.append(cute.runtime.make_fake_tensor(cute_type(dt), shape, (per_row, 1), assumed_align=16))
             continue
         if strided_v and i == 2:
-            per = 128 // cute_type(dt).width
             heads = (cute.sym_int(), cute.sym_int(), n, shape[2])
-            strides = (
-                cute.sym_int(divisibility=per),
-                cute.sym_int(divisibility=per),
-                cute.sym_int(divisibility=per),
-                1,
-            )
+            strides = (*(cute.sym_int(divisibility=per16) for _ in range(3)), 1)
             args.append(cute.runtime.make_fake_tensor(cute_type(dt), heads, strides, assumed_align=16))
             continue
         args.append(

@@ -27,6 +27,8 @@ class CrossEntropy:
     # also fold the CTA's rows' losses and kept count into its partial in the workspace
     # (cross_entropy_total.py finishes them): the total without a launch over the losses
     fold_total = False
+    # the grid is one CTA: it writes the sum, mean and 1/kept itself (cross_entropy_total.py)
+    total_in_cta = False
 
     def __init__(self, knobs: R.RowKnobs = R.RowKnobs()) -> None:
         self.knobs = knobs
@@ -36,7 +38,7 @@ class CrossEntropy:
         # (no lse, no dlogits: mLse, mScale and mdX are never touched)
         self._launch(mX, mTarget, mLoss, mLoss, mLoss, mX, ignore_index, stream)
 
-    def _launch(self, mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, stream, mW=None) -> None:
+    def _launch(self, mX, mTarget, mLoss, mLse, mScale, mdX, ignore_index, stream, mW=None, totals=None) -> None:
         # The template's threads-per-row table. (16 threads a row up to N = 256 paid while the
         # warp level merged (max, sum) pairs; with the warp's max taken first, one vector a
         # thread is the shorter path: H100 32768x256, 2.10 vs 1.94 TB/s. 128 threads a row past
@@ -58,7 +60,10 @@ class CrossEntropy:
         offsets = T.EXP_OFFSET_FUSED if self.write_dx else T.EXP_OFFSET_LSE if self.save_lse else T.EXP_OFFSET
         self.exp_fma = R.pick_mode("EXP_OFFSET", offsets, t.n, ("sub", "fma")) == "fma"
         copy = R.row_tiled_copy(mX.element_type, t)
-        kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, mLoss if mW is None else mW, ignore_index, copy)
+        # (mW and the totals (sum, mean, 1/kept) are touched only where fold_total is set)
+        mSum, mMean, mInvKept = totals or (mLoss, mLoss, mLoss)
+        mW = mLoss if mW is None else mW
+        kernel = self.kernel(mX, mTarget, mLoss, mLse, mScale, mdX, mW, mSum, mMean, mInvKept, ignore_index, copy)
         R.launch_rows(kernel, t, mX.shape[0], stream, waits=True)
 
     @cute.kernel
@@ -71,6 +76,9 @@ class CrossEntropy:
         mScale: cute.Tensor,
         mdX: cute.Tensor,
         mW: cute.Tensor,
+        mSum: cute.Tensor,
+        mMean: cute.Tensor,
+        mInvKept: cute.Tensor,
         ignore_index: Int64,
         copy: cute.TiledCopy,
     ):
@@ -109,7 +117,12 @@ class CrossEntropy:
         # (a staged index joins the row's commit group only if issued before the row's copies)
         R.for_each_row(t, copy, mX, sX, tidx, -Float32.inf, row, while_in_flight=fetch, scalars_first=self.staged_index)
         if cutlass.const_expr(self.fold_total):
-            write_partial(t, mW, kept, tidx)
+            if cutlass.const_expr(self.total_in_cta):
+                total = sum_mean_inv(R.block_fold((kept[0], kept[1]), R.add, tidx, t.num_threads))
+                if tidx == 0:
+                    mSum[0], mMean[0], mInvKept[0] = total
+            else:
+                write_partial(t, mW, kept, tidx)
 
     @cute.jit
     def row(
@@ -168,6 +181,13 @@ class CrossEntropy:
         if cutlass.const_expr(self.fold_total):
             kept[0] = kept[0] + loss
             kept[1] = kept[1] + count
+
+
+def sum_mean_inv(acc: tuple) -> tuple:
+    """The loss's sum, its mean over the kept rows and 1/kept from the folded (sum, kept); kept at
+    least 1, so that a batch of ignored rows has a mean of 0, not NaN."""
+    total, kept = acc[0], cutlass.max(acc[1], Float32(1.0))
+    return total, total / kept, Float32(1.0) / kept
 
 
 @cute.jit

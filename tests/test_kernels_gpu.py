@@ -365,6 +365,44 @@ def test_cross_entropy_total_from_partials_or_rows(n: int, dtype: str, parts: in
     assert outs[1].isnan().all() and outs[2].isnan().all()
 
 
+@pytest.mark.parametrize("op", ("cross_entropy_total", "cross_entropy_fused_total"))
+@pytest.mark.parametrize(("n", "dtype"), ((512, "bfloat16"), (1024, "bfloat16"), (1000, "float32"), (4096, "bfloat16")))
+def test_cross_entropy_total_in_one_cta(op: str, n: int, dtype: str) -> None:
+    """A small input's total in one launch (one CTA writes it, `total_in_cta`), and just past it
+    the two launches: every output against float64 by the judge's rule, at M = 1, the most rows
+    the one CTA takes, and one more; ignored rows and a row outside [0, N) among them; a batch of
+    ignored rows has a mean of 0 and 1/kept of 1."""
+    import importlib
+
+    import torch
+
+    from llmcompile.runtime.compiled import compiler_of
+    from reference_kernels.cross_entropy_total import WORKSPACE
+
+    spec = BUILTIN[op]
+    op_class = type(importlib.import_module(f"reference_kernels.{op}").launch)
+    _, rows = op_class().one_cta(n, torch.finfo(getattr(torch, dtype)).bits)
+    assert rows >= 1
+    fn = compiler_of(spec, op_class(), WORKSPACE)(dtype, n)
+    gen = torch.Generator().manual_seed(n)
+    for m in sorted({1, rows, rows + 1}):
+        x = torch.randn(m, n, generator=gen).to(getattr(torch, dtype)).cuda()
+        target = torch.randint(0, n, (m,), generator=gen).cuda()
+        target[::3] = -100
+        outs = spec.alloc_outputs(m, n, dtype, "cuda")
+        poison(outs)
+        fn(x, target, *outs, -100)
+        torch.cuda.synchronize()
+        assert compare(spec, dtype, [x, target], outs, {"ignore_index": -100}) is None, (m, rows)
+        target.fill_(-100)
+        poison(outs)
+        fn(x, target, *outs, -100)
+        assert [o.item() for o in outs[-3:]] == [0.0, 0.0, 1.0], (m, rows)
+        target[-1] = n
+        fn(x, target, *outs, -100)
+        assert outs[-3].isnan().item() and outs[-2].isnan().item(), (m, rows)
+
+
 # (M, N): partial query and key tiles (129, 1000, 5001), one tile, many heads
 ATTENTION_SHAPES = ((5, 129), (3, 1000), (2, 5001), (64, 128), (16, 2048))
 

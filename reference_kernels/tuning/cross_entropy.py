@@ -34,3 +34,9 @@ EXP_OFFSET_FUSED: tuple[tuple[int | None, str], ...] = ((None, "sub"),)
 # and 32-bit x). Measurements: docs/tuning.md, cross_entropy.INDEX_LOAD.
 INDEX_LOAD: tuple[tuple[int | None, str], ...] = ((256, "plain"), (512, "staged"), (None, "plain"))
 INDEX_LOAD_32BIT: tuple[tuple[int | None, str], ...] = ((None, "plain"),)
+
+# The loss's total (cross_entropy_total, _fused_total) in one launch, not two, for inputs of at most
+# this many bytes of logits: (threads of its one CTA, bytes). Such a call costs its host time alone,
+# a launch of which was a third (the finish's); one CTA of 512 threads reads 32 KB in less time.
+# Measurements: evals/results/host-time.
+ONE_CTA: tuple[int, int] = (512, 32768)

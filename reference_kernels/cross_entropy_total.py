@@ -14,8 +14,9 @@ need a counter zeroed by another launch.
 One launch for a small input (T.ONE_CTA: up to 32 KB of logits, 16 rows of 1024 bf16): the row
 kernel as one CTA, which writes the total itself. That is where a call's host time is all it
 costs (an eval loop's small batch): the second launch was a third of it, and one CTA reads such
-an input in less time than a launch takes on the host. The branch is taken on the device's side
-of the call (M is known there), so the host pays for one launch, not two.
+an input in less time than a launch takes on the host (H200, N = 1024, M = 8: 6.4 us of host a call
+against 9.7; 1.8 us of GPU under a graph against 2.6). The branch on M is compiled into the
+launcher (the @cute.jit function's host code, which knows M), not taken in Python.
 
 Kernel contract entry: `launch(mX, mTarget, mLoss, mSum, mMean, mInvKept, mW, ignore_index,
 stream)`; mX (M, N), mTarget (M,) int64, mLoss (M,) fp32, mSum, mMean, mInvKept (1,) fp32, mW the
@@ -89,8 +90,8 @@ class CrossEntropyTotal(CrossEntropy):
     ):
         self._launch_total(mX, mTarget, mLoss, mX, mSum, mMean, mInvKept, mW, ignore_index, stream)
 
-    # (the branch on M runs on the device's side of the call: no Python value may be carried
-    # through it, so each side makes its own kernel)
+    # (the branch on M is compiled into the launcher: no Python value may be carried through it,
+    # so each side makes its own kernel)
     @cute.jit
     def _launch_total(self, mX, mTarget, mLoss, mdX, mSum, mMean, mInvKept, mW, ignore_index, stream) -> None:
         # (mdX is written only where write_dx is set: cross_entropy_fused_total)

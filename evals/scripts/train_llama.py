@@ -70,8 +70,8 @@ class OurOps(TorchOps):
         return self.k.rmsnorm(x, w, eps=eps)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # (b, h, s, d) as SDPA's; our kernels read (b * h, s, d) dense: v, a strided view, is copied
-        # inside the call (SDPA reads it in place)
+        # (b, h, s, d) as SDPA's; q and k (RoPE's outputs) are dense, v, a transposed view of the
+        # projection, is read where it lies (the kernel's strided-v call), as SDPA reads it
         fn = self.k.attention_causal_d64 if q.shape[-1] == 64 else self.k.attention_causal
         return fn(q, k, v)[0]
 

@@ -107,16 +107,18 @@ def tile_of(pos, heads, m_blocks: int, group: int, causal: bool):
     return m_block, head
 
 
-def heads_as_m(mV: cute.Tensor) -> cute.Tensor:
+def heads_as_m(mX: cute.Tensor) -> cute.Tensor:
     """A (B, H, N, D) tensor at its own strides as ((H, B), N, D): mode 0 indexed by m = b x H + h,
     the (b x h) order of the dense (M, N, D) layout."""
-    b, h, n, d = mV.shape
-    sb, sh, sn, _ = mV.stride
-    return cute.make_tensor(mV.iterator, cute.make_layout(((h, b), n, d), stride=((sh, sb), sn, 1)))
+    b, h, n, d = mX.shape
+    sb, sh, sn, _ = mX.stride
+    return cute.make_tensor(mX.iterator, cute.make_layout(((h, b), n, d), stride=((sh, sb), sn, 1)))
 
 
 class Attention:
-    takes_strided_v = True  # (compiled.py: also compiled for v of (B, H, N, D) at run-time strides)
+    # (compiled.py: also compiled for v and o of (B, H, N, D) at run-time strides: a model's v, a
+    # transposed view, read where it lies; o written in the layout torch's backward kernel reads)
+    takes_strided_v = True
 
     def __init__(self, causal: bool = False, knobs: AttentionKnobs = AttentionKnobs()) -> None:
         self.causal = causal
@@ -137,6 +139,8 @@ class Attention:
     ):
         if const_expr(cute.rank(mV) == 4):
             mV = heads_as_m(mV)
+        if const_expr(cute.rank(mO) == 4):  # (the epilogue's stores take any strides)
+            mO = heads_as_m(mO)
         dtype = mQ.element_type
         self.d = mQ.shape[2]
         self.n = mQ.shape[1]

@@ -108,15 +108,26 @@ def test_our_forward_feeds_torchs_backward_as_well_as_sdpa_does(allowed: str) ->
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("allowed", ["any", "flash"])
 @pytest.mark.parametrize(
     ("op", "n", "d"), [("attention_causal_d64", 256, 64), ("attention_causal_d64", 1000, 64), ("attention", 384, 128)]
 )
-def test_sdpas_layout_is_the_same_call(op: str, n: int, d: int) -> None:
+def test_sdpas_layout_is_the_same_call(op: str, n: int, d: int, allowed: str) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # (torch picks cuDNN's backward on an H200; `sdpa_kernel` allowing flash alone takes the other)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if allowed == "flash" else contextlib.nullcontext():
+        _check_sdpas_layout(op, n, d)
+
+
+def _check_sdpas_layout(op: str, n: int, d: int) -> None:
     """An attention kernel function on (b, h, s, d) q, k, v (v a transposed view, as a model's
     projection makes it), with and without grad: o, lse and the gradients are those of the same
     call on (b·h, s, d) dense copies: o and lse bit for bit, the gradients to bf16 rounding (torch's
     backward kernels may accumulate dq with atomics). Through autograd's C++ node, v is read where it
-    lies (`strided_v_call`, the kernel compiled for v at run-time strides), a partial tile included."""
+    lies (`strided_v_call`, the kernel compiled for v and o at run-time strides), a partial tile
+    included; where the backward is flash-attention's, o is written (b, s, h, d) in memory, as its
+    backward reads it, for a dense v too."""
     from llmcompile import kernels
 
     fn = getattr(kernels, op)
@@ -139,9 +150,15 @@ def test_sdpas_layout_is_the_same_call(op: str, n: int, d: int) -> None:
     runs = ext.strided_v_runs() if ext is not None else 0
     o4, lse4 = fn(*leaves4)
     assert ext is None or o4.grad_fn.name() == "llmcompile::AttentionNode"
+    flash = AB.backend(q, k, v, "causal" in op, d**-0.5) == AB.FLASH
     if ext is not None:  # (v was not copied: the strided-v kernel's output, the dense one's bits)
         assert ext.strided_v_runs() == runs + 1
         assert torch.equal(o4.detach(), o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
+        assert o4.transpose(1, 2).is_contiguous() == flash, (flash, o4.stride())
+        dense = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+        o_dense, _ = fn(*dense)
+        assert ext.strided_v_runs() == runs + 1 + flash and torch.equal(o_dense.detach(), o4.detach())
+        assert o_dense.transpose(1, 2).is_contiguous() == flash
     g4 = torch.autograd.grad(o4, leaves4, dy)
     g3 = torch.autograd.grad(fn(*leaves3)[0], leaves3, dy.reshape(6, n, d))
     for a, b, leaf in zip(g4, g3, leaves4):

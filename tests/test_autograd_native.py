@@ -365,10 +365,11 @@ def _strided_by_address(t: object) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=dtype).as_strided(tuple(t.shape), tuple(t.strides))
 
 
-def _attention_caller(record: Callable[[object, float], object]) -> object:
+def _attention_caller(record: Callable[[object, object, float], object], strided: bool = False) -> object:
     """A call in C (`native_call`) of a TVM-FFI stand-in for a compiled attention kernel (q, k, v, o,
-    lse, scale; v at any strides, of (b·h, s, d) or (b, h, s, d)): float64 SDPA on the CPU; `record(v,
-    scale)` sees each run."""
+    lse, scale; v and o at any strides, of (b·h, s, d) or (b, h, s, d)): float64 SDPA on the CPU;
+    `record(v, o, scale)` sees each run. `strided`: the strided-v call, which takes o (the caller's)
+    with q, k and v and makes lse; else o and lse are made."""
     from llmcompile.runtime import native_call
     from llmcompile.runtime.native_call import OutputSpec
     from llmcompile.specs.attention import ref_attention
@@ -376,14 +377,21 @@ def _attention_caller(record: Callable[[object, float], object]) -> object:
     tvm_ffi = pytest.importorskip("tvm_ffi")
 
     def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
-        record(v, scale)
+        record(v, o, scale)
         rows = _strided_by_address(v)
         out, s = ref_attention(True)(_by_address(q), _by_address(k), rows.reshape(-1, *rows.shape[-2:]), scale)
-        _by_address(o).copy_(out)
+        _strided_by_address(o).copy_(out.view(tuple(o.shape)))
         _by_address(lse).copy_(s)
 
-    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
-    return native_call.make_caller(tvm_ffi.convert(kernel), 3, outs, (0.5,), (), ("none",) * 3, ("float64",) * 3)
+    n_in = 4 if strided else 3
+    outs = (
+        [OutputSpec(0, "lead", "float64")]
+        if strided
+        else [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
+    )
+    return native_call.make_caller(
+        tvm_ffi.convert(kernel), n_in, outs, (0.5,), (), ("none",) * n_in, ("float64",) * n_in
+    )
 
 
 def _softmax_bwd_kernel(threads: list[int], fail: bool = False) -> object:
@@ -583,7 +591,7 @@ def test_the_attention_node_runs_the_fixed_layout_call_in_c(ext: object) -> None
     from llmcompile.specs.attention import ref_attention
 
     ran: list[float] = []
-    caller = _attention_caller(lambda v, scale: ran.append(scale))
+    caller = _attention_caller(lambda v, o, scale: ran.append(scale))
 
     class Fn:
         def __init__(self) -> None:
@@ -616,9 +624,9 @@ def test_the_attention_node_runs_the_fixed_layout_call_in_c(ext: object) -> None
 
 def test_the_attention_node_reads_a_strided_v_where_it_lies(ext: object) -> None:
     """A model's v, a strided (b, h, s, d) view, goes to the kernel function's `strided_v_call` as it
-    is (q and k as dense (b·h, s, d)), not copied, and the gradients are SDPA's, v's among them; a
-    layout that call refuses (None) is copied dense for the kernel function's own call; a dense v
-    never reaches it."""
+    is (q and k as dense (b·h, s, d), o made for it as q), not copied, and the gradients are SDPA's,
+    v's among them; a layout that call refuses (None) is copied dense for the kernel function's own
+    call; a dense v never reaches it (off the GPU: the backward is SDPA's math, not flash's)."""
     from llmcompile.runtime import attention_backward as AB
     from llmcompile.specs.attention import ref_attention
 
@@ -631,12 +639,15 @@ def test_the_attention_node_reads_a_strided_v_where_it_lies(ext: object) -> None
             self.calls += 1
             return ref_attention(True)(q, k, v, 0.5)
 
-        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor] | None:
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
             assert q.is_contiguous() and q.dim() == 3 and not v.is_contiguous() and not v.requires_grad
+            assert o.shape == v.shape and o.is_contiguous()
             self.strided.append(v.stride())
             if v.shape[0] == 1:  # (a layout this kernel cannot take)
                 return None
-            return list(ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5))
+            out, lse = ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5)
+            o.copy_(out.view(o.shape))
+            return lse
 
     ext.set_attention(AB.route, AB.backward)
     fn = Fn()
@@ -656,10 +667,52 @@ def test_the_attention_node_reads_a_strided_v_where_it_lies(ext: object) -> None
     assert len(fn.strided) == 2 and fn.calls == 2
 
 
+def test_the_attention_node_writes_o_as_flash_attentions_backward_reads_it(ext: object) -> None:
+    """Where the backward's route is flash-attention's (whose backward copies an o not laid out as
+    (b, s, h, d), as torch's flash forward writes it), the node hands the strided-v call an o of that
+    layout, for a strided v and a dense one alike; for another route, o laid out as q. Off the GPU
+    the route is a stand-in, and only the forward runs."""
+    from llmcompile.runtime import attention_backward as AB
+    from llmcompile.specs.attention import ref_attention
+
+    class Fn:
+        def __init__(self) -> None:
+            self.o_strides: list[tuple[int, ...]] = []
+
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            raise AssertionError("the dense call, where the strided-v call takes it")
+
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
+            self.o_strides.append(o.stride())
+            out, lse = ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5)
+            o.copy_(out.view(o.shape))
+            return lse
+
+    def flash(q: torch.Tensor, *_: object) -> tuple:
+        return (AB.FLASH, None, None, None, None, 3)
+
+    b, h, s, d = 2, 3, 16, 8
+    fn = Fn()
+    q, k = (torch.randn(b, h, s, d, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    strided = torch.randn(b, s, h, d, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    dense = strided.detach().contiguous().requires_grad_()
+    try:
+        ext.set_attention(flash, AB.backward)
+        for v in (strided, dense):
+            o, _ = ext.attention(fn, True, 0.5, q, k, v)
+            assert o.stride() == (s * h * d, d, h * d, 1)  # (b, s, h, d) in memory
+            torch.testing.assert_close(o, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5))
+        ext.set_attention(AB.route, AB.backward)  # (off the GPU: the math route)
+        o, _ = ext.attention(fn, True, 0.5, q, k, strided)
+        assert o.is_contiguous() and len(fn.o_strides) == 3
+    finally:
+        ext.set_attention(AB.route, AB.backward)
+
+
 def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
     """Once the kernel function gives its strided-v call in C (`strided_v_caller`: a TVM-FFI stand-in
-    here), the node runs it from C++ with v as it lies, asking Python once a layout, never the
-    Python call; SDPA's output and gradients."""
+    here), the node runs it from C++ with v as it lies and its own o, asking Python once a layout,
+    never the Python call; SDPA's output and gradients."""
     from llmcompile.runtime import attention_backward as AB
     from llmcompile.runtime import native_call
     from llmcompile.runtime.native_call import OutputSpec
@@ -667,8 +720,7 @@ def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
 
     tvm_ffi = pytest.importorskip("tvm_ffi")
     ran: list[tuple] = []
-    caller = _attention_caller(lambda v, scale: ran.append(tuple(v.strides)))
-    outs = [OutputSpec(0, "all", "float64"), OutputSpec(0, "lead", "float64")]
+    caller = _attention_caller(lambda v, o, scale: ran.append((tuple(v.strides), tuple(o.strides))), strided=True)
 
     class Fn:
         def __init__(self) -> None:
@@ -678,7 +730,7 @@ def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
             self.calls += 1
             return ref_attention(True)(q, k, v, 0.5)
 
-        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> object:
+        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
             self.asked += 1
             return caller
 
@@ -693,25 +745,28 @@ def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
     runs = ext.strided_v_runs()
     for _ in range(2):
         o, lse = ext.attention(fn, True, 0.5, q, k, v)
-    assert fn.asked == 1 and fn.calls == 0 and ran == [v.stride()] * 2 and ext.strided_v_runs() == runs + 2
+    assert fn.asked == 1 and fn.calls == 0 and ran == [(v.stride(), q.stride())] * 2
+    assert ext.strided_v_runs() == runs + 2
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
     torch.testing.assert_close(o, want)
     for g, r in zip(torch.autograd.grad(o, (q, k, v), dy), torch.autograd.grad(want, (q, k, v), dy)):
         torch.testing.assert_close(g, r)
     # a call in C whose kernel refuses the tensors: the Python call takes this layout from then on
     refusing = native_call.make_caller(
-        tvm_ffi.convert(lambda *_: (_ for _ in ()).throw(ValueError("refused"))), 3, outs, (0.5,), (),
-        ("none",) * 3, ("float64",) * 3,
+        tvm_ffi.convert(lambda *_: (_ for _ in ()).throw(ValueError("refused"))), 4, [OutputSpec(0, "lead", "float64")],
+        (0.5,), (), ("none",) * 4, ("float64",) * 4,
     )  # fmt: skip
 
     class Refused(Fn):
-        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> object:
+        def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
             self.asked += 1
             return refusing
 
-        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
             self.calls += 1
-            return list(ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5))
+            out, lse = ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5)
+            o.copy_(out.view(o.shape))
+            return lse
 
     fn = Refused()
     for _ in range(2):

@@ -196,18 +196,20 @@ def test_the_fixed_layout_call_in_c_is_made_once_and_found_for_its_shape_only() 
 
 
 def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`strided_v_call` (the attention node's forward for a model's v, a transposed (b, h, s, d)
-    view): the kernel compiled for v at run-time strides gets v itself, q and k dense, o and lse
-    made for it, the op's default scale; compiled once per (dtype, N), the layout decided once.
-    None where it cannot take the call (the node then copies v dense): strides not whole 16 bytes,
-    b x h not q's M, another dtype, an unaligned q, no such kernel, LLMCOMPILE_STRIDED_V=0."""
+    """`strided_v_call` (the attention node's forward for SDPA's 4-D tensors; a model's v is a
+    transposed (b, h, s, d) view): the kernel compiled for v and o at run-time strides gets v
+    itself, q and k dense, the caller's o (here laid out as (b, s, h, d), as flash-attention's
+    backward reads it), lse made for it, the op's default scale; compiled once per (dtype, N), the
+    layout decided once. None where it cannot take the call (the node then copies v dense): strides
+    not whole 16 bytes, b x h not q's M, an o of another shape, another dtype, an unaligned q, no such
+    kernel, LLMCOMPILE_STRIDED_V=0."""
     from llmcompile.runtime import callpath
 
     ran: list[tuple] = []
     compiled: list[tuple[str, int]] = []
 
     def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, scale: float):
-        ran.append((v.data_ptr(), v.stride(), o.shape, o.dtype, lse.shape, lse.dtype, scale))
+        ran.append((v.data_ptr(), v.stride(), o.data_ptr(), o.stride(), lse.shape, lse.dtype, scale))
 
     def compile_strided(dtype: str, n: int) -> object:
         compiled.append((dtype, n))
@@ -218,44 +220,51 @@ def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(m
     bf16 = torch.bfloat16
     q, k = (torch.randn(6, 16, 64, dtype=bf16) for _ in range(2))
     v = torch.randn(2, 16, 3, 64, dtype=bf16).transpose(1, 2)  # (b, h, s, d) of a (b, s, h, d) projection
+    o = torch.empty(2, 16, 3, 64, dtype=bf16).transpose(1, 2)
     for _ in range(2):
-        o, lse = fn.strided_v_call(q, k, v)
-        assert o.shape == (6, 16, 64) and lse.shape == (6, 16)
+        lse = fn.strided_v_call(q, k, v, o)
+        assert lse.shape == (6, 16) and lse.dtype == torch.float32
     assert compiled == [("bfloat16", 16)] and len(ran) == 2
-    assert ran[0] == (v.data_ptr(), v.stride(), (6, 16, 64), bf16, (6, 16), torch.float32, 0.125)
+    assert ran[0] == (v.data_ptr(), v.stride(), o.data_ptr(), o.stride(), (6, 16), torch.float32, 0.125)
+    assert fn.strided_v_call(q, k, v, o.contiguous()) is not None  # (a dense o: cuDNN's layout)
     odd = torch.randn(2, 16, 3, 72, dtype=bf16)[..., 4:68].transpose(1, 2)  # (its rows 8-byte aligned)
-    assert fn.strided_v_call(q, k, odd) is None
-    assert fn.strided_v_call(q, k, v[:1]) is None
-    assert fn.strided_v_call(q.half(), k.half(), v) is None
+    assert fn.strided_v_call(q, k, odd, o) is None
+    assert fn.strided_v_call(q, k, v, odd) is None
+    assert fn.strided_v_call(q, k, v[:1], o) is None
+    assert fn.strided_v_call(q, k, v, o[:1]) is None
+    assert fn.strided_v_call(q.half(), k.half(), v, o) is None
     unaligned = torch.randn(6 * 16 * 64 + 1, dtype=bf16)[1:].view(6, 16, 64)
-    assert fn.strided_v_call(unaligned, k, v) is None
-    assert len(ran) == 2 and compiled == [("bfloat16", 16)]
-    assert KernelFunction(spec, lambda dtype, n: "kernel").strided_v_call(q, k, v) is None
-    assert fn.strided_v_caller(q, k, v) is None  # (a Python stand-in: no call in C is made of it)
+    assert fn.strided_v_call(unaligned, k, v, o) is None
+    assert len(ran) == 3 and compiled == [("bfloat16", 16)]
+    assert KernelFunction(spec, lambda dtype, n: "kernel").strided_v_call(q, k, v, o) is None
+    assert fn.strided_v_caller(q, k, v, o) is None  # (a Python stand-in: no call in C is made of it)
     monkeypatch.setattr(callpath, "STRIDED_V", False)
-    assert fn.strided_v_call(q, k, v) is None and len(ran) == 2
+    assert fn.strided_v_call(q, k, v, o) is None and len(ran) == 3
 
 
 def test_the_strided_v_call_in_c_is_made_for_its_layout() -> None:
-    """`strided_v_caller`: the strided-v kernel (a TVM-FFI stand-in) as a call in C whose outputs are
-    o of q's shape and lse of q's leading dims, made there; None for a layout the kernel cannot
-    take."""
+    """`strided_v_caller`: the strided-v kernel (a TVM-FFI stand-in) as a call in C taking q, k, v and
+    the caller's o, whose output, lse of q's leading dims, is made there; None for a layout the
+    kernel cannot take."""
     tvm_ffi = pytest.importorskip("tvm_ffi")
     from llmcompile.runtime import native_call
 
     if not native_call.available():
         pytest.skip(f"native_call did not build here: {native_call.reason()}")
     seen: list[tuple] = []
-    kernel = tvm_ffi.convert(lambda q, k, v, o, lse, scale: seen.append((tuple(v.strides), tuple(o.shape), scale)))
+    kernel = tvm_ffi.convert(
+        lambda q, k, v, o, lse, scale: seen.append((tuple(v.strides), tuple(o.strides), tuple(lse.shape), scale))
+    )
     fn = KernelFunction(get_op("attention_causal_d64"), lambda dtype, n: "kernel", compile_strided=lambda *_: kernel)
     q, k = (torch.randn(6, 16, 64, dtype=torch.bfloat16) for _ in range(2))
     v = torch.randn(2, 16, 3, 64, dtype=torch.bfloat16).transpose(1, 2)
-    caller = fn.strided_v_caller(q, k, v)
+    o = torch.empty(2, 16, 3, 64, dtype=torch.bfloat16).transpose(1, 2)
+    caller = fn.strided_v_caller(q, k, v, o)
     assert native_call.is_caller(caller)
-    o, lse = caller(q, k, v)
-    assert o.shape == (6, 16, 64) and o.dtype == torch.bfloat16 and lse.shape == (6, 16) and lse.dtype == torch.float32
-    assert seen == [(v.stride(), (6, 16, 64), 0.125)]
-    assert fn.strided_v_caller(q, k, v[:1]) is None
+    lse = caller(q, k, v, o)  # (one output: itself)
+    assert lse.shape == (6, 16) and lse.dtype == torch.float32
+    assert seen == [(v.stride(), o.stride(), (6, 16), 0.125)]
+    assert fn.strided_v_caller(q, k, v[:1], o) is None
 
 
 def test_the_checked_path_says_what_is_wrong() -> None:

@@ -95,9 +95,9 @@ def test_row_ops_compile_for_strided_rows(op: str, capfd: pytest.CaptureFixture[
 
 @pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
 def test_attention_compiles_for_a_strided_v(op: str, capfd: pytest.CaptureFixture[str]) -> None:
-    """The variant the attention node calls for a model's v (`strided_v`: v of (B, H, N, D) at
-    run-time strides, read through a 4-D TMA view) builds clean, as the dense one does; the flag
-    wants an attention's (M, N, D) third tensor."""
+    """The variant the attention node calls for SDPA's 4-D tensors (`strided_v`: v and o of (B, H,
+    N, D) at run-time strides, v read through a 4-D TMA view, o stored through one) builds clean, as
+    the dense one does; the flag wants an attention's (M, N, D) third and fourth tensors."""
     spec = BUILTIN[op]
     entry = contract.entry_of(importlib.import_module(f"reference_kernels.{spec.reference_module}"))
     assert getattr(entry, "takes_strided_v", False)
@@ -105,7 +105,7 @@ def test_attention_compiles_for_a_strided_v(op: str, capfd: pytest.CaptureFixtur
     text = "".join(capfd.readouterr())
     spills = _spill_stores(text)
     assert spills and max(spills) == 0 and not WGMMA_LOSS.search(text), text[-1500:]
-    with pytest.raises(ValueError, match="attention's third tensor"):
+    with pytest.raises(ValueError, match="attention's third and fourth tensors"):
         contract.fake_args(BUILTIN["softmax"], "bfloat16", 1024, strided_v=True)
 
 

@@ -127,7 +127,7 @@ void set_native(py::object capsule) {
 /* backward launches: through `native` without the GIL, through Python with it; forwards with grad:
  * through `native`, through Python (tests read these) */
 std::atomic<int64_t> gil_free_runs{0}, python_runs{0}, forward_native_runs{0}, forward_python_runs{0};
-std::atomic<int64_t> forward_strided_v_runs{0};  // attention forwards that read v where it lies
+std::atomic<int64_t> forward_strided_v_runs{0};  // attention forwards through the strided-v call
 
 /* The Caller planned in kernel function `fn` for rows like `t` (GIL held: the forward's thread). */
 void* caller_for(const py::object& fn, const at::Tensor& t) {
@@ -551,35 +551,43 @@ void* attention_caller(const py::object& fn, const at::Tensor& q, const at::Tens
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-/* The strided-v call in C for dense (b·h, s, d) q and k and a strided (b, h, s, d) v (GIL held: the
- * forward's thread); asked of Python once a layout. Null where there is none or the tensors are not
- * 16-byte aligned. */
-void* strided_v_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+/* The strided-v call in C for dense (b·h, s, d) q and k, a strided (b, h, s, d) v and the (b, h, s,
+ * d) o it writes (GIL held: the forward's thread); asked of Python once a layout. Null where there
+ * is none or the tensors are not 16-byte aligned. */
+void* strided_v_caller(const py::object& fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& o) {
   if (native == nullptr || k.sizes() != q.sizes() || k.scalar_type() != q.scalar_type() ||
-      v.scalar_type() != q.scalar_type() || !aligned(q) || !aligned(k) || !aligned(v))
+      v.scalar_type() != q.scalar_type() || o.scalar_type() != q.scalar_type() || !aligned(q) || !aligned(k) ||
+      !aligned(v) || !aligned(o))
     return nullptr;
   std::vector<int64_t> key{static_cast<int64_t>(q.scalar_type())};
-  for (c10::IntArrayRef part : {q.sizes(), v.sizes(), v.strides()}) append(key, part);
-  return kept_caller(attention_python().strided_callers, fn, std::move(key), true, "strided_v_caller", q, k, v);
+  for (c10::IntArrayRef part : {q.sizes(), v.sizes(), v.strides(), o.sizes(), o.strides()}) append(key, part);
+  return kept_caller(attention_python().strided_callers, fn, std::move(key), true, "strided_v_caller", q, k, v, o);
 }
 
-/* o and lse of dense (b·h, s, d) q and k and a strided (b, h, s, d) v read where it lies: the
- * strided-v call in C, else through Python (`strided_v_call`); nullopt where neither takes it. A call
- * in C whose kernel refuses the tensors is not this layout's again: the Python call takes it. */
-std::optional<std::vector<at::Tensor>> strided_v_forward(const py::object& fn, const at::Tensor& q,
-                                                         const at::Tensor& k, const at::Tensor& v) {
-  void* run = strided_v_caller(fn, q, k, v);
+/* lse of dense (b·h, s, d) q and k and a strided (b, h, s, d) v read where it lies, o written into
+ * `o` ((b, h, s, d) at its strides): the strided-v call in C, else through Python
+ * (`strided_v_call`); nullopt where neither takes it. A call in C whose kernel refuses the tensors
+ * is not this layout's again: the Python call takes it. */
+std::optional<at::Tensor> strided_v_forward(const py::object& fn, const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, const at::Tensor& o) {
+  void* run = strided_v_caller(fn, q, k, v, o);
   try {
-    if (auto d = run_native(run, {q, k, v})) return d;
+    if (auto d = run_native(run, {q, k, v, o})) return d->at(0);
   } catch (const std::exception&) {
     for (KeptCaller& c : attention_python().strided_callers)
       if (c.run == run) c.run = nullptr;
     PyErr_Clear();
   }
   if (!py::hasattr(fn, "strided_v_call")) return std::nullopt;
-  py::object made = fn.attr("strided_v_call")(q, k, v);
+  py::object made = fn.attr("strided_v_call")(q, k, v, o);
   if (made.is_none()) return std::nullopt;
-  return outputs(made);
+  return made.cast<at::Tensor>();
+}
+
+/* An empty (b, h, s, d) tensor like `like`, laid out as (b, s, h, d): a transposed view */
+at::Tensor empty_heads_inner(const at::Tensor& like) {
+  return at::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
 /* t as SDPA's (b, h, ...): itself where it has 4 dims, else one batch of its (b·h) heads */
@@ -630,30 +638,36 @@ struct AttentionBackward : public Node {
 };
 
 /* o, lse = fn(q, k, v) through autograd, q, k, v of (b·h, s, d) or SDPA's (b, h, s, d): each made
- * (b·h, s, d) dense for the kernel (a view where the dims merge, a copy where not), but a strided
- * (b, h, s, d) v (transposed from the projection's layout) read where it lies where the kernel
- * function can (`strided_v_call`); o and lse given back in the caller's shape, lse without a
- * gradient. (The caller's thread, GIL held.) */
+ * (b·h, s, d) dense for the kernel (a view where the dims merge, a copy where not), but SDPA's 4-D
+ * v read where it lies (a model's is a transposed view of its projection's output) and o written in
+ * the layout the backward's kernel reads, where the kernel function can (`strided_v_call`); o and
+ * lse given back in the caller's shape, lse without a gradient. (The caller's thread, GIL held.) */
 std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool causal, double scale,
                                                   const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   for (const at::Tensor& t : {q, k, v}) {
     refuse_forward_ad(t);
     TORCH_CHECK(t.dim() >= 2, "llmcompile attention: q, k and v must be (b·h, s, d) or (b, h, s, d), got ", t.sizes());
   }
+  const bool grad = torch::autograd::compute_requires_grad(q, k, v);
   at::Tensor flat[3];
   std::vector<at::Tensor> outs;
   {
     at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
     int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
     for (const at::Tensor& t : {q, k}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
-    // A model's v, a transposed view of its projection's output (SDPA reads it so), is read where
-    // it lies by the kernel function's strided-v call where it has one; else copied dense.
-    if (v.dim() == 4 && !v.is_contiguous()) {
-      const at::Tensor lies = v.detach();
-      if (auto d = strided_v_forward(fn, flat[0], flat[1], lies)) {
-        ++forward_strided_v_runs;
-        outs = std::move(*d);
-        flat[2] = lies;
+    if (q.dim() == 4 && k.dim() == 4 && v.dim() == 4) {
+      const at::Tensor lies = v.detach(), q4 = flat[0].view(q.sizes());
+      // flash-attention's backward copies an o not laid out as (b, s, h, d), the layout torch's
+      // flash forward writes (one more launch a step); cuDNN's reads o laid out as q
+      const at::Tensor k4 = flat[1].view(k.sizes());
+      const bool flash = grad && route_for(q4, k4, lies, q4, causal, scale).kind == ROUTE_FLASH;
+      if (flash || !v.is_contiguous()) {
+        const at::Tensor o = flash ? empty_heads_inner(q4) : at::empty_like(q4);
+        if (auto lse = strided_v_forward(fn, flat[0], flat[1], lies, o)) {
+          ++forward_strided_v_runs;
+          outs = {o, *lse};
+          flat[2] = lies;
+        }
       }
     }
     if (outs.empty()) {
@@ -669,7 +683,7 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
   }
   TORCH_CHECK(outs.size() == 2, "llmcompile attention: the kernel function gave ", outs.size(), " outputs, not o and lse");
   at::Tensor o = outs[0].view(q.sizes()), lse = outs[1].view(q.sizes().slice(0, q.dim() - 1));
-  if (torch::autograd::compute_requires_grad(q, k, v)) {
+  if (grad) {
     auto node = new_node<AttentionBackward>();
     node->set_next_edges(torch::autograd::collect_next_edges(q, k, v));
     torch::autograd::set_history(o, node);
@@ -821,7 +835,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "forward_runs() -> (forwards with grad launched from C++, called through Python), since the process began");
   m.def(
       "strided_v_runs", [] { return forward_strided_v_runs.load(); },
-      "strided_v_runs() -> attention forwards whose v was read where it lies (strided_v_call), since the process began");
+      "strided_v_runs() -> attention forwards through the strided-v call (v read where it lies), since the process began");
   m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
         "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
   // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between

@@ -37,7 +37,8 @@ _is_grad_enabled, _is_compiling = torch.is_grad_enabled, torch.compiler.is_compi
 _ALIGN = 16
 MAX_GIVEN = 64  # fast calls kept for scalars given by keyword, across (dtype, N, values)
 # An attention's v read where it lies ((B, H, N, D) strided, `strided_v_call`) rather than copied
-# dense; LLMCOMPILE_STRIDED_V=0 copies it (the comparison in evals/results/host-time)
+# dense, and o written as the backward's kernel reads it; LLMCOMPILE_STRIDED_V=0 copies v and writes
+# o dense (the comparison in evals/results/host-time)
 STRIDED_V = os.environ.get("LLMCOMPILE_STRIDED_V", "1") != "0"
 MAX_LEAD_DIMS = 4  # leading dims a Python-side lookup finds the C call for (in C: any)
 
@@ -698,61 +699,69 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             return None
         return plan[4]
 
-    def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor] | None:
-        """o, lse of an attention with q and k dense (M, N, D) and v (B, H, N, D) at its own strides
-        (B x H = M; a model's v, a transposed view of its projection's output), read where it lies
-        by the kernel compiled for it, with the op's default scalars; None where this kernel or
-        layout cannot take it (the caller then copies v dense). The attention's C++ node calls it
-        (runtime/autograd_nodes.cpp): a dense copy of v cost a training step's forward its host
-        time and a launch."""
-        fn = self._strided_v_of(q, k, v)
+    def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> torch.Tensor | None:
+        """lse of an attention with q and k dense (M, N, D) and v (B, H, N, D) at its own strides (B
+        x H = M; a model's v, a transposed view of its projection's output), read where it lies by
+        the kernel compiled for it, its o written into `o`, (B, H, N, D) at its own strides, with
+        the op's default scalars; None where this kernel or layout cannot take them (the caller then
+        copies v dense). The attention's C++ node calls it (runtime/autograd_nodes.cpp): a dense
+        copy of v cost a training step's forward its host time and a launch, and flash-attention's
+        backward copies an o not laid out as (B, N, H, D)."""
+        fn = self._strided_v_of(q, k, v, o)
         if fn is False or k.shape != q.shape or not (q.is_contiguous() and k.is_contiguous()):
             return None
-        if q.data_ptr() % _ALIGN or k.data_ptr() % _ALIGN or v.data_ptr() % _ALIGN or q.device != v.device:
+        if any(t.data_ptr() % _ALIGN for t in (q, k, v, o)) or not q.device == v.device == o.device:
             return None
-        o = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         fn(q, k, v, o, lse, *self._values({}))
-        return [o, lse]
+        return lse
 
-    def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any | None:
-        """`strided_v_call`'s kernel as a call in C (`native_call`, its outputs made there) for q, k
-        and v of these shapes, v of these strides: what the C++ node runs, asking once a layout
-        (the Python call and its two torch.empty cost as much host time as v's copy saved); None
-        where there is none. It checks no shape itself: the node checks q's, k's and v's; the
+    def strided_v_caller(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> Any | None:
+        """`strided_v_call`'s kernel as a call in C (`native_call`: q, k, v and o in, lse made there)
+        for tensors of these shapes, v and o of these strides: what the C++ node runs, asking once a
+        layout (the Python call and its torch.empty cost as much host time as v's copy saved); None
+        where there is none. It checks no shape itself: the node checks q's, k's, v's and o's; the
         kernel refuses strides it cannot take."""
-        fn = self._strided_v_of(q, k, v)
+        fn = self._strided_v_of(q, k, v, o)
         if fn is False:
             return None
-        ins = [(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)]
-        return _fixed_caller(fn, ins, [(q.shape, q.dtype), (q.shape[:2], torch.float32)], self._values({}))
+        ins = [(t.shape, t.dtype) for t in (q, k, v, o)]
+        return _fixed_caller(fn, ins, [(q.shape[:2], torch.float32)], self._values({}))
 
-    def _strided_v_of(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+    def _strided_v_of(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> Any:
         """The strided-v kernel (bare) for this layout, decided once a layout; False where none."""
         if not STRIDED_V:
             return False
-        key = (q.dtype, q.shape, v.shape, v.stride())
+        key = (q.dtype, q.shape, v.shape, v.stride(), o.shape, o.stride())
         fn = self._strided_v.get(key)
         if fn is None:
             if len(self._strided_v) >= MAX_GIVEN:  # (a model runs a few layouts)
                 self._strided_v.clear()
-            fn = self._strided_v[key] = self._strided_v_function(q, k, v)
+            fn = self._strided_v[key] = self._strided_v_function(q, k, v, o)
         return fn
 
-    def _strided_v_function(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
+    def _strided_v_function(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> Any:
         """The strided-v kernel for these shapes (False where it does not apply)."""
         dtype = next((d for d in self.spec.dtypes if DTYPES[d] == q.dtype), None)
+
+        def heads(t: torch.Tensor) -> bool:  # (B, H, N, D) of q's (M, N, D), rows 16-byte aligned
+            return (
+                t.dim() == 4
+                and t.dtype == q.dtype
+                and t.shape[0] * t.shape[1] == q.shape[0]
+                and t.shape[2:] == q.shape[1:]
+                and t.stride(-1) == 1
+                and all(s * t.element_size() % _ALIGN == 0 for s in t.stride()[:3])
+            )
+
         fits = (
             dtype is not None
             and self.strided_compiler is not None
             and not self.spec.flat_rows
             and q.dim() == 3
-            and v.dim() == 4
-            and v.dtype == q.dtype == k.dtype
-            and v.shape[0] * v.shape[1] == q.shape[0]
-            and v.shape[2:] == q.shape[1:]
-            and v.stride(-1) == 1
-            and all(s * v.element_size() % _ALIGN == 0 for s in v.stride()[:3])
+            and k.dtype == q.dtype
+            and heads(v)
+            and heads(o)
             and q.numel() < MAX_ELEMS  # (the kernels index with 32 bits)
         )
         fn = self.compiled_strided(dtype, q.shape[1]) if fits else None

@@ -30,7 +30,7 @@ def compiler_of(
     spec: OpSpec, entry: Any, workspace: int = 0, strided_rows: bool = False, strided_v: bool = False
 ) -> Callable[[str, int], Any]:
     """`entry` compiled on demand per (dtype, N), as `KernelFunction` asks for it (`strided_rows`:
-    for x's rows at a run-time stride, a slice of wider rows; `strided_v`: an attention's v of
+    for x's rows at a run-time stride, a slice of wider rows; `strided_v`: an attention's v and o of
     (B, H, N, D) at run-time strides)."""
 
     def compile_one(dtype: str, n: int) -> Any:

@@ -115,8 +115,9 @@ def fake_args(
     """Compile-time stand-ins for the entry's arguments: tensors with M symbolic, N fixed.
     `strided_rows`: the first tensor's rows (M, N) lie at a run-time stride that keeps each row
     16-byte aligned (a slice x[:, :N] of wider rows), not densely. `strided_v`: an attention's
-    third tensor (M, N, D) is (B, H, N, D) instead, B and H and every stride but the last's
-    (1) known at run time, multiples of 16 bytes (a model's v, a transposed view)."""
+    third and fourth tensors (M, N, D), v and o, are (B, H, N, D) instead, B and H and every
+    stride but the last's (1) known at run time, multiples of 16 bytes (a model's v, a transposed
+    view; o in the layout the backward's kernel reads)."""
     import cutlass.cute as cute
 
     m = cute.sym_int()
@@ -126,8 +127,10 @@ def fake_args(
     ]
     if workspace:
         shapes.append(((workspace,), "float32"))
-    if strided_v and (len(spec.tensors) < 3 or spec.tensors[2].dims[:2] != ("M", "N") or len(shapes[2][0]) != 3):
-        raise ValueError("strided v needs an attention's third tensor (M, N, D)")
+    vo = (2, 3)  # (an attention's v and o)
+    if strided_v and (len(spec.tensors) < 4 or any(len(shapes[i][0]) != 3 or spec.tensors[i].dims[:2] != ("M", "N")
+                                                  for i in vo)):  # fmt: skip
+        raise ValueError("strided v needs an attention's third and fourth tensors (M, N, D)")
     for i, (shape, dt) in enumerate(shapes):
         per16 = 128 // cute_type(dt).width  # (elements in 16 bytes: a run-time stride's multiple)
         if strided_rows and i == 0:
@@ -136,7 +139,7 @@ def fake_args(
             per_row = cute.sym_int(divisibility=per16)
             args.append(cute.runtime.make_fake_tensor(cute_type(dt), shape, (per_row, 1), assumed_align=16))
             continue
-        if strided_v and i == 2:
+        if strided_v and i in vo:
             heads = (cute.sym_int(), cute.sym_int(), n, shape[2])
             strides = (*(cute.sym_int(divisibility=per16) for _ in range(3)), 1)
             args.append(cute.runtime.make_fake_tensor(cute_type(dt), heads, strides, assumed_align=16))

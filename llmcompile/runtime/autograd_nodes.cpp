@@ -655,7 +655,7 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
     int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
     for (const at::Tensor& t : {q, k}) flat[i++] = t.reshape({-1, t.size(-2), t.size(-1)}).contiguous().detach();
-    if (q.dim() == 4 && k.dim() == 4 && v.dim() == 4) {
+    if (q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes()) {  // (else the call says what is wrong)
       const at::Tensor lies = v.detach(), q4 = flat[0].view(q.sizes());
       // flash-attention's backward copies an o not laid out as (b, s, h, d), the layout torch's
       // flash forward writes (one more launch a step); cuDNN's reads o laid out as q

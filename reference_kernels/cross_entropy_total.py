@@ -48,11 +48,11 @@ class CrossEntropyTotal(CrossEntropy):
     fold_total = True
 
     def __init__(
-        self, knobs: R.RowKnobs = R.RowKnobs(), parts: int = PARTS, one_cta: tuple[int, int] = T.ONE_CTA
+        self, knobs: R.RowKnobs = R.RowKnobs(), parts: int = PARTS, one_cta_limits: tuple[int, int] = T.ONE_CTA
     ) -> None:
         super().__init__(knobs)
         self.parts = parts  # (fewer in a test: the finish's fold of the rows themselves)
-        self.one_cta_limits = one_cta  # (threads, bytes of logits) of the one-launch path; (0, 0): none
+        self.one_cta_limits = one_cta_limits  # (threads, bytes of logits) of the one-launch path; (0, 0): none
 
     def one_cta(self, n: int, width: int) -> tuple[CrossEntropyTotal | None, int]:
         """The one-CTA kernel (`total_in_cta`) and the most rows it takes, at trace time; (None, 0)

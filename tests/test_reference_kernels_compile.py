@@ -93,6 +93,29 @@ def test_row_ops_compile_for_strided_rows(op: str, capfd: pytest.CaptureFixture[
         contract.fake_args(BUILTIN["attention"], "bfloat16", 1024, strided_rows=True)
 
 
+@pytest.mark.parametrize("op", ["cross_entropy_total", "cross_entropy_fused_total"])
+def test_the_loss_total_is_one_launch_for_a_small_input(op: str, tmp_path: Path) -> None:
+    """The total's launcher holds both paths, chosen by M when called: one CTA of T.ONE_CTA's
+    threads (its block size the kernel's reqntid, which bounds its registers) for up to T.ONE_CTA's
+    bytes of logits, else the rows kernel and the finish; a row past those bytes, or too long for
+    the CTA's registers, has no one-CTA kernel at all."""
+    from reference_kernels.tuning import cross_entropy as T
+
+    spec = BUILTIN[op]
+    mod = importlib.import_module(f"reference_kernels.{op}")
+    threads, most = T.ONE_CTA
+    assert type(mod.launch)().one_cta(1024, 16)[1] == min(most // 2048, threads // 32)
+    assert type(mod.launch)(one_cta_limits=(0, 0)).one_cta(1024, 16) == (None, 0)
+    for n, kernels in ((1024, 3), (65536, 2)):
+        out = tmp_path / str(n)
+        out.mkdir()
+        entry, ws = contract.entry_of(mod), contract.workspace_of(mod)
+        contract.compile_entry(entry, spec, "bfloat16", n, options=f"--keep-ptx --dump-dir={out}", workspace=ws)
+        ptx = "\n".join(p.read_text() for p in out.rglob("*.ptx"))
+        assert len(re.findall(r"\.entry ", ptx)) == kernels, n
+        assert (f".reqntid {threads}" in ptx) == (kernels == 3), n
+
+
 @pytest.mark.parametrize("op", ["attention", "attention_causal_d64"])
 def test_attention_compiles_for_a_strided_v(op: str, capfd: pytest.CaptureFixture[str]) -> None:
     """The variant the attention node calls for SDPA's 4-D tensors (`strided_v`: v and o of (B, H,

@@ -15,10 +15,11 @@ first (across a group of heads whose keys and values L2 holds), so the short one
 
 Kernel contract entry: `launch(mQ, mK, mV, mO, mLse, scale, stream)`; mQ, mK, mV, mO (M, N, D)
 with M the (batch x head) pairs, N the sequence length, D the head dim (64 or 128); mLse (M, N)
-fp32; bf16 or fp16. mV may also be (B, H, N, D) at any strides whose last is 1 and the others
-multiples of 16 bytes, M = B x H (a model's v: a transposed view of its projection's (B, N, H, D)),
-read where it lies: its TMA view is ((H, B), N, D), so head m = b x H + h. (`attention_sm80.py` is
-the same algorithm with Ampere's instructions.)
+fp32; bf16 or fp16. mV and mO may also be (B, H, N, D) at any strides whose last is 1 and the
+others multiples of 16 bytes, M = B x H: a model's v (a transposed view of its projection's (B, N,
+H, D)) read where it lies, its TMA view ((H, B), N, D), so head m = b x H + h; o stored through the
+same view (laid out as the backward's kernel reads it). (`attention_sm80.py` is the same algorithm
+with Ampere's instructions.)
 """
 
 from __future__ import annotations

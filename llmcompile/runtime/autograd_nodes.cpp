@@ -651,6 +651,7 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
   const bool grad = torch::autograd::compute_requires_grad(q, k, v);
   at::Tensor flat[3];
   std::vector<at::Tensor> outs;
+  std::optional<AttentionRoute> route;  // (asked before the forward where o's layout depends on it)
   {
     at::AutoGradMode off(false);  // (the kernel function's call takes its plain path)
     int i = 0;  // (detached: a view of an input keeps its version counter, not its history)
@@ -660,7 +661,8 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
       // flash-attention's backward copies an o not laid out as (b, s, h, d), the layout torch's
       // flash forward writes (one more launch a step); cuDNN's reads o laid out as q
       const at::Tensor k4 = flat[1].view(k.sizes());
-      const bool flash = grad && route_for(q4, k4, lies, q4, causal, scale).kind == ROUTE_FLASH;
+      if (grad) route = route_for(q4, k4, lies, q4, causal, scale);
+      const bool flash = route && route->kind == ROUTE_FLASH;
       if (flash || !v.is_contiguous()) {
         const at::Tensor o = flash ? empty_heads_inner(q4) : at::empty_like(q4);
         if (auto lse = strided_v_forward(fn, flat[0], flat[1], lies, o)) {
@@ -695,7 +697,8 @@ std::tuple<at::Tensor, at::Tensor> attention_with(const py::object& fn, bool cau
     node->lse_ = SavedVariable(lse, false);
     node->causal_ = causal;
     node->scale_ = scale;
-    node->route_ = q.dim() <= 4 ? route_for(four(q4), four(k4), four(v4), four(o), causal, scale) : AttentionRoute{};
+    if (!route && q.dim() <= 4) route = route_for(four(q4), four(k4), four(v4), four(o), causal, scale);
+    node->route_ = route.value_or(AttentionRoute{});
   }
   return {o, lse};
 }

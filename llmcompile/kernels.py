@@ -9,6 +9,7 @@ Each is also a torch.library op (`torch.ops.llmcompile.<name>`) torch.compile ca
 from llmcompile.runtime import autograd
 from llmcompile.runtime.autograd import cross_entropy_loss
 from llmcompile.runtime.compiled import (
+    ATTENTIONS,
     BY_NAME,
     READ_PROBES,
     attention,
@@ -48,7 +49,7 @@ cross_entropy.grad_fn = autograd.cross_entropy
 rmsnorm.grad_fn = autograd.rmsnorm
 layernorm.grad_fn = autograd.layernorm
 # the attention's backward is torch's attention backward kernel on our o and lse
-for _fn in (attention, attention_causal, attention_d64, attention_causal_d64):
+for _fn in ATTENTIONS:
     _fn.grad_fn = autograd.attention(_fn, "causal" in _fn.spec.name, _fn.spec.scalars["scale"])
 del _fn
 

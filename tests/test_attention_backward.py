@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from llmcompile.runtime import attention_backward as AB
-from llmcompile.runtime import autograd
+from llmcompile.runtime import autograd, callpath
 from llmcompile.specs.attention import ref_attention
 
 
@@ -107,6 +107,47 @@ def test_our_forward_feeds_torchs_backward_as_well_as_sdpa_does(allowed: str) ->
             assert err_o <= 2 * err_t + 1e-2, (fn.spec.name, name, err_o, err_t)
 
 
+@pytest.mark.parametrize("layout", ["strided", "refused"])
+def test_the_python_function_reads_a_models_v_where_it_lies(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """The Python Function (LLMCOMPILE_NATIVE_AUTOGRAD=0) on SDPA's 4-D call, v a transposed view of a
+    (b, s, h, d) projection: the kernel function's strided-v call gets v itself and writes o (b, h, s,
+    d); where that call refuses the layout (None), v is copied for the 3-D call. o and the gradients
+    (SDPA's backward on the CPU) are SDPA's either way, with and without grad."""
+    monkeypatch.setattr(autograd, "NATIVE_NODES", False)
+    calls: list[str] = []
+
+    class Fn:
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+            calls.append("3-D")
+            assert all(t.is_contiguous() and t.shape == (6, 20, 8) for t in (q, k, v))
+            return ref_attention(True)(q, k, v, 0.125)
+
+        def strided_v_call(
+            self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
+        ) -> torch.Tensor | None:
+            calls.append("strided")
+            assert v.data_ptr() == v_in.data_ptr() and v.stride() == v_in.stride() and o.shape == (2, 3, 20, 8)
+            if layout == "refused":
+                return None
+            o3, lse = ref_attention(True)(q, k, v.reshape(6, 20, 8), 0.125)
+            o.copy_(o3.view(o.shape))
+            return lse
+
+    call = autograd.attention(Fn(), True, 0.125)
+    q, k = (torch.randn(2, 3, 20, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v_in = torch.randn(2, 20, 3, 8, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    dy = torch.randn(2, 3, 20, 8, dtype=torch.float64)
+    want = F.scaled_dot_product_attention(q, k, v_in, is_causal=True, scale=0.125)
+    o, lse = call(q, k, v_in)
+    assert o.grad_fn.name() == "AttentionFunctionBackward" and lse.shape == (2, 3, 20)
+    assert calls == (["strided"] if layout == "strided" else ["strided", "3-D"])
+    torch.testing.assert_close(o, want)
+    for g, r in zip(torch.autograd.grad(o, (q, k, v_in), dy), torch.autograd.grad(want, (q, k, v_in), dy)):
+        torch.testing.assert_close(g, r)
+    with torch.no_grad():
+        torch.testing.assert_close(call(q, k, v_in)[0], want)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("allowed", ["any", "flash"])
 @pytest.mark.parametrize(
@@ -138,15 +179,17 @@ def _check_sdpas_layout(op: str, n: int, d: int) -> None:
     dy = torch.randn(2, n, 3, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     flat = [t.reshape(6, n, d).contiguous() for t in (q, k, v)]
     o3, lse3 = fn(*flat)
-    o4, lse4 = fn(q, k, v)
-    assert torch.equal(o4, o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
+    ext = autograd._nodes(q)
+    runs = ext.strided_v_runs() if ext is not None else 0
+    o4, lse4 = fn(q, k, v)  # (without grad too, the node's call reads v where it lies: `_strided_v_heads`)
+    assert ext is None or ext.strided_v_runs() == runs + callpath.STRIDED_V
+    assert o4.is_contiguous() and torch.equal(o4, o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
     from llmcompile.runtime import native_call
 
     if native_call.available():  # (the fixed-layout call in C, made by the shape's first call, took the second)
         assert native_call.is_caller(fn.fixed_caller(flat[0]))
     leaves4 = [t.detach().requires_grad_() for t in (q, k, v)]
     leaves3 = [t.detach().requires_grad_() for t in flat]
-    ext = autograd._nodes(q)
     runs = ext.strided_v_runs() if ext is not None else 0
     o4, lse4 = fn(*leaves4)
     assert ext is None or o4.grad_fn.name() == "llmcompile::AttentionNode"

@@ -773,3 +773,87 @@ def test_the_attention_node_runs_the_strided_v_call_in_c(ext: object) -> None:
         o, _ = ext.attention(fn, True, 0.5, q, k, v)
     assert fn.asked == 1 and fn.calls == 2 and ext.strided_v_runs() == runs + 4
     torch.testing.assert_close(o, want)
+
+
+def test_an_attentions_c_call_hands_sdpas_4d_calls_to_the_node_with_or_without_grad(ext: object) -> None:
+    """An attention kernel function's C call (native_call's Entry, routed for x of 4 dims) hands a
+    call with grad, and SDPA's 4-D call without grad, to the node's call (attention_with), never to
+    Python: v strided read where it lies (`strided_v_call`), v dense by the fixed-layout call in C;
+    a 3-D call without grad keeps its planned call, and one that call refuses takes the checked
+    path (the node's own fallback calls the function so); a scale by keyword takes the Python call.
+    o, lse and the gradients are SDPA's."""
+    from llmcompile.runtime import attention_backward as AB
+    from llmcompile.runtime import callpath, native_call
+    from llmcompile.specs.attention import ref_attention
+
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    if not native_call.available():
+        pytest.skip(f"native_call did not build here: {native_call.reason()}")
+    ran: list[int] = []
+    shape = (6, 16, 8)
+
+    def kernel(q: object, k: object, v: object, o: object, lse: object, scale: float) -> None:
+        if tuple(q.shape) != shape or tuple(k.shape) != shape:  # (as the compiled kernel's own checks)
+            raise ValueError(f"q, k, v of {shape}")
+        ran.append(len(q.shape))
+        out, s = ref_attention(True)(_by_address(q), _by_address(k), _by_address(v), scale)
+        _by_address(o).copy_(out)
+        _by_address(lse).copy_(s)
+
+    f64 = torch.float64
+    caller = callpath._fixed_caller(
+        tvm_ffi.convert(kernel), [(shape, f64)] * 3, [(shape, f64), (shape[:2], f64)], (0.5,)
+    )
+
+    class Fn(native_call.entry_base()):
+        def __init__(self) -> None:
+            self.python: list[dict] = []
+            self.strided: list[tuple[int, ...]] = []
+
+        def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **scalars: float) -> list[torch.Tensor]:
+            self.python.append(scalars)
+            return ref_attention(True)(q, k, v, scalars.get("scale", 0.5))
+
+        def _checked_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> list[torch.Tensor]:
+            return Fn.__call__(self, *inputs, **scalars)  # (the Python call itself, not the C one)
+
+        def fixed_caller(self, q: torch.Tensor) -> object:
+            return caller if tuple(q.shape) == shape else None
+
+        def strided_v_call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> object:
+            self.strided.append(v.stride())
+            out, lse = ref_attention(True)(q, k, v.reshape(-1, *v.shape[2:]), 0.5)
+            o.copy_(out.view(o.shape))
+            return lse
+
+    native_call.install(Fn)
+    fn = Fn()
+    fn._grad = True
+    assert native_call.register(fn, "float64", 8, 2, caller)  # (x of 3 dims or more: the 2-D key)
+    ext.set_attention(AB.route, AB.backward)
+    ext.register_attention(7, fn, True, 0.5)
+    native_call.set_node(fn, ext.grad_call, ext.ATTENTION + 7, ndim=4)
+    q, k = (torch.randn(2, 3, 16, 8, dtype=f64) for _ in range(2))
+    v = torch.randn(2, 16, 3, 8, dtype=f64).transpose(1, 2)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    runs = ext.strided_v_runs()
+    o, lse = fn(q, k, v)  # (4-D, v strided, no grad)
+    assert ext.strided_v_runs() == runs + 1 and fn.strided == [v.stride()] and not fn.python and not ran
+    torch.testing.assert_close(o, want)
+    assert lse.shape == (2, 3, 16)
+    o, _ = fn(q, k, v.contiguous())  # (4-D, v dense: the fixed-layout call in C, from the node)
+    assert ran == [3] and not fn.python
+    torch.testing.assert_close(o, want)
+    o, _ = fn(*(t.reshape(shape) for t in (q, k, v)))  # (3-D: its planned call, straight)
+    assert ran == [3, 3] and not fn.python
+    fn(*(t.reshape(shape)[:3] for t in (q, k, v)))  # (refused by the planned call: the checked path)
+    fn(*(t.reshape(shape) for t in (q, k, v)), scale=0.5)
+    assert fn.python == [{}, {"scale": 0.5}] and ran == [3, 3]
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o, _ = fn(*leaves)  # (with grad: the node)
+    assert o.grad_fn.name() == "llmcompile::AttentionNode" and len(fn.python) == 2 and len(fn.strided) == 2
+    refs = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*refs, is_causal=True, scale=0.5)
+    dy = torch.randn(2, 3, 16, 8, dtype=f64)
+    for g, r in zip(torch.autograd.grad(o, leaves, dy), torch.autograd.grad(want, refs, dy)):
+        torch.testing.assert_close(g, r)

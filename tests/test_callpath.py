@@ -174,6 +174,33 @@ def test_attention_takes_sdpas_batch_and_heads_as_its_m() -> None:
     assert fn._heads_call((q[0], q[0], q[0]), {}, call) is None and len(seen) == 1
 
 
+def test_an_eager_4d_attention_hands_a_models_v_to_its_differentiable_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPA's 4-D call without grad, v a transposed (b, h, s, d) view of a (b, s, h, d) projection:
+    given as it is to the op's differentiable call (the C++ node's or the Python Function's, which
+    read such a v where it lies, with or without grad); a dense v, scalars by keyword, the traced
+    call, or a CPU q take the 3-D call on a copy as before."""
+    fn = KernelFunction(get_op("attention_causal_d64"), lambda dtype, n: "kernel")
+    handed: list[tuple[torch.Tensor, ...]] = []
+    fn.grad_fn = lambda *ins: handed.append(ins) or (torch.zeros(ins[0].shape), torch.zeros(ins[0].shape[:3]))
+    seen: list[tuple[torch.Tensor, ...]] = []
+
+    def call(ins: tuple[torch.Tensor, ...], scalars: dict) -> list[torch.Tensor]:
+        seen.append(ins)
+        return [torch.zeros(ins[0].shape), torch.zeros(ins[0].shape[:2])]
+
+    q, k = (torch.randn(2, 3, 16, 64) for _ in range(2))
+    v = torch.randn(2, 16, 3, 64).transpose(1, 2)
+    fn._heads_call((q, k, v), {}, call, strided_v=True)  # (a CPU q)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # (stand-ins on the CPU)
+    o, lse = fn._heads_call((q, k, v), {}, call, strided_v=True)
+    assert o.shape == (2, 3, 16, 64) and lse.shape == (2, 3, 16) and len(seen) == 1
+    assert len(handed) == 1 and handed[0][2] is v
+    fn._heads_call((q, k, v), {"scale": 0.5}, call, strided_v=True)
+    fn._heads_call((q, k, v.contiguous()), {}, call, strided_v=True)
+    fn._heads_call((q, k, v), {}, call)  # (the traced call: torch ops only)
+    assert len(seen) == 4 and len(handed) == 1 and all(ins[2].is_contiguous() for ins in seen)
+
+
 def test_the_fixed_layout_call_in_c_is_made_once_and_found_for_its_shape_only() -> None:
     """A fixed-layout op (attention: q, k, v and o of (M, N, D), lse (M, N)) gets its call in C
     from its outputs' shapes ("all" and "lead" of q); `fixed_caller` finds it for q's shape and

@@ -150,6 +150,13 @@ def forms(dtype: torch.dtype, n: int) -> dict[str, Form]:
     qk = [torch.randn(2, 4, 1024, 64, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
     vb = torch.randn(2, 1024, 4, 64, device=dev, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(2, 1024, 4, 64, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+    q4, k4 = (t.detach() for t in qk)
+    add(
+        "attention_causal_d64(q, k, v) 2 x 4 x 1024 x 64, v strided, bf16",
+        lambda: kernels.attention_causal_d64(q4, k4, vb.detach().transpose(1, 2)),
+        lambda: F.scaled_dot_product_attention(q4, k4, vb.detach().transpose(1, 2), is_causal=True),
+        None,
+    )
     add(
         "train: attention_causal_d64(q, k, v) backward, 2 x 4 x 1024 x 64, v strided, bf16",
         lambda: torch.autograd.grad(kernels.attention_causal_d64(*qk, vb.transpose(1, 2))[0], (*qk, vb), dy),

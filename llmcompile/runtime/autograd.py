@@ -227,14 +227,24 @@ class AttentionFunction(torch.autograd.Function):
     def forward(ctx: Any, fn: Any, causal: bool, scale: float, scalars: dict, *qkv: torch.Tensor) -> tuple:
         shapes = tuple(t.shape for t in qkv)
         # (b·h, s, d) dense, what the kernel reads and cuDNN's backward beside o: a view where the
-        # dims merge, a copy where not (a v transposed from the projection's layout); inside the
-        # Function, so a model's 4-D call makes no view nodes of its own around it
-        flat = tuple(t.reshape(-1, *t.shape[-2:]).contiguous() for t in qkv)
-        o, lse = fn(*flat, **scalars)
+        # dims merge, a copy where not; inside the Function, so a model's 4-D call makes no view
+        # nodes of its own around it. SDPA's 4-D v that does not merge (a model's, transposed from
+        # its projection's layout) is read where it lies where the kernel function can.
+        q, k, v = qkv
+        flat = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k)]
+        o = lse = None
+        strided_v_call = getattr(fn, "strided_v_call", None)
+        if strided_v_call and v.dim() == 4 and not v.is_contiguous() and not scalars and q.shape == v.shape:
+            o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            lse = strided_v_call(*flat, v, o)
+        if lse is None:
+            flat.append(v.reshape(-1, *v.shape[-2:]).contiguous())
+            o, lse = fn(*flat, **scalars)
+            v = flat[2].view(shapes[2])
         # saved in the caller's shape, so the backward hands torch's kernel the upstream gradient as
         # it comes (a model's is a transposed view: reshaped, it would be copied)
         o, lse = o.view(shapes[0]), lse.view(shapes[0][:-1])
-        ctx.save_for_backward(*(t.view(shape) for t, shape in zip(flat, shapes)), o, lse)
+        ctx.save_for_backward(flat[0].view(shapes[0]), flat[1].view(shapes[1]), v, o, lse)
         ctx.causal, ctx.scale = causal, scale
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # (lse's gradient, never read, made a zeros launch a backward)
@@ -289,6 +299,10 @@ def _native() -> Any:
         routes += (kernels.rmsnorm, ext.RMSNORM), (kernels.layernorm, ext.LAYERNORM)
         for fn, op in routes:
             native_call.set_node(fn, ext.grad_call, op)
+        # the attention's C call hands its calls with grad, and SDPA's 4-D ones without, to the node's
+        # call (`attention_with`, which reads a model's v where it lies), not to Python
+        for slot, fn in enumerate(kernels.ATTENTIONS):
+            native_call.set_node(fn, ext.grad_call, ext.ATTENTION + slot, ndim=4)
     return ext
 
 

@@ -27,6 +27,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/extension.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -755,6 +756,68 @@ PyObject* not_taken() {
   return Py_NotImplemented;
 }
 
+/* 1 where a guard sends a call back to Python (or one of its first `tensors` arguments is not a
+ * tensor), 0 where not, -1 with a Python error set. */
+int guarded(PyObject* args, Py_ssize_t tensors) {
+  const Guards& g = guards();
+  int on;
+  if (PyObject* flag = PyObject_GetAttr(g.compiler, g.flag)) {
+    on = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+  } else {
+    PyErr_Clear();
+    on = truth(g.is_compiling, nullptr);
+  }
+  if (on == 0) on = truth(g.functorch_active, nullptr);
+  for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
+    PyObject* t = PyTuple_GET_ITEM(args, i);
+    if (!THPVariable_Check(t)) return 1;
+    on = truth(g.is_wrapped, t);
+  }
+  return on;
+}
+
+/* The attention kernel functions whose C calls come here (grad_call's ops ATTENTION + slot), each
+ * with its causal flag and default scale: autograd.py's `attention` call, in C++. */
+struct AttentionSlot {
+  py::object fn;
+  bool causal = false;
+  double scale = 0.0;
+};
+constexpr int ATTENTION = 64, MAX_ATTENTION = 8;
+std::array<AttentionSlot, MAX_ATTENTION>& attention_slots() {
+  static auto* slots = new std::array<AttentionSlot, MAX_ATTENTION>();  // (held for the process)
+  return *slots;
+}
+
+void register_attention(int64_t slot, py::object fn, bool causal, double scale) {
+  TORCH_CHECK(slot >= 0 && slot < MAX_ATTENTION, "llmcompile attention: no slot ", slot);
+  attention_slots()[slot] = AttentionSlot{std::move(fn), causal, scale};
+}
+
+/* o, lse = fn(q, k, v) from the kernel function's C call, with or without grad (its planned call
+ * refused a 4-D call, or grad is wanted): `attention_with`, which reads SDPA's 4-D v where it lies.
+ * Py_NotImplemented for a scale by keyword, another rank, or a guard: the Python call takes it. */
+PyObject* attention_call(int slot, PyObject* args, PyObject* kwargs) {
+  const AttentionSlot& a = attention_slots()[slot];
+  if (!a.fn || guards().is_wrapped == nullptr || PyTuple_GET_SIZE(args) != 3) return not_taken();
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) return not_taken();
+  const int on = guarded(args, 3);
+  if (on != 0) return on < 0 ? nullptr : not_taken();
+  const at::Tensor &q = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0)), &k = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1)),
+                   &v = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
+  if (q.dim() != 3 && q.dim() != 4) return not_taken();
+  // without grad, only SDPA's 4-D call: a 3-D one refused by the planned call takes the checked path
+  // (attention_with's own fallback calls fn on 3-D tensors without grad: it never comes back here)
+  if (q.dim() == 3 && !torch::autograd::compute_requires_grad(q, k, v)) return not_taken();
+  auto [o, lse] = attention_with(a.fn, a.causal, a.scale, q, k, v);
+  PyObject* out = PyTuple_New(2);
+  if (out == nullptr) return nullptr;
+  PyTuple_SET_ITEM(out, 0, THPVariable_Wrap(std::move(o)));
+  PyTuple_SET_ITEM(out, 1, THPVariable_Wrap(std::move(lse)));
+  return out;
+}
+
 /* The differentiable call of `op` from the kernel function's C call (native_call.c's Entry, a
  * call with an input that requires grad): softmax(x); rmsnorm(x, w[, eps]); layernorm(x, w, b[,
  * eps]), eps also by keyword. What autograd.py's Python wrappers did, in C++: the arguments
@@ -762,6 +825,7 @@ PyObject* not_taken() {
  * it (the guards, or arguments it does not parse: that call says what is wrong). */
 PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
   try {  // (not HANDLE_TH_ERRORS: its warning buffer costs a small call more than the rest of this)
+    if (op >= ATTENTION && op < ATTENTION + MAX_ATTENTION) return attention_call(op - ATTENTION, args, kwargs);
     if (op < 0 || op >= N_OPS || op == CE_LOSS) return not_taken();
     const Kernels& k = registry()[op];
     const Guards& g = guards();
@@ -786,20 +850,7 @@ PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
         return not_taken();
       }
     }
-    int on;
-    if (PyObject* flag = PyObject_GetAttr(g.compiler, g.flag)) {
-      on = PyObject_IsTrue(flag);
-      Py_DECREF(flag);
-    } else {
-      PyErr_Clear();
-      on = truth(g.is_compiling, nullptr);
-    }
-    if (on == 0) on = truth(g.functorch_active, nullptr);
-    for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
-      PyObject* t = PyTuple_GET_ITEM(args, i);
-      if (!THPVariable_Check(t)) return not_taken();
-      on = truth(g.is_wrapped, t);
-    }
+    const int on = guarded(args, tensors);
     if (on != 0) return on < 0 ? nullptr : not_taken();
     const at::Tensor& x = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0));
     if (!norm) return THPVariable_Wrap(softmax_node(x, op));
@@ -835,7 +886,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "backward_runs() -> (launched without the GIL, called through Python), since the process began");
   m.def(
       "forward_runs", [] { return py::make_tuple(forward_native_runs.load(), forward_python_runs.load()); },
-      "forward_runs() -> (forwards with grad launched from C++, called through Python), since the process began");
+      "forward_runs() -> (forwards launched from C++, called through Python), since the process began: with grad, "
+      "and the attention's 4-D calls without");
   m.def(
       "strided_v_runs", [] { return forward_strided_v_runs.load(); },
       "strided_v_runs() -> attention forwards through the strided-v call (v read where it lies), since the process began");
@@ -858,6 +910,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "layernorm(x, weight, bias, eps) through autograd");
   m.def("set_attention", &set_attention, py::arg("route"), py::arg("backward"),
         "set_attention(route, backward): attention_backward's route (asked once a layout) and Python backward");
+  m.attr("ATTENTION") = ATTENTION;
+  m.def("register_attention", &register_attention, py::arg("slot"), py::arg("fn"), py::arg("causal"),
+        py::arg("scale"),
+        "register_attention(slot, fn, causal, scale): the kernel function whose C call hands its calls to "
+        "grad_call as op ATTENTION + slot");
   m.def("attention", &attention_with, py::arg("fn"), py::arg("causal"), py::arg("scale"), py::arg("q"),
         py::arg("k"), py::arg("v"), "attention(fn, causal, scale, q, k, v) -> (o, lse) through autograd");
   m.def("cross_entropy_loss", &loss_with, py::arg("x"), py::arg("target"), py::arg("mean"), py::arg("one"),

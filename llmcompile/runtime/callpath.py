@@ -710,7 +710,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         fn = self._strided_v_of(q, k, v, o)
         if fn is False or k.shape != q.shape or not (q.is_contiguous() and k.is_contiguous()):
             return None
-        if any(t.data_ptr() % _ALIGN for t in (q, k, v, o)) or not q.device == v.device == o.device:
+        if any(t.data_ptr() % _ALIGN for t in (q, k, v, o)) or not q.device == k.device == v.device == o.device:
             return None
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         fn(q, k, v, o, lse, *self._values({}))
@@ -768,26 +768,42 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
         return False if fn is None else bare_function(fn)
 
     def _heads_call(
-        self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any]
+        self, inputs: tuple[torch.Tensor, ...], scalars: dict, call: Callable[..., Any], strided_v: bool = False
     ) -> torch.Tensor | list[torch.Tensor] | None:
         """A fixed-layout op (attention's (M, N, D)) on inputs of one more leading dim, as SDPA takes
         them (batch, heads, sequence, head dim): the two seen as M (a view where they merge, a copy
-        where not, as a transposed v), the outputs given back both; None for any other call."""
+        where not, as a transposed v), the outputs given back both; None for any other call.
+        `strided_v` (an eager call): a v whose dims do not merge is read where it lies, where the
+        strided-v kernel can take it (`_strided_v_heads`)."""
         x = inputs[0]
         if self.spec.flat_rows or not isinstance(x, torch.Tensor) or x.dim() != len(self.spec.tensors[0].dims) + 1:
             return None
         lead = x.shape[:2]
         if not all(isinstance(v, torch.Tensor) and v.dim() == x.dim() and v.shape[:2] == lead for v in inputs):
             return None
+        if strided_v and (done := self._strided_v_heads(inputs, scalars)) is not None:
+            return done
         outs = call(tuple(v.reshape(-1, *v.shape[2:]) for v in inputs), scalars)
         shaped = [o.view(*lead, *o.shape[1:]) for o in (outs if isinstance(outs, list) else [outs])]
         return shaped[0] if len(shaped) == 1 else shaped
+
+    def _strided_v_heads(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> list[torch.Tensor] | None:
+        """An attention's 4-D call without grad whose v does not merge into (M, N, D) (a model's, a
+        transposed view of its projection's output): given to its differentiable call (`grad_fn`:
+        the C++ node's call, else the Python Function), which reads v where it lies
+        (`strided_v_call`) with or without grad, rather than v copied here (one more launch, v's
+        bytes twice). Where the C call and the nodes are built, such a call goes from C to the node
+        and never comes here (native_call's `set_node(..., ndim=4)`). None for any other call
+        (scalars given, a dense v): the 3-D call takes it."""
+        if self._grad_fn is None or scalars or len(inputs) != 3 or inputs[2].is_contiguous() or not inputs[0].is_cuda:
+            return None  # (a CPU q: the checked path says so)
+        return list(self._grad_fn(*inputs))
 
     def _checked_call(self, inputs: tuple[torch.Tensor, ...], scalars: dict) -> torch.Tensor | list[torch.Tensor]:
         unknown = set(scalars) - set(self.spec.scalars)
         if unknown:
             raise OpError(f"{self.spec.name} takes no argument {', '.join(sorted(unknown))}")
-        if (done := self._heads_call(inputs, scalars, self._checked_call)) is not None:
+        if (done := self._heads_call(inputs, scalars, self._checked_call, strided_v=True)) is not None:
             return done
         if not self.spec.flat_rows and (done := self._fixed_call(inputs, scalars)) is not None:
             return done

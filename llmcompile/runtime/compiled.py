@@ -105,6 +105,8 @@ attention = reference_function("attention", register=True)
 attention_causal = reference_function("attention_causal", register=True)
 attention_d64 = reference_function("attention_d64", register=True)
 attention_causal_d64 = reference_function("attention_causal_d64", register=True)
+# each with its C++ call (autograd_native's slot of its index): keep the order
+ATTENTIONS = (attention, attention_causal, attention_d64, attention_causal_d64)
 BY_NAME: dict[str, KernelFunction] = {
     "copy": copy,
     "softmax": softmax,

@@ -132,6 +132,16 @@ static int view_of(PyObject* obj, DLTensor* out) {
   return api->dltensor_from_py_object_no_sync(obj, out);
 }
 
+/* obj's number of dims, or -1 (no error set) where it is not a tensor torch can show */
+static int32_t ndim_of(PyObject* obj) {
+  DLTensor t;
+  if (view_of(obj, &t) != 0) {
+    PyErr_Clear();
+    return -1;
+  }
+  return t.ndim;
+}
+
 /* `t` seen with its leading dims as one (FLAT_ROWS: (M, N); FLAT_VALUES: (M,)), its new shape and
  * strides in `shape` and `stride`; -1 where those dims are not one run of memory. Dims of size 1
  * take any stride, as torch's own contiguity says. */
@@ -626,6 +636,7 @@ typedef struct {
   char grad; /* the op is differentiable: inputs that require grad go to Python */
   GradCall node; /* where set, they go to this C++ autograd node instead (op `node_op`) */
   int node_op;
+  int node_ndim; /* calls without grad on an x of this many dims go to it too (the attention's 4-D); 0: none */
   uint64_t keys[MAX_SHAPES];
   PyObject* calls[MAX_SHAPES]; /* the Caller of each planned (dtype, N, dims of x) */
 } Entry;
@@ -688,6 +699,27 @@ static Caller* planned(Entry* e, PyObject* args) {
   return NULL;
 }
 
+/* The Python `_checked_call` with no scalars: what a call the planned Caller refused takes. */
+static PyObject* entry_checked_call(PyObject* self, PyObject* args) {
+  PyObject* no_scalars = PyDict_New();
+  PyObject* out;
+  if (no_scalars == NULL) return NULL;
+  out = PyObject_CallMethodObjArgs(self, checked_call, args, no_scalars, NULL);
+  Py_DECREF(no_scalars);
+  return out;
+}
+
+/* A call without grad on an x of `node_ndim` dims (the attention's on SDPA's 4-D tensors, whose v
+ * the node reads where it lies; a planned Caller takes (M, N, D) only, and its refusal costs more
+ * than the call): the node's, else the Python call. */
+static PyObject* node_else(PyObject* self, PyObject* args, PyObject* kwargs) {
+  Entry* e = (Entry*)self;
+  PyObject* out = e->node(e->node_op, args, kwargs);
+  if (out != Py_NotImplemented) return out;
+  Py_DECREF(out);
+  return entry_python_call(self, args, kwargs);
+}
+
 static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   Entry* e = (Entry*)self;
   Caller* c;
@@ -707,6 +739,8 @@ static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     }
     if (grad) return entry_python_call(self, args, kwargs);
   }
+  if (e->node_ndim > 0 && !keywords && PyTuple_GET_SIZE(args) > 0 && ndim_of(PyTuple_GET_ITEM(args, 0)) == e->node_ndim)
+    return node_else(self, args, kwargs);
   if (e->n_calls == 0 || keywords) return entry_python_call(self, args, kwargs);
   c = planned(e, args);
   if (c == NULL) return entry_python_call(self, args, kwargs);
@@ -716,13 +750,7 @@ static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   /* the kernel's checks refused what else differs from call to call (dtypes of the other
    * tensors, strides, alignment, one M across them): the checked path takes the call */
   PyErr_Clear();
-  {
-    PyObject* no_scalars = PyDict_New();
-    if (no_scalars == NULL) return NULL;
-    out = PyObject_CallMethodObjArgs(self, checked_call, args, no_scalars, NULL);
-    Py_DECREF(no_scalars);
-    return out;
-  }
+  return entry_checked_call(self, args);
 }
 
 static PyObject* entry_set_call(PyObject* self, PyObject* args) {
@@ -758,11 +786,12 @@ static PyObject* entry_clear_calls(PyObject* self, PyObject* unused) {
 static PyObject* entry_set_node(PyObject* self, PyObject* args) {
   Entry* e = (Entry*)self;
   PyObject* capsule;
-  int op;
+  int op, ndim = 0;
   void* fn;
-  if (!PyArg_ParseTuple(args, "Oi", &capsule, &op)) return NULL;
+  if (!PyArg_ParseTuple(args, "Oi|i", &capsule, &op, &ndim)) return NULL;
   if (capsule == Py_None) {
     e->node = NULL;
+    e->node_ndim = 0;
     Py_RETURN_NONE;
   }
   fn = PyCapsule_GetPointer(capsule, GRAD_CALL);
@@ -770,6 +799,7 @@ static PyObject* entry_set_node(PyObject* self, PyObject* args) {
   /* (the capsule's library stays loaded for the process: Python never unloads an extension) */
   e->node = (GradCall)fn;
   e->node_op = op;
+  e->node_ndim = ndim;
   Py_RETURN_NONE;
 }
 
@@ -808,7 +838,8 @@ static PyMethodDef entry_methods[] = {
     {"_clear_calls", entry_clear_calls, METH_NOARGS, "forget every Caller"},
     {"_c_calls", entry_c_calls, METH_NOARGS, "how many (dtype, dims, N) a call runs in C"},
     {"_set_node", entry_set_node, METH_VARARGS,
-     "_set_node(capsule, op): calls that want grad go to that C++ grad_call (None: to Python)"},
+     "_set_node(capsule, op, ndim=0): calls that want grad go to that C++ grad_call (None: to Python); "
+     "ndim: so do calls without grad on an x of that many dims"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -188,12 +188,13 @@ def register(entry: Any, dtype: str, n: int, ndim: int, caller: Any) -> bool:
     return bool(entry._set_call(dt.type_code, dt.bits, ndim, n, caller))
 
 
-def set_node(entry: Any, grad_call: Any, op: int) -> None:
+def set_node(entry: Any, grad_call: Any, op: int, ndim: int = 0) -> None:
     """Calls of `entry` that want grad go from its C call to `grad_call` (autograd_nodes.cpp's
-    capsule) for op number `op`; None sends them back to its Python call. Nothing where the C
-    call is not built (a Python entry's own call takes them)."""
+    capsule) for op number `op`; None sends them back to its Python call. `ndim`: so do calls
+    without grad on an x of that many dims (the attention's on SDPA's 4-D tensors). Nothing where
+    the C call is not built (a Python entry's own call takes them)."""
     if hasattr(entry, "_set_node"):
-        entry._set_node(grad_call, op)
+        entry._set_node(grad_call, op, ndim)
 
 
 def native_api() -> Any:

@@ -795,8 +795,8 @@ void register_attention(int64_t slot, py::object fn, bool causal, double scale) 
   attention_slots()[slot] = AttentionSlot{std::move(fn), causal, scale};
 }
 
-/* o, lse = fn(q, k, v) from the kernel function's C call, with or without grad (its planned call
- * refused a 4-D call, or grad is wanted): `attention_with`, which reads SDPA's 4-D v where it lies.
+/* o, lse = fn(q, k, v) from the kernel function's C call: a call with grad, or SDPA's 4-D call
+ * without (native_call.c's `node_ndim`): `attention_with`, which reads SDPA's 4-D v where it lies.
  * Py_NotImplemented for a scale by keyword, another rank, or a guard: the Python call takes it. */
 PyObject* attention_call(int slot, PyObject* args, PyObject* kwargs) {
   const AttentionSlot& a = attention_slots()[slot];

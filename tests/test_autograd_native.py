@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from llmcompile.runtime import autograd, autograd_native
-from llmcompile.specs import BUILTIN
+from llmcompile.specs import BUILTIN, OpError
 from llmcompile.specs import references as ops
 
 
@@ -857,3 +857,28 @@ def test_an_attentions_c_call_hands_sdpas_4d_calls_to_the_node_with_or_without_g
     dy = torch.randn(2, 3, 16, 8, dtype=f64)
     for g, r in zip(torch.autograd.grad(o, leaves, dy), torch.autograd.grad(want, refs, dy)):
         torch.testing.assert_close(g, r)
+
+
+def test_the_attention_kernel_functions_hand_their_4d_calls_to_the_node() -> None:
+    """Each of `kernels.ATTENTIONS`, once the nodes are routed (`autograd._native`), hands SDPA's 4-D
+    call without grad from its C call to its node's call (counted by `forward_runs`: off the GPU no
+    call in C is planned, so the node calls the kernel function, which says what is wrong), and a
+    3-D call keeps to the kernel function's own call (not counted). (Before any call in C is made in
+    a process, the C call cannot see tensors: such a call takes the Python call, which hands it to
+    the node's call too, `_strided_v_heads`.)"""
+    from llmcompile import kernels
+    from llmcompile.runtime import native_call
+
+    ext = autograd._native()
+    if ext is None or not native_call.available():
+        pytest.skip("the C++ nodes or the C call did not build here")
+    _attention_caller(lambda *_: None)  # (a call in C made first, as a process's first call makes one)
+    for fn in kernels.ATTENTIONS:
+        d = fn.spec.tensors[0].shape(6, 16)[-1]
+        q = torch.randn(2, 3, 16, d, dtype=torch.bfloat16)
+        v = torch.randn(2, 16, 3, d, dtype=torch.bfloat16).transpose(1, 2)
+        for t, counted in ((q, 1), (q[0], 0)):
+            _, python = ext.forward_runs()
+            with pytest.raises(OpError, match="CUDA device"):
+                fn(t, t, v if t.dim() == 4 else t)
+            assert ext.forward_runs()[1] == python + counted, fn.spec.name

@@ -232,6 +232,7 @@ def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(m
     kernel, LLMCOMPILE_STRIDED_V=0."""
     from llmcompile.runtime import callpath
 
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # (stand-ins on the CPU)
     ran: list[tuple] = []
     compiled: list[tuple[str, int]] = []
 
@@ -269,7 +270,7 @@ def test_an_attentions_strided_v_is_read_where_it_lies_where_its_layout_allows(m
     assert fn.strided_v_call(q, k, v, o) is None and len(ran) == 3
 
 
-def test_the_strided_v_call_in_c_is_made_for_its_layout() -> None:
+def test_the_strided_v_call_in_c_is_made_for_its_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """`strided_v_caller`: the strided-v kernel (a TVM-FFI stand-in) as a call in C taking q, k, v and
     the caller's o, whose output, lse of q's leading dims, is made there; None for a layout the
     kernel cannot take."""
@@ -278,6 +279,7 @@ def test_the_strided_v_call_in_c_is_made_for_its_layout() -> None:
 
     if not native_call.available():
         pytest.skip(f"native_call did not build here: {native_call.reason()}")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # (stand-ins on the CPU)
     seen: list[tuple] = []
     kernel = tvm_ffi.convert(
         lambda q, k, v, o, lse, scale: seen.append((tuple(v.strides), tuple(o.strides), tuple(lse.shape), scale))

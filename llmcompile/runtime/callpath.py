@@ -758,6 +758,7 @@ class KernelFunction(native_call.entry_base()):  # type: ignore[misc]
             dtype is not None
             and self.strided_compiler is not None
             and not self.spec.flat_rows
+            and q.is_cuda  # (off the GPU the dense call says so, not the kernel)
             and q.dim() == 3
             and k.dtype == q.dtype
             and heads(v)

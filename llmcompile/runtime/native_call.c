@@ -132,10 +132,11 @@ static int view_of(PyObject* obj, DLTensor* out) {
   return api->dltensor_from_py_object_no_sync(obj, out);
 }
 
-/* obj's number of dims, or -1 (no error set) where it is not a tensor torch can show */
+/* obj's number of dims, or -1 (no error set) where it is not a tensor torch can show, or no call in
+ * C was made yet (torch's exchange API is found by the first) */
 static int32_t ndim_of(PyObject* obj) {
   DLTensor t;
-  if (view_of(obj, &t) != 0) {
+  if (tensor_type == NULL || view_of(obj, &t) != 0) {
     PyErr_Clear();
     return -1;
   }

@@ -234,14 +234,7 @@ class AttentionFunction(torch.autograd.Function):
         flat = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k)]
         o = lse = None
         strided_v_call = getattr(fn, "strided_v_call", None)
-        if (
-            strided_v_call
-            and q.is_cuda
-            and v.dim() == 4
-            and not v.is_contiguous()
-            and not scalars
-            and q.shape == v.shape
-        ):
+        if strided_v_call and v.dim() == 4 and not v.is_contiguous() and not scalars and q.shape == v.shape:
             o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
             lse = strided_v_call(*flat, v, o)
         if lse is None:

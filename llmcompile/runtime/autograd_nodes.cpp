@@ -807,9 +807,6 @@ PyObject* attention_call(int slot, PyObject* args, PyObject* kwargs) {
   const at::Tensor &q = THPVariable_Unpack(PyTuple_GET_ITEM(args, 0)), &k = THPVariable_Unpack(PyTuple_GET_ITEM(args, 1)),
                    &v = THPVariable_Unpack(PyTuple_GET_ITEM(args, 2));
   if (q.dim() != 3 && q.dim() != 4) return not_taken();
-  // without grad, only SDPA's 4-D call: a 3-D one refused by the planned call takes the checked path
-  // (attention_with's own fallback calls fn on 3-D tensors without grad: it never comes back here)
-  if (q.dim() == 3 && !torch::autograd::compute_requires_grad(q, k, v)) return not_taken();
   auto [o, lse] = attention_with(a.fn, a.causal, a.scale, q, k, v);
   PyObject* out = PyTuple_New(2);
   if (out == nullptr) return nullptr;

@@ -132,17 +132,6 @@ static int view_of(PyObject* obj, DLTensor* out) {
   return api->dltensor_from_py_object_no_sync(obj, out);
 }
 
-/* obj's number of dims, or -1 (no error set) where it is not a tensor torch can show, or no call in
- * C was made yet (torch's exchange API is found by the first) */
-static int32_t ndim_of(PyObject* obj) {
-  DLTensor t;
-  if (tensor_type == NULL || view_of(obj, &t) != 0) {
-    PyErr_Clear();
-    return -1;
-  }
-  return t.ndim;
-}
-
 /* `t` seen with its leading dims as one (FLAT_ROWS: (M, N); FLAT_VALUES: (M,)), its new shape and
  * strides in `shape` and `stride`; -1 where those dims are not one run of memory. Dims of size 1
  * take any stride, as torch's own contiguity says. */
@@ -682,19 +671,24 @@ static PyObject* entry_python_call(PyObject* self, PyObject* args, PyObject* kwa
   return out;
 }
 
-/* The Caller planned for x's (dtype, dims, N), or NULL (no Python error set). */
-static Caller* planned(Entry* e, PyObject* args) {
-  DLTensor x;
+/* The call's first argument seen in `x`; 0 (no error set) where it is not a tensor torch can show,
+ * or no call in C was made yet (torch's exchange API is found by the first): the Python call then. */
+static int first_view(PyObject* args, DLTensor* x) {
+  if (tensor_type == NULL || PyTuple_GET_SIZE(args) < 1) return 0;
+  if (view_of(PyTuple_GET_ITEM(args, 0), x) != 0) {
+    PyErr_Clear(); /* the Python call says what is wrong */
+    return 0;
+  }
+  return 1;
+}
+
+/* The Caller planned for x's (dtype, dims, N), or NULL. */
+static Caller* planned(Entry* e, const DLTensor* x) {
   uint64_t key;
   int32_t i;
-  if (PyTuple_GET_SIZE(args) < 1) return NULL;
-  if (view_of(PyTuple_GET_ITEM(args, 0), &x) != 0) {
-    PyErr_Clear(); /* not a tensor torch can show: the Python call says what is wrong */
-    return NULL;
-  }
-  if (x.ndim < 1) return NULL;
+  if (x->ndim < 1) return NULL;
   /* rows with leading dims take the Caller of 2-D rows, which flattens them */
-  key = key_of(x.dtype.code, x.dtype.bits, x.ndim > 2 ? 2 : x.ndim, x.shape[x.ndim - 1]);
+  key = key_of(x->dtype.code, x->dtype.bits, x->ndim > 2 ? 2 : x->ndim, x->shape[x->ndim - 1]);
   for (i = 0; i < e->n_calls; ++i)
     if (e->keys[i] == key) return (Caller*)e->calls[i];
   return NULL;
@@ -723,6 +717,7 @@ static PyObject* node_else(PyObject* self, PyObject* args, PyObject* kwargs) {
 
 static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   Entry* e = (Entry*)self;
+  DLTensor x;
   Caller* c;
   PyObject* out;
   int grad;
@@ -740,10 +735,10 @@ static PyObject* entry_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     }
     if (grad) return entry_python_call(self, args, kwargs);
   }
-  if (e->node_ndim > 0 && !keywords && PyTuple_GET_SIZE(args) > 0 && ndim_of(PyTuple_GET_ITEM(args, 0)) == e->node_ndim)
-    return node_else(self, args, kwargs);
-  if (e->n_calls == 0 || keywords) return entry_python_call(self, args, kwargs);
-  c = planned(e, args);
+  if (keywords || (e->n_calls == 0 && e->node_ndim == 0) || !first_view(args, &x))
+    return entry_python_call(self, args, kwargs);
+  if (e->node_ndim > 0 && x.ndim == e->node_ndim) return node_else(self, args, kwargs);
+  c = planned(e, &x);
   if (c == NULL) return entry_python_call(self, args, kwargs);
   out = caller_invoke(c, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args));
   if (out != NULL || !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)))

@@ -10,7 +10,7 @@ from pathlib import Path
 from llmcompile.agent.session import ATTENTION_BASELINES, RunRequest, UsageError, parse_shapes
 from llmcompile.bench.baselines import parse_baselines
 from llmcompile.harness.sandbox import SandboxUnavailable
-from llmcompile.harness.worker import JudgeFailure
+from llmcompile.harness.worker import JUDGE_FAILED_RC, JudgeFailure
 from llmcompile.specs import (
     BENCH_ELEMS,
     BENCH_N,
@@ -271,6 +271,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     paths = report.write(out, runner.records())
     print(report.markdown(report.load(out)))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if pending:
+        console.print(f"{pending} problem(s) not finished (pending, or the judge failed): rerun the same command")
     return 0 if not pending else 1
 
 
@@ -504,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (JudgeFailure, SandboxUnavailable) as e:  # the judge's own trouble, never a candidate's verdict
         print(f"llmcompile: the judge could not run: {e}", file=sys.stderr)
-        return 4
+        return JUDGE_FAILED_RC
     except KeyboardInterrupt:
         print("llmcompile: interrupted", file=sys.stderr)
         return 130

@@ -161,6 +161,71 @@ def test_a_finished_eval_reports_again_without_a_gpu(tmp_path: Path, monkeypatch
     assert "no CUDA GPU is visible" in capsys.readouterr().err
 
 
+def test_an_eval_on_another_gpu_than_its_target_stops_before_writing_anything(tmp_path: Path, monkeypatch, capsys):
+    """On H200s an eval for the H100 had run every problem's agent, each refused the GPU, and all
+    49 were recorded failed (outcomes a rerun keeps): the eval now says so once, first."""
+    from llmcompile.suites import runner as R
+
+    suite_file = tmp_path / "tiny.toml"
+    suite_file.write_text(SUITE)
+    out = tmp_path / "eval"
+    monkeypatch.setattr(R, "gpu_slots", lambda gpus: ["3", "1"])
+    names = {"3": "NVIDIA H100 80GB HBM3", "1": "NVIDIA H200"}
+    monkeypatch.setattr(R, "gpu_names", lambda slots: [names[s] for s in slots])
+    assert main(["eval", str(suite_file), "--llm", "offline", "--gpus", "all", "--out", str(out)]) == 2
+    assert "target h100 asked for, but GPU 1 is 'NVIDIA H200': pass --target h200" in capsys.readouterr().err
+    assert not out.exists()  # no eval.json, no outcome: the same --out takes the right command
+    R.check_gpus("h100", ["3"])
+    names["3"] = "Some Other GPU"
+    with pytest.raises(R.SuiteError, match="no target is this GPU"):
+        R.check_gpus("h200", ["3"])
+
+
+def test_the_gpu_names_come_from_a_process_given_those_gpus() -> None:
+    """The host's GPU 0 named by a child given it; with no GPU none is named, and the eval
+    refuses rather than guess."""
+    import torch
+
+    from llmcompile.suites import runner as R
+
+    names = R.gpu_names(["0"])
+    if torch.cuda.is_available():
+        assert len(names) == 1 and names[0].strip()
+    else:
+        assert names == []
+        with pytest.raises(R.SuiteError, match="a process given them sees 0"):
+            R.check_gpus("h100", ["0"])
+
+
+def test_a_problem_whose_judge_failed_is_kept_apart_and_run_again(tmp_path: Path) -> None:
+    """The judge's own failure (the agent's exit 4) is not the model's: the problem is recorded
+    judge_failed, its run directory set aside (kept where the agent saved a state to resume), and a
+    rerun of the eval runs it again, where a failed one stays failed."""
+    from llmcompile.suites import metrics
+    from llmcompile.suites import runner as R
+    from llmcompile.suites.suite import load_suite
+
+    suite_file = tmp_path / "tiny.toml"
+    suite_file.write_text(SUITE)
+    runner = R.EvalRunner(load_suite(suite_file), R.EvalOptions(llm="offline"), tmp_path / "eval")
+    runner.start()
+    first, second, third = runner.suite.problems
+    for p in (first, second, third):
+        (runner.pdir / p.id).mkdir()
+        (runner.pdir / f"{p.id}.log").write_text("llmcompile: the judge could not run: harness error: ValueError\n")
+    for name in ("state.json", "config.json"):  # (what the agent saves after a round)
+        (runner.pdir / second.id / name).write_text("{}")
+    assert runner.settle(first, R.JUDGE_FAILED_RC, 1.0, "0") == metrics.JUDGE_FAILED
+    assert runner.settle(second, R.JUDGE_FAILED_RC, 1.0, "0") == metrics.JUDGE_FAILED
+    assert runner.settle(third, 2, 1.0, "0") == metrics.FAILED
+    assert not (runner.pdir / first.id).exists() and (runner.pdir / f"{first.id}.judge-failed-1").is_dir()
+    assert (runner.pdir / second.id / "state.json").is_file()  # (the rerun resumes it)
+    assert "judge could not run" in runner.outcome(first)["reason"]
+    assert runner.todo() == [first, second]
+    assert metrics.aggregate(runner.records(), [1], [])["states"][metrics.JUDGE_FAILED] == 2
+    assert R.problem_command(second, runner.suite, runner.opts, runner.pdir / second.id)[4] == "--resume"
+
+
 def test_gpu_slots_name_the_hosts_devices_under_cuda_visible_devices(monkeypatch):
     """An eval started under CUDA_VISIBLE_DEVICES=1 runs its agents on the host's GPU 1: a child's
     CUDA_VISIBLE_DEVICES=0 would be the host's GPU 0, a GPU the user did not give the eval."""

@@ -64,6 +64,11 @@ class JudgeFailure(RuntimeError):
     """The judge's own process could not start or broke: never the candidate's fault."""
 
 
+# `llmcompile run`'s exit status when the judge could not run (a JudgeFailure, or no sandbox): an
+# eval records the problem apart from the model's failures and runs it again on a rerun
+JUDGE_FAILED_RC = 4
+
+
 @dataclass
 class JobOutcome:
     results: dict[str, dict[str, Any]]  # stage -> the stage's dataclass as JSON

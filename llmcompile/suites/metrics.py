@@ -31,6 +31,9 @@ from llmcompile.harness.verdict import PROFILED, SUSPICIOUS, VERIFIED
 DONE = "done"  # the agent ran to a stop (a best kernel or not)
 NOT_ATTEMPTED = "not_attempted"  # e.g. a custom op with no LLM: the offline search cannot write it
 FAILED = "failed"  # the agent process failed (its log says why)
+# the judge could not run (its own failure, never a verdict on the candidate): not the model's
+# result, so a rerun of the eval runs the problem again, as it does a pending one
+JUDGE_FAILED = "judge_failed"
 PENDING = "pending"  # not run yet (or interrupted): a rerun of the eval continues it
 
 FAST_P = (1.0, 1.5, 2.0)
@@ -170,7 +173,9 @@ def aggregate(
     measured = [r for r in records if r.state == DONE and not r.compile_only]
     out: dict[str, Any] = {
         "problems": n,
-        "states": {st: sum(r.state == st for r in records) for st in (DONE, NOT_ATTEMPTED, FAILED, PENDING)},
+        "states": {
+            st: sum(r.state == st for r in records) for st in (DONE, NOT_ATTEMPTED, FAILED, JUDGE_FAILED, PENDING)
+        },
         "compile_at": {str(k): _frac([at_k(r.compiled, k) for r in records]) for k in ks},
         # correctness needs the GPU: not measured when every problem ran compile-only
         "correct_at": ({str(k): _frac([at_k(r.correct, k) for r in records]) for k in ks} if measured else None),

@@ -22,7 +22,9 @@ problems whose best kernel is correct and more than p times faster than the base
 KB check: KernelBench's own verdict on the best kernel's verified and timed outputs (allclose to
 the problem's torch output in its dtype, atol = rtol = 1e-2), beside ours (float64 reference,
 tolerance widened by torch's own error on the same inputs).
-Cost to target: what was spent when the best first reached the target on every shape."""
+Cost to target: what was spent when the best first reached the target on every shape.
+States: judge_failed is the judge's own failure, not the model's (a rerun runs it again);
+every share above is over all problems, so an eval with one left is shown short."""
 
 
 def _pct(x: float | None) -> str:

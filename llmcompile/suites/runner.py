@@ -5,11 +5,13 @@ The eval directory:
     eval.json              the suite and options it was started with (a rerun must match)
     problems/<id>/         the agent's run directory for that problem (kept whole)
     problems/<id>.log      the agent process's output
-    problems/<id>.json     how the problem ended: done, not_attempted or failed, and why
+    problems/<id>.json     how the problem ended: done, not_attempted, failed or judge_failed, and why
+    problems/<id>.judge-failed-<n>/   a run directory the judge failed in, set aside for the rerun
     results.json, report.md, sol.png, speedup.png   (llmcompile.suites.report)
 
 A rerun with the same --out skips finished problems and resumes interrupted ones
-(`llmcompile run --resume`), so an interrupted eval loses nothing.
+(`llmcompile run --resume`), so an interrupted eval loses nothing; a problem whose judge failed
+(the agent's exit 4: our failure, not the candidate's) runs again too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from typing import Any
 from llmcompile.agent.providers import choose_llm
 from llmcompile.agent.runs import write_json_atomic
 from llmcompile.harness.cpus import host_cpus
-from llmcompile.suites.metrics import DONE, FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
+from llmcompile.harness.worker import JUDGE_FAILED_RC
+from llmcompile.suites.metrics import DONE, FAILED, JUDGE_FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
 from llmcompile.suites.suite import Problem, Suite, SuiteError
 
 
@@ -68,6 +71,35 @@ def gpu_slots(gpus: str) -> list[str]:
     # it: under CUDA_VISIBLE_DEVICES=1, our device 0 is the host's 1
     visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     return (visible if len(visible) >= n else [str(i) for i in range(count)])[:n]
+
+
+def gpu_names(slots: list[str]) -> list[str]:
+    """The names of the GPUs `slots` (the host's ids, as gpu_slots gives them), as the agents will
+    see them, asked in a child process: the eval's own process holds no CUDA context on them."""
+    code = "import torch; print(*(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())), sep='\\n')"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(slots)}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise SuiteError(f"asking GPUs {', '.join(slots)} their names took over 120 s: is the driver well?") from None
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def check_gpus(target: str, slots: list[str]) -> None:
+    """Refuse an eval whose GPUs are not its target, before anything is written: each problem's
+    agent would refuse the GPU alone, and the eval would have recorded every problem as failed,
+    outcomes a rerun keeps."""
+    from llmcompile.specs.targets import TARGETS, get_target
+
+    want = get_target(target)
+    names = gpu_names(slots)
+    if len(names) != len(slots):
+        raise SuiteError(f"GPUs {', '.join(slots)} asked for; a process given them sees {len(names)}")
+    for slot, gpu in zip(slots, names):
+        if not want.is_gpu(gpu):
+            other = next((t.name for t in TARGETS.values() if t.is_gpu(gpu)), None)
+            fix = f"pass --target {other}" if other else f"no target is this GPU (known: {', '.join(sorted(TARGETS))})"
+            raise SuiteError(f"target {want.name} asked for, but GPU {slot} is {gpu!r}: {fix}")
 
 
 def problem_command(p: Problem, suite: Suite, opts: EvalOptions, run_dir: Path) -> list[str]:
@@ -182,7 +214,8 @@ class EvalRunner:
     # ---------------------------------------------------------------- running
 
     def todo(self) -> list[Problem]:
-        return [p for p in self.suite.problems if not self.outcome(p)]
+        """The problems without an outcome, and those whose judge failed (run again)."""
+        return [p for p in self.suite.problems if (o := self.outcome(p)) is None or o["state"] == JUDGE_FAILED]
 
     def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
         if self.skip_offline(p):
@@ -231,16 +264,20 @@ class EvalRunner:
         if rc in (0, 1) and (self.pdir / p.id / "summary.json").is_file():
             self._finish(p, DONE, "", rc, wall, device)
             return DONE
+        if rc == JUDGE_FAILED_RC:
+            run_dir = self.pdir / p.id
+            if run_dir.is_dir() and not (run_dir / "state.json").is_file():  # (a rerun starts afresh)
+                n = 1 + sum(1 for _ in self.pdir.glob(f"{p.id}.judge-failed-*"))
+                run_dir.rename(self.pdir / f"{p.id}.judge-failed-{n}")
+            self._finish(p, JUDGE_FAILED, _error_of(self.pdir / f"{p.id}.log"), rc, wall, device)
+            return JUDGE_FAILED
         self._finish(p, FAILED, _error_of(self.pdir / f"{p.id}.log"), rc, wall, device)
         return FAILED
 
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:
         """Run every problem without an outcome; returns how many are still pending."""
-        self.start()
-        work: queue.Queue[Problem] = queue.Queue()
-        for p in self.todo():
-            work.put(p)
-        if work.empty():  # every problem has its outcome: only the report is left, which needs no GPU
+        if not self.todo():  # every problem has its outcome: only the report is left, which needs no GPU
+            self.start()
             return 0
         if self.opts.compile_only:
             slots: list[str | None] = [None] * max(1, self.opts.jobs)
@@ -248,6 +285,11 @@ class EvalRunner:
             slots = list(gpu_slots(self.opts.gpus))
             if not slots:
                 raise SuiteError("no CUDA GPU is visible: run the eval with --compile-only, or on the target GPU")
+            check_gpus(self.suite.target, slots)
+        self.start()
+        work: queue.Queue[Problem] = queue.Queue()
+        for p in self.todo():
+            work.put(p)
         self._slots = len(slots)
 
         def worker(i: int, device: str | None) -> None:

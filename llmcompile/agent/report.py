@@ -211,7 +211,8 @@ def summary_table(summary: dict[str, Any]) -> str:
     if best["shapes"]:
         impls = sorted({k for s in best["shapes"] for k in s["baselines"]})
         unit = best.get("unit", "TB/s")  # (TFLOP/s for a compute-bound op)
-        lines.append(f"| M x N | {unit} | % SOL | " + " | ".join(impls) + " |")
+        # (each baseline's own rate in the same unit, not a speedup: the header says so)
+        lines.append(f"| M x N | {unit} | % SOL | " + " | ".join(f"{i} {unit}" for i in impls) + " |")
         lines.append("|---" * (3 + len(impls)) + "|")
         for s in best["shapes"]:
             cells = " | ".join(f"{s['baselines'][i]:.2f}" if i in s["baselines"] else "n/a" for i in impls)

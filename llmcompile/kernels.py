@@ -16,6 +16,7 @@ from llmcompile.runtime.compiled import (
     attention_causal,
     attention_causal_d64,
     attention_d64,
+    attention_flags,
     copy,
     copy_probe,
     cross_entropy,
@@ -50,7 +51,7 @@ rmsnorm.grad_fn = autograd.rmsnorm
 layernorm.grad_fn = autograd.layernorm
 # the attention's backward is torch's attention backward kernel on our o and lse
 for _fn in ATTENTIONS:
-    _fn.grad_fn = autograd.attention(_fn, "causal" in _fn.spec.name, _fn.spec.scalars["scale"])
+    _fn.grad_fn = autograd.attention(_fn, *attention_flags(_fn))
 del _fn
 
 __all__ = [

@@ -89,7 +89,7 @@ def register_kernels(ext: Any) -> None:
     ext.register_op(ext.CE_TOTAL, kernels.cross_entropy_total, None)  # (no gradient wanted: no backward)
     ext.set_attention(attention_backward.route, attention_backward.backward)  # (the kernel comes with each call)
     for slot, fn in enumerate(kernels.ATTENTIONS):  # (their C calls' route: grad_call's op ATTENTION + slot)
-        ext.register_attention(slot, fn, "causal" in fn.spec.name, float(fn.spec.scalars["scale"]))
+        ext.register_attention(slot, fn, *kernels.attention_flags(fn))
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
     # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
     ext.set_guards(

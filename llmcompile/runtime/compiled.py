@@ -107,6 +107,14 @@ attention_d64 = reference_function("attention_d64", register=True)
 attention_causal_d64 = reference_function("attention_causal_d64", register=True)
 # each with its C++ call (autograd_native's slot of its index): keep the order
 ATTENTIONS = (attention, attention_causal, attention_d64, attention_causal_d64)
+
+
+def attention_flags(fn: KernelFunction) -> tuple[bool, float]:
+    """An attention kernel function's causal flag and default scale, as its autograd calls (the
+    Python Function's and the C++ node's) take them."""
+    return "causal" in fn.spec.name, float(fn.spec.scalars["scale"])
+
+
 BY_NAME: dict[str, KernelFunction] = {
     "copy": copy,
     "softmax": softmax,

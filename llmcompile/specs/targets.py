@@ -55,12 +55,15 @@ def current_gpu() -> str | None:
     return torch.cuda.get_device_name(0)
 
 
+def target_for(gpu: str) -> Target | None:
+    """The known target that the device named `gpu` is, or None (one we hold no numbers for)."""
+    return next((t for t in TARGETS.values() if t.is_gpu(gpu)), None)
+
+
 def target_here() -> Target | None:
     """The known target that the visible GPU is, or None (no GPU, or one we hold no numbers for)."""
     gpu = current_gpu()
-    if gpu is None:
-        return None
-    return next((t for t in TARGETS.values() if t.is_gpu(gpu)), None)
+    return None if gpu is None else target_for(gpu)
 
 
 def require_gpu(target: Target) -> str:

@@ -89,7 +89,7 @@ def check_gpus(target: str, slots: list[str]) -> None:
     """Refuse an eval whose GPUs are not its target, before anything is written: each problem's
     agent would refuse the GPU alone, and the eval would have recorded every problem as failed,
     outcomes a rerun keeps."""
-    from llmcompile.specs.targets import TARGETS, get_target
+    from llmcompile.specs.targets import TARGETS, get_target, target_for
 
     want = get_target(target)
     names = gpu_names(slots)
@@ -97,8 +97,12 @@ def check_gpus(target: str, slots: list[str]) -> None:
         raise SuiteError(f"GPUs {', '.join(slots)} asked for; a process given them sees {len(names)}")
     for slot, gpu in zip(slots, names):
         if not want.is_gpu(gpu):
-            other = next((t.name for t in TARGETS.values() if t.is_gpu(gpu)), None)
-            fix = f"pass --target {other}" if other else f"no target is this GPU (known: {', '.join(sorted(TARGETS))})"
+            other = target_for(gpu)
+            fix = (
+                f"pass --target {other.name}"
+                if other
+                else f"no target is this GPU (known: {', '.join(sorted(TARGETS))})"
+            )
             raise SuiteError(f"target {want.name} asked for, but GPU {slot} is {gpu!r}: {fix}")
 
 
@@ -276,7 +280,8 @@ class EvalRunner:
 
     def run(self, progress: Callable[[str, str, str], None] = lambda slot, pid, line: None) -> int:
         """Run every problem without an outcome; returns how many are still pending."""
-        if not self.todo():  # every problem has its outcome: only the report is left, which needs no GPU
+        todo = self.todo()  # (start() writes or checks eval.json only: no outcome changes)
+        if not todo:  # every problem has its outcome: only the report is left, which needs no GPU
             self.start()
             return 0
         if self.opts.compile_only:
@@ -288,7 +293,7 @@ class EvalRunner:
             check_gpus(self.suite.target, slots)
         self.start()
         work: queue.Queue[Problem] = queue.Queue()
-        for p in self.todo():
+        for p in todo:
             work.put(p)
         self._slots = len(slots)
 

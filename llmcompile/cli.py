@@ -245,6 +245,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "offline: no LLM is used; custom (KernelBench-file) problems are matched to kernel templates, "
             "and those matching none are recorded as not attempted"
         )
+    from llmcompile.doctor import bytecode_advice, uncompiled
+
+    if gaps := uncompiled():  # (each problem's processes pay it again: say so once, up front)
+        console.print(f"note: {bytecode_advice(gaps)}")
+    if gone := runner.gone():
+        console.print(
+            f"note: {len(gone)} problem(s) recorded done have no run directory left, run again: {', '.join(gone)}"
+        )
     total = len(suite.problems)
     done = [total - len(runner.todo())]
     with Progress(

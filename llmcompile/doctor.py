@@ -3,8 +3,60 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import os
 import platform
+import sys
+from dataclasses import dataclass
+
+# What every llmcompile process imports (each problem's agent in an eval, each judge's workers).
+# Without cached bytecode each process compiles them from source again: on the lent H200 hosts
+# (packages unpacked with --no-compile, PYTHONDONTWRITEBYTECODE=1) 13 s of a 31 s level-1 problem
+# (evals/results/judge-speed); `python -m compileall` once, as pip's own install does, ends it.
+IMPORTED = ("torch", "sympy", "triton", "cutlass")
+
+
+@dataclass
+class Uncompiled:
+    package: str
+    root: str  # the package's directory: what to give compileall
+    missing: int  # modules without bytecode this Python would read
+    modules: int
+
+    @property
+    def where(self) -> str:
+        """The directory it was found in (site-packages, say): compiled whole, its peers are too."""
+        return os.path.dirname(self.root)
+
+
+def uncompiled(packages: tuple[str, ...] = IMPORTED) -> list[Uncompiled]:
+    """The packages (those installed here) most of whose modules have no cached bytecode in the
+    form this Python reads (`importlib.util.cache_from_source`: its version, -O level, prefix)."""
+    out = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)  # (finds a top-level package without importing it)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = next(iter(spec.submodule_search_locations))
+        sources = [os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".py")]
+        missing = sum(not os.path.exists(importlib.util.cache_from_source(s)) for s in sources)
+        if sources and 2 * missing > len(sources):
+            out.append(Uncompiled(name, root, missing, len(sources)))
+    return out
+
+
+def bytecode_advice(gaps: list[Uncompiled]) -> str:
+    """One line: what is compiled again in every process, and the command that stops it."""
+    names = ", ".join(f"{u.package} ({u.missing} of {u.modules} modules)" for u in gaps)
+    why = " (PYTHONDONTWRITEBYTECODE is set: Python never caches it itself)" if sys.flags.dont_write_bytecode else ""
+    roots = " ".join(dict.fromkeys(u.where for u in gaps))
+    return (
+        f"no cached bytecode for {names}{why}: every llmcompile process and judge worker compiles them "
+        f"again, seconds each; once: {sys.executable} -m compileall -q {roots}"
+    )
 
 
 def _version(dist: str) -> str | None:
@@ -58,6 +110,8 @@ def report() -> tuple[bool, str]:
     )
     for why in layers.problems:
         row("", f"({why})")
+    gaps = uncompiled()
+    row("bytecode", "missing" if gaps else "cached", bytecode_advice(gaps) if gaps else "")
     base = os.environ.get("OPENAI_BASE_URL")
     key = "set" if os.environ.get("OPENAI_API_KEY") else "not set"
     llm = f"OPENAI_API_KEY {key}" + (f", OPENAI_BASE_URL={base}" if base else "")

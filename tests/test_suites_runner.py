@@ -226,6 +226,33 @@ def test_a_problem_whose_judge_failed_is_kept_apart_and_run_again(tmp_path: Path
     assert R.problem_command(second, runner.suite, runner.opts, runner.pdir / second.id)[4] == "--resume"
 
 
+def test_a_problem_recorded_done_without_its_run_directory_is_run_again(tmp_path: Path, monkeypatch, capsys) -> None:
+    """An eval resumed after its run directories were deleted (or moved) had reported those problems
+    done with no candidate, every share of them zero: they are run again, and the eval says so."""
+    from llmcompile import doctor
+    from llmcompile.suites import runner as R
+    from llmcompile.suites.suite import load_suite
+
+    suite_file = tmp_path / "tiny.toml"
+    suite_file.write_text(SUITE)
+    out = tmp_path / "eval"
+    runner = R.EvalRunner(load_suite(suite_file), R.EvalOptions(llm="offline"), out)
+    runner.start()
+    first, second, third = runner.suite.problems
+    for p in (first, second):
+        (runner.pdir / f"{p.id}.json").write_text(json.dumps({"state": "done", "reason": "", "rc": 0}))
+    (runner.pdir / f"{third.id}.json").write_text(json.dumps({"state": "not_attempted", "reason": "r"}))
+    (runner.pdir / first.id).mkdir()
+    (runner.pdir / first.id / "summary.json").write_text("{}")
+    assert runner.todo() == [second] and runner.gone() == [second.id]
+    monkeypatch.setattr(R, "gpu_slots", lambda gpus: [])  # (the rerun needs a GPU: the eval stops there)
+    monkeypatch.setattr(doctor, "uncompiled", lambda: [doctor.Uncompiled("torch", "/x/torch", 9, 10)])
+    assert main(["eval", str(suite_file), "--llm", "offline", "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # (rich wraps its lines)
+    assert f"1 problem(s) recorded done have no run directory left, run again: {second.id}" in err
+    assert "note: no cached bytecode for torch (9 of 10 modules)" in err
+
+
 def test_gpu_slots_name_the_hosts_devices_under_cuda_visible_devices(monkeypatch):
     """An eval started under CUDA_VISIBLE_DEVICES=1 runs its agents on the host's GPU 1: a child's
     CUDA_VISIBLE_DEVICES=0 would be the host's GPU 0, a GPU the user did not give the eval."""

@@ -218,8 +218,21 @@ class EvalRunner:
     # ---------------------------------------------------------------- running
 
     def todo(self) -> list[Problem]:
-        """The problems without an outcome, and those whose judge failed (run again)."""
-        return [p for p in self.suite.problems if (o := self.outcome(p)) is None or o["state"] == JUDGE_FAILED]
+        """The problems without an outcome, those whose judge failed, and those recorded done whose
+        run directory is gone (`gone`): each is run again."""
+        return [
+            p
+            for p in self.suite.problems
+            if (o := self.outcome(p)) is None or o["state"] == JUDGE_FAILED or self._gone(p, o)
+        ]
+
+    def _gone(self, p: Problem, o: dict[str, Any]) -> bool:
+        # its verdicts live in the run directory: without it the report would count it with no candidate
+        return o["state"] == DONE and not (self.pdir / p.id / "summary.json").is_file()
+
+    def gone(self) -> list[str]:
+        """The problems recorded done whose run directory (deleted or moved) no longer says how."""
+        return [p.id for p in self.suite.problems if (o := self.outcome(p)) is not None and self._gone(p, o)]
 
     def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
         if self.skip_offline(p):

@@ -24,7 +24,8 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
 A match renders a kernel module (prompts/candidates/*.py.j2) that the judge treats like any
 candidate. Anything else is a `NoMatch` that says which node no template covers.
 
-graph.py reads the traced graph and emit.py writes its elementwise parts as CuTe-DSL code; each
+graph.py reads the traced graph (decompose.py has written torch's shorthands out first: F.rms_norm
+as x * rsqrt(mean(x^2) + eps) * w) and emit.py writes its elementwise parts as CuTe-DSL code; each
 family above has its own module; `_match` below tries them in order (whole-graph calls of a known
 module first, then the rows, map, total, norm, scan and strided shapes).
 """

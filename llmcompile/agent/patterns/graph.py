@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from llmcompile.agent.patterns.decompose import Refused, decompose
 from llmcompile.specs import OpSpec
 
 
@@ -220,6 +221,10 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
         raise Unsupported(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
     from torch.fx.passes.shape_prop import ShapeProp
 
+    try:
+        decompose(gm)
+    except Refused as e:
+        raise Unsupported(str(e)) from None
     merge_repeats(gm)
     try:
         ShapeProp(gm).propagate(*given)

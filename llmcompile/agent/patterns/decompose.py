@@ -1,0 +1,100 @@
+"""torch's shorthands for reductions the templates take written out: before matching, each call is
+rewritten into the graph torch defines it as, the graph a user writes by hand (F.rms_norm is
+x * rsqrt(mean(x^2) + eps) * w), so it gets the kernel that written-out form gets."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+
+class Refused(ValueError):
+    """A shorthand called with what its written-out form cannot say (the matcher names it)."""
+
+
+def _trailing(shape: Any) -> int | tuple[int, ...]:
+    if isinstance(shape, fx.Node):
+        raise Refused("a norm over a shape computed in the model (write it as a tuple)")
+    k = len(shape) if isinstance(shape, (tuple, list, torch.Size)) else 1
+    return -1 if k == 1 else tuple(range(-k, 0))
+
+
+def _rms_norm(g: fx.Graph, x: Any, normalized_shape: Any, weight: Any = None, eps: Any = None) -> fx.Node:
+    if eps is None:  # (torch takes the dtype's machine epsilon: the written-out form needs a number)
+        raise Refused("`rms_norm` without eps (pass eps)")
+    ms = g.call_function(
+        torch.mean, (g.call_function(torch.pow, (x, 2)),), {"dim": _trailing(normalized_shape), "keepdim": True}
+    )
+    y = g.call_function(operator.mul, (x, g.call_function(torch.rsqrt, (g.call_function(operator.add, (ms, eps)),))))
+    return y if weight is None else g.call_function(operator.mul, (y, weight))
+
+
+def _layer_norm(
+    g: fx.Graph, x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: Any = 1e-5, *_: Any
+) -> fx.Node:
+    dims = {"dim": _trailing(normalized_shape), "keepdim": True}
+    mean = g.call_function(torch.mean, (x,), dims)
+    var = g.call_function(torch.var, (x,), {**dims, "correction": 0})
+    rstd = g.call_function(torch.rsqrt, (g.call_function(operator.add, (var, eps)),))
+    y = g.call_function(operator.mul, (g.call_function(operator.sub, (x, mean)), rstd))
+    y = y if weight is None else g.call_function(operator.mul, (y, weight))
+    return y if bias is None else g.call_function(operator.add, (y, bias))
+
+
+def _normalize(g: fx.Graph, x: Any, p: Any = 2.0, dim: Any = 1, eps: Any = 1e-12, out: Any = None) -> fx.Node:
+    if out is not None:
+        raise Refused("`normalize` into out=")
+    norm = g.call_function(torch.norm, (x, p, dim), {"keepdim": True})
+    return g.call_function(operator.truediv, (x, g.call_function(torch.clamp_min, (norm, eps))))
+
+
+def _softmin(g: fx.Graph, x: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> fx.Node:
+    if dim is None or dtype is not None:
+        raise Refused("`softmin` without a dim, or with a dtype")
+    return g.call_function(torch.softmax, (g.call_function(operator.neg, (x,)), dim))
+
+
+def _logsumexp(g: fx.Graph, x: Any, dim: Any, keepdim: Any = False) -> fx.Node:
+    return g.call_function(torch.logsumexp, (x, dim), {"keepdim": keepdim})
+
+
+_FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
+    F.rms_norm: _rms_norm,
+    F.layer_norm: _layer_norm,
+    torch.layer_norm: _layer_norm,
+    F.normalize: _normalize,
+    F.softmin: _softmin,
+    torch.special.logsumexp: _logsumexp,
+}
+
+
+def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
+    mod = gm.get_submodule(str(n.target))
+    if isinstance(mod, nn.RMSNorm):
+        w = (lambda g: g.get_attr(f"{n.target}.weight")) if mod.weight is not None else (lambda g: None)
+        return lambda g, x: _rms_norm(g, x, mod.normalized_shape, w(g), mod.eps)
+    if isinstance(mod, nn.Softmin):
+        return lambda g, x: _softmin(g, x, mod.dim)
+    return None
+
+
+def decompose(gm: fx.GraphModule) -> None:
+    """Each shorthand call in `gm` replaced by its written-out graph (raises `Refused`)."""
+    g, changed = gm.graph, False
+    for n in list(g.nodes):
+        rule = _FUNCTIONS.get(n.target) if n.op == "call_function" else None
+        rule = _module_rule(gm, n) if n.op == "call_module" else rule
+        if rule is None:
+            continue
+        with g.inserting_before(n):
+            n.replace_all_uses_with(rule(g, *n.args, **n.kwargs))
+        g.erase_node(n)
+        changed = True
+    if changed:
+        g.eliminate_dead_code()  # (what only the shorthand read: a shape, say)
+        gm.recompile()

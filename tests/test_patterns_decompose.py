@@ -1,0 +1,72 @@
+"""torch's shorthands written out before matching (patterns/decompose.py): each gets the kernel its
+written-out form gets, and a call it cannot write out is refused with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmcompile.agent import patterns
+from llmcompile.specs import get_op
+from tests.level1 import compiled_match, problem_file, right_on_gpu
+
+F = "torch.nn.functional"
+AFFINE = "self.weight = nn.Parameter(torch.rand(1024)); self.bias = nn.Parameter(torch.rand(1024))"
+# (the shorthand, the same written out, what Model.__init__ holds)
+PAIRS = [
+    (f"{F}.rms_norm(x, (1024,), self.weight, eps=1e-6)",
+     "x * torch.rsqrt(torch.mean(torch.pow(x, 2), dim=-1, keepdim=True) + 1e-6) * self.weight", AFFINE),
+    (f"{F}.rms_norm(x, (16, 1024), eps=1e-6)",
+     "x * torch.rsqrt(torch.mean(torch.pow(x, 2), dim=(-2, -1), keepdim=True) + 1e-6)", "pass"),
+    ("self.norm(x)", "x * torch.rsqrt(torch.mean(torch.pow(x, 2), dim=-1, keepdim=True) + 1e-5) * self.norm.weight",
+     "self.norm = nn.RMSNorm(1024, eps=1e-5)"),
+    (f"{F}.layer_norm(x, (1024,), self.weight, self.bias)",
+     "(x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
+     " + 1e-05) * self.weight + self.bias", AFFINE),
+    (f"{F}.normalize(x)", "x / torch.clamp_min(torch.norm(x, 2.0, 1, keepdim=True), 1e-12)", "pass"),
+    (f"{F}.softmin(x, dim=-1)", "torch.softmax(-x, -1)", "pass"),
+    ("self.smin(x)", "torch.softmax(-x, 1)", "self.smin = nn.Softmin(dim=1)"),
+    ("torch.special.logsumexp(x, dim=1)", "torch.logsumexp(x, 1, keepdim=False)", "pass"),
+]  # fmt: skip
+SHAPE = "(8, 16, 1024)"
+
+
+@pytest.mark.parametrize("short, written, init", PAIRS)
+def test_a_shorthand_gets_the_kernel_of_its_written_out_form(
+    short: str, written: str, init: str, tmp_path: Path
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ms = [
+        patterns.match(get_op(str(problem_file(tmp_path / d, "p", f, SHAPE, init))))
+        for d, f in (("a", short), ("b", written))
+    ]
+    assert all(isinstance(m, patterns.Match) for m in ms), ms
+    assert ms[0].pattern == ms[1].pattern and ms[0].source == ms[1].source
+
+
+def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
+    for i, (short, _, init) in enumerate(PAIRS[:4]):
+        compiled_match(problem_file(tmp_path, f"p{i}", short, SHAPE, init), "float32", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "forward, reason",
+    [
+        (f"{F}.rms_norm(x, (1024,))", "`rms_norm` without eps"),
+        (f"{F}.softmin(x)", "`softmin` without a dim"),
+        (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
+    ],
+)
+def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "p", forward, SHAPE))))
+    assert isinstance(m, patterns.NoMatch) and reason in m.reason, m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("i", range(len(PAIRS)))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_shorthands_kernels_are_right_on_the_gpu(i: int, dtype: str, tmp_path: Path) -> None:
+    short, _, init = PAIRS[i]
+    right_on_gpu(problem_file(tmp_path, "p", short, f"(8, 16, 1024, dtype=torch.{dtype})", init), dtype, tmp_path, 5)

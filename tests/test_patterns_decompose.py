@@ -28,6 +28,10 @@ PAIRS = [
     (f"{F}.softmin(x, dim=-1)", "torch.softmax(-x, -1)", "pass"),
     ("self.smin(x)", "torch.softmax(-x, 1)", "self.smin = nn.Softmin(dim=1)"),
     ("torch.special.logsumexp(x, dim=1)", "torch.logsumexp(x, 1, keepdim=False)", "pass"),
+    ("torch.linalg.norm(x, dim=(1, 2))", "torch.linalg.vector_norm(x, ord=2, dim=(1, 2), keepdim=False)", "pass"),
+    ("x.square().mean(-1)", "torch.pow(x, 2).mean(-1)", "pass"),
+    ("x.max(dim=-1).values", "x.max(dim=-1)[0]", "pass"),
+    ("x.min(dim=1).indices", "x.min(dim=1)[1]", "pass"),
 ]  # fmt: skip
 SHAPE = "(8, 16, 1024)"
 
@@ -57,6 +61,7 @@ def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
         (f"{F}.rms_norm(x, (1024,))", "`rms_norm` without eps"),
         (f"{F}.softmin(x)", "`softmin` without a dim"),
         (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
+        ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm)"),
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:

@@ -63,6 +63,18 @@ def _logsumexp(g: fx.Graph, x: Any, dim: Any, keepdim: Any = False) -> fx.Node:
     return g.call_function(torch.logsumexp, (x, dim), {"keepdim": keepdim})
 
 
+def _linalg_norm(g: fx.Graph, x: Any, ord: Any = None, dim: Any = None, keepdim: Any = False, **_: Any) -> fx.Node:
+    # over one dim (or all, or two with ord None or "fro": Frobenius) a vector norm; else a matrix norm
+    if isinstance(dim, (tuple, list)) and len(dim) == 2 and ord not in (None, "fro"):
+        raise Refused(f"`linalg.norm` with ord={ord!r} over two dims (a matrix norm)")
+    ord = 2 if ord in (None, "fro") else ord
+    return g.call_function(torch.linalg.vector_norm, (x,), {"ord": ord, "dim": dim, "keepdim": keepdim})
+
+
+def _square(g: fx.Graph, x: Any) -> fx.Node:
+    return g.call_function(torch.pow, (x, 2))
+
+
 _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     F.rms_norm: _rms_norm,
     F.layer_norm: _layer_norm,
@@ -70,7 +82,16 @@ _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     F.normalize: _normalize,
     F.softmin: _softmin,
     torch.special.logsumexp: _logsumexp,
+    torch.linalg.norm: _linalg_norm,
+    torch.square: _square,
 }
+_METHODS: dict[str, Callable[..., fx.Node]] = {"square": _square}
+_FIELDS = {"values": 0, "indices": 1}
+
+
+def _field(g: fx.Graph, result: Any, name: str) -> fx.Node:
+    """A max's or min's result read by name, as by position: `.values` is [0], `.indices` [1]."""
+    return g.call_function(operator.getitem, (result, _FIELDS[name]))
 
 
 def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
@@ -89,6 +110,9 @@ def decompose(gm: fx.GraphModule) -> None:
     for n in list(g.nodes):
         rule = _FUNCTIONS.get(n.target) if n.op == "call_function" else None
         rule = _module_rule(gm, n) if n.op == "call_module" else rule
+        rule = _METHODS.get(str(n.target)) if n.op == "call_method" else rule
+        if n.op == "call_function" and n.target is getattr and n.args[1] in _FIELDS:
+            rule = _field
         if rule is None:
             continue
         with g.inserting_before(n):

@@ -61,7 +61,8 @@ def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
         (f"{F}.rms_norm(x, (1024,))", "`rms_norm` without eps"),
         (f"{F}.softmin(x)", "`softmin` without a dim"),
         (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
-        ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm)"),
+        ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm, or none)"),
+        ("torch.linalg.norm(x[0], ord=1)", "ord=1 over dim=None"),
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:

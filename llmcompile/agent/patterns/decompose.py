@@ -64,9 +64,9 @@ def _logsumexp(g: fx.Graph, x: Any, dim: Any, keepdim: Any = False) -> fx.Node:
 
 
 def _linalg_norm(g: fx.Graph, x: Any, ord: Any = None, dim: Any = None, keepdim: Any = False, **_: Any) -> fx.Node:
-    # over one dim (or all, or two with ord None or "fro": Frobenius) a vector norm; else a matrix norm
-    if isinstance(dim, (tuple, list)) and len(dim) == 2 and ord not in (None, "fro"):
-        raise Refused(f"`linalg.norm` with ord={ord!r} over two dims (a matrix norm)")
+    # a vector norm over one dim; over two, or all of a matrix, only ord None or "fro" (Frobenius) is one
+    if (isinstance(dim, int) and ord == "fro") or (not isinstance(dim, int) and ord not in (None, "fro")):
+        raise Refused(f"`linalg.norm` with ord={ord!r} over dim={dim!r} (a matrix norm, or none)")
     ord = 2 if ord in (None, "fro") else ord
     return g.call_function(torch.linalg.vector_norm, (x,), {"ord": ord, "dim": dim, "keepdim": keepdim})
 

@@ -31,7 +31,6 @@ def test_a_package_without_bytecode_is_named_until_it_is_compiled(tmp_path: Path
 
 
 def test_a_package_mostly_compiled_is_not_named(tmp_path: Path, monkeypatch) -> None:
-    """A module or two without bytecode (a file added later) costs nothing worth a note."""
     pkg = _package(tmp_path, "llmc_fake_pkg2", 4)
     compileall.compile_dir(str(pkg), quiet=1)
     (pkg / "sub" / "late.py").write_text("Y = 1\n")

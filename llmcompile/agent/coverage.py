@@ -7,6 +7,7 @@ each dtype, each written as a small KernelBench-format problem and put to the ma
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -69,6 +70,10 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: x + y and its norm, last dim", "x + y, torch.norm(x + y, dim=-1)"),
     ("two outputs: max and its index, last dim", "torch.max(x, dim=-1)"),
     ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
+    ("torch's shorthand: F.rms_norm, last dim", "F.rms_norm(x, (256,), eps=1e-6)"),
+    ("torch's shorthand: F.layer_norm, last dim", "F.layer_norm(x, (256,))"),
+    ("torch's shorthand: F.normalize, middle dim", "F.normalize(x, dim=1)"),
+    ("torch's shorthand: F.softmin, last dim", "F.softmin(x, dim=-1)"),
 )  # fmt: skip
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -91,7 +96,7 @@ def _problem(expr: str, dtype: str, two: bool = False) -> str:
     args = "x, y" if two else "x"
     inputs = ", ".join(f"torch.randn({shape}, dtype=torch.{dtype})" for _ in range(2 if two else 1))
     return (
-        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+        "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n\n\nclass Model(nn.Module):\n"
         f"    def forward(self, {args}):\n        return {expr}\n\n\n"
         f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
     )
@@ -107,7 +112,7 @@ def cases(dtypes: tuple[str, ...]) -> Iterator[tuple[str, str, str, str]]:
                 yield label, where, dtype, _problem(expr.format(d=dims, d1=single, k=False), dtype)
     for label, expr in FORMS:
         for dtype in dtypes:
-            yield label, "", dtype, _problem(expr, dtype, two="y" in expr)
+            yield label, "", dtype, _problem(expr, dtype, two=re.search(r"\by\b", expr) is not None)
 
 
 def survey(dtypes: tuple[str, ...] = DTYPES, progress: Callable[[int], None] = lambda i: None) -> list[Cell]:

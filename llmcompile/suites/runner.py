@@ -226,9 +226,13 @@ class EvalRunner:
             if (o := self.outcome(p)) is None or o["state"] == JUDGE_FAILED or self._gone(p, o)
         ]
 
+    def _finished(self, p: Problem) -> bool:
+        """The agent's run directory holds its summary: what a done problem's report is read from."""
+        return (self.pdir / p.id / "summary.json").is_file()
+
     def _gone(self, p: Problem, o: dict[str, Any]) -> bool:
         # its verdicts live in the run directory: without it the report would count it with no candidate
-        return o["state"] == DONE and not (self.pdir / p.id / "summary.json").is_file()
+        return o["state"] == DONE and not self._finished(p)
 
     def gone(self) -> list[str]:
         """The problems recorded done whose run directory (deleted or moved) no longer says how."""
@@ -278,7 +282,7 @@ class EvalRunner:
         """The problem's outcome from its agent process's exit and run directory."""
         if rc == 130:
             return PENDING  # interrupted: no outcome, so a rerun resumes it
-        if rc in (0, 1) and (self.pdir / p.id / "summary.json").is_file():
+        if rc in (0, 1) and self._finished(p):
             self._finish(p, DONE, "", rc, wall, device)
             return DONE
         if rc == JUDGE_FAILED_RC:

@@ -104,15 +104,19 @@ def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | Non
     return None
 
 
+def _rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
+    if n.op == "call_function":
+        return _field if n.target is getattr and n.args[1] in _FIELDS else _FUNCTIONS.get(n.target)
+    if n.op == "call_method":
+        return _METHODS.get(str(n.target))
+    return _module_rule(gm, n) if n.op == "call_module" else None
+
+
 def decompose(gm: fx.GraphModule) -> None:
     """Each shorthand call in `gm` replaced by its written-out graph (raises `Refused`)."""
     g, changed = gm.graph, False
     for n in list(g.nodes):
-        rule = _FUNCTIONS.get(n.target) if n.op == "call_function" else None
-        rule = _module_rule(gm, n) if n.op == "call_module" else rule
-        rule = _METHODS.get(str(n.target)) if n.op == "call_method" else rule
-        if n.op == "call_function" and n.target is getattr and n.args[1] in _FIELDS:
-            rule = _field
+        rule = _rule(gm, n)
         if rule is None:
             continue
         with g.inserting_before(n):

@@ -247,7 +247,12 @@ class GroupedNorm:
             )
             # a weighted prologue holds its parameters' values beside the row's through the fold
             arrays = const_expr(1 + (sum(1 for i in range(len(params)) if self._row_vector(i)) if self.weighted else 0))
-            self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, widest, arrays)
+            # (a parameter on the row path is loaded in x's partition, so one wider than x, an fp32
+            # weight beside bf16 rows, bounds the vector too: at most 128 bits a load)
+            row_widest = const_expr(
+                max([widest] + [p.element_type.width for i, p in enumerate(params) if self._row_vector(i)])
+            )
+            self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, row_widest, arrays)
             copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
             R.launch_rows(self.rows(mX2, params2, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
         elif const_expr(t.fused):

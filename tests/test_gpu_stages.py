@@ -52,6 +52,28 @@ def test_honest_kernels_pass_every_case() -> None:
     assert _verify(rmsnorm, RMSNORM).ok
 
 
+def test_a_problem_whose_own_torch_program_raises_is_judged_by_float64_alone() -> None:
+    """(torch refuses a bf16 LayerNorm with fp32 parameters on the GPU) The honest kernel is
+    accepted, a wrong one rejected, and the verdict says why KernelBench's check was not made."""
+
+    def refuses(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("expected scalar type BFloat16 but found Float")
+
+    spec = OpSpec(**{**SOFTMAX.__dict__, "torch_fn": refuses})
+    v = _verify(softmax, spec)
+    assert v.ok, v.failure
+    assert v.kernelbench == {
+        "checked": 0,
+        "passed": 0,
+        "first_failure": "",
+        "torch_failed": (
+            "the problem's own torch program raised RuntimeError: expected scalar type BFloat16 but found Float"
+        ),
+    }
+    assert any("KernelBench's check was not made" in n for n in v.notes), v.notes
+    assert _failed(_verify(lambda x, out: softmax(x * 1.01, out), spec)) == "mismatch"
+
+
 def test_a_write_past_the_end_of_an_input_names_it() -> None:
     def stash(x, w, out, eps):  # the last row's rstd parked past the end of the weight
         rmsnorm(x, w, out, eps)

@@ -83,6 +83,20 @@ def test_kernelbench_verdict_is_recorded_beside_ours(error: float, ours: bool, k
     assert tally.checked == 1 and tally.ok == kernelbench
 
 
+def test_where_torch_own_program_raises_float64_alone_judges() -> None:
+    def refuses(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("expected scalar type BFloat16 but found Float")
+
+    spec = OpSpec(**{**_scale_spec().__dict__, "torch_fn": refuses})
+    x = torch.rand(64, 256, generator=torch.Generator().manual_seed(1)) + 1.0
+    tally = verify.KernelBenchTally()
+    assert verify.compare(spec, "float32", [x], [2 * x], tally=tally) is None
+    assert tally.ok is None and "raised RuntimeError: expected scalar type" in tally.as_dict()["torch_failed"]
+    assert verify.compare(spec, "float32", [x], [2.01 * x]) is not None
+    with pytest.raises(verify.TorchProgramFailed):
+        verify.torch_own(spec, [x])
+
+
 def test_outputs_of_dependent_rows_are_checked_against_torch_in_chunks() -> None:
     """x / ||x|| over the whole tensor: a chunk of rows has no reference of its own."""
     spec = OpSpec(

@@ -202,7 +202,10 @@ def _fair(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], scalars: dict, e
     """Why a generic case is not a fair test of `spec` (None: it is): torch's own program fails
     the arithmetic's bound on it (an exp that overflows fp32 where float64 does not, say), or
     with `exact` the exact tolerance, so an honest kernel could too."""
-    own = verify.torch_own(spec, inputs, scalars)
+    try:
+        own = verify.torch_own(spec, inputs, scalars)
+    except verify.TorchProgramFailed as e:
+        return f"{e}: no torch output to measure its fairness by"
     if own is None:
         return "the problem has no torch program to measure its fairness by"
     bad = verify.compare(spec, dtype, inputs, own, scalars, widen_by_own=False, exact=exact)
@@ -234,6 +237,8 @@ def verify_candidate(
     largest = {n: max(m for m, nn in shapes if nn == n) for _, n in shapes}
 
     def result(failure: CheckFailure | None) -> VerifyResult:
+        if st.kb.torch_failed:
+            st.notes.append(f"{st.kb.torch_failed}: KernelBench's check was not made, nor torch's error measured")
         return VerifyResult(
             failure is None, st.runs, shapes, failure, st.notes, time.perf_counter() - t0, st.kb.as_dict(), ro
         )

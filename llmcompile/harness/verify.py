@@ -56,6 +56,7 @@ class KernelBenchTally:
     checked: int = 0
     passed: int = 0
     first_failure: str = ""
+    torch_failed: str = ""  # why there was nothing to check against: torch's own program raised
 
     @property
     def ok(self) -> bool | None:
@@ -68,7 +69,8 @@ class KernelBenchTally:
             self.first_failure = f"outputs differ from torch's by more than atol=rtol={KERNELBENCH_TOL.atol}"
 
     def as_dict(self) -> dict:
-        return {"checked": self.checked, "passed": self.passed, "first_failure": self.first_failure}
+        d = {"checked": self.checked, "passed": self.passed, "first_failure": self.first_failure}
+        return {**d, "torch_failed": self.torch_failed} if self.torch_failed else d
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,24 @@ def poisoned(t: torch.Tensor) -> torch.Tensor:
     return t == _INT_POISON
 
 
+class TorchProgramFailed(RuntimeError):
+    """The problem's own torch program raised (torch refuses a bf16 LayerNorm with fp32 parameters
+    on the GPU): no output of torch's to compare with; the float64 reference still judges."""
+
+
 def torch_own(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict | None = None) -> list[torch.Tensor] | None:
-    """The problem's own torch program on `inputs` in their dtype (None when the spec has none)."""
+    """The problem's own torch program on `inputs` in their dtype (None when the spec has none);
+    TorchProgramFailed where it raises (out of memory is the judge's plan's failure: raised as is)."""
     if spec.torch_fn is None:
         return None
     vals = {**spec.scalars, **(scalars or {})}
-    with torch.no_grad():
-        out = spec.torch_fn(*inputs, *vals.values())
+    try:
+        with torch.no_grad():
+            out = spec.torch_fn(*inputs, *vals.values())
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any error of the problem's own code
+        raise TorchProgramFailed(f"the problem's own torch program raised {type(e).__name__}: {str(e)[:200]}") from e
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
@@ -222,7 +235,11 @@ class Reference:
         self.spec, self.dtype, self.inputs, self.scalars = spec, dtype, inputs, scalars
         self.widen_by_own = widen_by_own
         # torch's own run first: its temporaries are freed before the reference's
-        self.own = torch_own(spec, inputs, scalars)
+        self.own_failed = ""
+        try:
+            self.own = torch_own(spec, inputs, scalars)
+        except TorchProgramFailed as e:
+            self.own, self.own_failed = None, str(e)
         self.own_errs: list[float | None] = []
         self.mags = _magnitudes(spec, inputs, scalars)
         self.refs = spec.run_reference(inputs, **(scalars or {}))
@@ -312,6 +329,8 @@ def compare(
     ref = Reference(spec, dtype, inputs, scalars, widen_by_own)
     if tally is not None and ref.own is not None:
         _kernelbench_check(outputs, ref.own, tally)
+    elif tally is not None and ref.own_failed:
+        tally.torch_failed = ref.own_failed
     return ref.check(outputs, exact)
 
 
@@ -346,7 +365,10 @@ def compare_own(
     with the arithmetic's bound twice over (torch's rounding and the kernel's), its magnitudes
     from torch's own run on |inputs|: the check of timed outputs where rows are not independent
     and the float64 reference of the whole shape does not fit the GPU. Its mismatches say so."""
-    own = torch_own(spec, inputs)
+    try:
+        own = torch_own(spec, inputs)
+    except TorchProgramFailed:
+        own = None
     if own is None:
         return compare(spec, dtype, inputs, outputs, tally=tally)
     mags = torch_own(spec, [x.abs() if x.is_floating_point() else x for x in inputs]) or []

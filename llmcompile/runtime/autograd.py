@@ -246,7 +246,8 @@ class AttentionFunction(torch.autograd.Function):
         o, lse = o.view(shapes[0]), lse.view(shapes[0][:-1])
         ctx.save_for_backward(flat[0].view(shapes[0]), flat[1].view(shapes[1]), v, o, lse)
         ctx.causal, ctx.scale = causal, scale
-        ctx.mark_non_differentiable(lse)
+        # (lse leaves detached by the caller, not marked non-differentiable here: torch 2.11's
+        # torch.compile traced the mark as a differentiable output and failed its backward)
         ctx.set_materialize_grads(False)  # (lse's gradient, never read, made a zeros launch a backward)
         return o, lse
 
@@ -367,6 +368,7 @@ def attention(fn: Any, causal: bool, scale: float) -> Any:
         # (a scale by keyword, or another rank, takes the Python Function)
         if not scalars and q.dim() in (3, 4) and (ext := _nodes(q, k, v)) is not None:
             return ext.attention(fn, causal, scale, q, k, v)
-        return _AttentionFunction(fn, causal, float(scalars.get("scale", scale)), scalars, q, k, v)
+        o, lse = _AttentionFunction(fn, causal, float(scalars.get("scale", scale)), scalars, q, k, v)
+        return o, lse.detach()
 
     return call

@@ -131,6 +131,26 @@ def test_a_float64_reference_leaves_the_parameters_and_the_mode_alone(tmp_path: 
     assert not spec.independent_rows
 
 
+def test_a_float64_reference_keeps_float64_through_a_models_casts(tmp_path: Path) -> None:
+    """A model that computes a step in fp32 and casts back (`self.ln(x.float()).to(x.dtype)`): the
+    reference had cast float64 to fp32 there, and met its float64 weight with it (torch raised on
+    the GPU); it keeps float64 through the casts, and the model's own dtypes are left alone."""
+    f = tmp_path / "cast.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.ln = nn.LayerNorm(64)\n    def forward(self, x):\n"
+        "        return self.ln(x.float()).to(torch.bfloat16) * x.to(torch.float32).type(torch.float16)\n\n"
+        "def get_inputs():\n    return [torch.rand(6, 64, dtype=torch.bfloat16)]\n\ndef get_init_inputs():\n    return []\n"
+    )
+    spec = get_op(str(f))
+    ins = spec.make_inputs(6, 64, "bfloat16", torch.Generator().manual_seed(0), "random", "cpu")
+    (ref,) = spec.run_reference([t.double() for t in ins])
+    x, w, b = (t.double() for t in ins)
+    assert ref.dtype == torch.float64
+    assert torch.allclose(ref, torch.nn.functional.layer_norm(x, (64,), w, b) * x, atol=1e-12)
+    assert spec.torch_fn(*ins).dtype == torch.float32 and x.float().dtype == torch.float32  # (bf16 x fp16)
+
+
 def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
     """OpSpec.exact: "sum" where every node keeps small integers small integers, "divided" where
     one dividing node ends it, "" otherwise (a fractional constant or scalar, an exp, a division

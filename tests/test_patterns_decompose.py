@@ -32,6 +32,9 @@ PAIRS = [
     ("x.square().mean(-1)", "torch.pow(x, 2).mean(-1)", "pass"),
     ("x.max(dim=-1).values", "x.max(dim=-1)[0]", "pass"),
     ("x.min(dim=1).indices", "x.min(dim=1)[1]", "pass"),
+    ("self.ln(x) * 2.0",
+     "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
+     " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
 ]  # fmt: skip
 SHAPE = "(8, 16, 1024)"
 
@@ -53,6 +56,11 @@ def test_a_shorthand_gets_the_kernel_of_its_written_out_form(
 def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
     for i, (short, _, init) in enumerate(PAIRS[:4]):
         compiled_match(problem_file(tmp_path, f"p{i}", short, SHAPE, init), "float32", tmp_path)
+
+
+def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "p", "self.ln(x)", SHAPE, "self.ln = nn.LayerNorm(1024)"))))
+    assert isinstance(m, patterns.Match) and "LayerNorm over the last 1 dims" in m.source, m
 
 
 @pytest.mark.parametrize(

@@ -303,6 +303,7 @@ MIXED = [
     ("written out, cast back", "(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight).to(x.dtype)",
      "self.weight = nn.Parameter(torch.rand(1024) + 0.5)"),
     ("nn.LayerNorm", "self.ln(x)", "self.ln = nn.LayerNorm(1024)"),
+    ("nn.LayerNorm in fp32, cast back", "self.ln(x.float()).to(x.dtype)", "self.ln = nn.LayerNorm(1024)"),
 ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.overrides import TorchFunctionMode
 
 from llmcompile.specs import DEFAULT_TOL, OpError, OpSpec, TensorDesc, Tolerance, dtype_name
 
@@ -58,6 +59,32 @@ def _as_list(out: object, what: str, path: Path, numbers: bool = False) -> list:
         kinds = "tensors (the first one a tensor) or Python numbers" if numbers else "tensors"
         raise OpError(f"{path}: {what} must be {kinds} (got {[type(t).__name__ for t in items]})")
     return items
+
+
+_NARROW_CASTS = (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16)
+
+
+class Float64Casts(TorchFunctionMode):
+    """The float64 reference's casts: one from float64 to another floating dtype keeps float64
+    (`x.float()`, `.to(torch.bfloat16)`, `.type(torch.float32)`). The reference is the model's
+    arithmetic unrounded, so a step a model computes in fp32 is exact there too, and it meets the
+    float64 parameters it is run with (an fp32 LayerNorm input beside them raised)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = dict(kwargs or {})
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if t is not None and t.dtype == torch.float64:
+            if func in _NARROW_CASTS:
+                return t
+            if func in (torch.Tensor.to, torch.Tensor.type):
+                args = tuple(_wide(a) for a in args)
+                kwargs = {k: _wide(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+def _wide(a: object) -> object:
+    """A floating dtype as float64 (another argument as it is)."""
+    return torch.float64 if isinstance(a, torch.dtype) and a.is_floating_point else a
 
 
 _TENSOR_DTYPES = {torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
@@ -268,8 +295,9 @@ def load_problem(path: str | Path) -> OpSpec:
         return models[key]
 
     def call(*xs: torch.Tensor, **vals: float | int) -> list[torch.Tensor]:
-        with torch.no_grad():
-            mdl = model_on(xs[0].device, torch.float64 if xs[0].dtype == torch.float64 else None)
+        wide = xs[0].dtype == torch.float64
+        with torch.no_grad(), Float64Casts() if wide else contextlib.nullcontext():
+            mdl = model_on(xs[0].device, torch.float64 if wide else None)
             out = torch.func.functional_call(mdl, dict(zip(names, xs[n_in:])), forward_args(xs, {**scalars, **vals}))
         return list(out) if isinstance(out, (tuple, list)) else [out]
 

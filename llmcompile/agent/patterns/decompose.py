@@ -96,9 +96,19 @@ def _field(g: fx.Graph, result: Any, name: str) -> fx.Node:
 
 def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
     mod = gm.get_submodule(str(n.target))
+
+    def param(name: str) -> Callable[[fx.Graph], fx.Node | None]:
+        return (
+            (lambda g: g.get_attr(f"{n.target}.{name}")) if getattr(mod, name, None) is not None else (lambda g: None)
+        )
+
     if isinstance(mod, nn.RMSNorm):
-        w = (lambda g: g.get_attr(f"{n.target}.weight")) if mod.weight is not None else (lambda g: None)
-        return lambda g, x: _rms_norm(g, x, mod.normalized_shape, w(g), mod.eps)
+        return lambda g, x: _rms_norm(g, x, mod.normalized_shape, param("weight")(g), mod.eps)
+    # a LayerNorm called alone is the norm modules' own match (patterns/norm.py); among other
+    # calls (on x + a residual, or cast around it) it is written out like F.layer_norm
+    calls = [c for c in gm.graph.nodes if c.op in ("call_function", "call_method", "call_module")]
+    if isinstance(mod, nn.LayerNorm) and calls != [n]:
+        return lambda g, x: _layer_norm(g, x, mod.normalized_shape, param("weight")(g), param("bias")(g), mod.eps)
     if isinstance(mod, nn.Softmin):
         return lambda g, x: _softmin(g, x, mod.dim)
     return None

@@ -32,6 +32,9 @@ PAIRS = [
     ("x.square().mean(-1)", "torch.pow(x, 2).mean(-1)", "pass"),
     ("x.max(dim=-1).values", "x.max(dim=-1)[0]", "pass"),
     ("x.min(dim=1).indices", "x.min(dim=1)[1]", "pass"),
+    ("torch.var_mean(x, dim=-1)", "(torch.var(x, dim=-1), torch.mean(x, dim=-1))", "pass"),
+    ("torch.std_mean(x, dim=(1, 2), keepdim=True, correction=0)",
+     "(x.std(dim=(1, 2), keepdim=True, correction=0), x.mean(dim=(1, 2), keepdim=True))", "pass"),
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -71,6 +74,8 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
         (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
         ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm, or none)"),
         ("torch.linalg.norm(x[0], ord=1)", "ord=1 over dim=None"),
+        ("torch.var_mean(x)", "`var_mean` without a dim"),
+        ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:

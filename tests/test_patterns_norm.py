@@ -165,7 +165,8 @@ def test_a_rewrite_and_values_of_its_rows_are_several_outputs(
 
 
 def test_outputs_that_are_not_a_rewrite_and_its_statistics_say_why(tmp_path: Path) -> None:
-    m = patterns.match(get_op(str(problem_file(tmp_path, "two", "(lambda s: (s, s * 2))(x.sum(-1))", "(16, 8, 1024)"))))
+    # (a row's sum and a slice of x: values a row, and an output that is neither)
+    m = patterns.match(get_op(str(problem_file(tmp_path, "two", "(x.sum(-1), x[:, 0])", "(16, 8, 1024)"))))
     assert isinstance(m, patterns.NoMatch) and "not x rewritten and values of its rows" in m.reason, m
 
 
@@ -293,6 +294,26 @@ def test_parameters_of_a_rewrite_are_right(
     init = init.replace("(1024)", f"({n}, dtype=torch.{dtype})")
     f = problem_file(tmp_path, "affine", forward, f"(256, 8, {n}, dtype=torch.{dtype})", init)
     right_on_gpu(f, dtype, tmp_path, 19)
+
+
+# several values of each row from one fold, no rewrite of x: the finalize writes each
+SEVERAL_VALUES = [
+    ("var and mean (one Chan merge)", "(x.var(-1), x.mean(-1, keepdim=True))"),
+    ("a max and what the output makes of it", "(x.amax(-1), x.amax(-1) * 2.0 + 1.0)"),
+]
+
+
+@pytest.mark.parametrize(("what", "forward"), SEVERAL_VALUES)
+def test_several_values_of_each_row_are_several_outputs(what: str, forward: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "vals", forward, "(64, 8, 1024)"), "float32", tmp_path, "norm")
+    assert "2 values of each row" in m.source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward"), SEVERAL_VALUES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_several_values_of_each_row_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "vals", forward, f"(256, 8, 1000, dtype=torch.{dtype})"), dtype, tmp_path, 37)
 
 
 # a model's fp32 weight beside bf16 activations (mixed precision), the output in x's dtype: the

@@ -70,6 +70,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: x + y and its norm, last dim", "x + y, torch.norm(x + y, dim=-1)"),
     ("two outputs: max and its index, last dim", "torch.max(x, dim=-1)"),
     ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
+    ("two outputs: var and mean, torch.var_mean, last dim", "torch.var_mean(x, dim=-1)"),
     ("torch's shorthand: F.rms_norm, last dim", "F.rms_norm(x, (256,), eps=1e-6)"),
     ("torch's shorthand: F.layer_norm, last dim", "F.layer_norm(x, (256,))"),
     ("torch's shorthand: F.normalize, middle dim", "F.normalize(x, dim=1)"),

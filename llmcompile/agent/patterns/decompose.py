@@ -75,6 +75,24 @@ def _square(g: fx.Graph, x: Any) -> fx.Node:
     return g.call_function(torch.pow, (x, 2))
 
 
+def _spread_and_mean(spread: Callable) -> Callable[..., tuple[fx.Node, fx.Node]]:
+    """torch.var_mean / std_mean: (var or std, mean), two nodes (`decompose` hands each on)."""
+
+    def rule(g: fx.Graph, x: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, **kw: Any) -> tuple:
+        if dim is None or isinstance(dim, bool) or set(kw) - {"correction", "keepdim"}:
+            raise Refused(
+                f"`{spread.__name__}_mean` without a dim, or with {sorted(set(kw) - {'correction', 'keepdim'})}"
+            )
+        keep = kw.get("keepdim", keepdim)
+        c = kw.get("correction", 1 if unbiased is None or unbiased else 0)
+        return (
+            g.call_function(spread, (x, dim), {"correction": c, "keepdim": keep}),
+            g.call_function(torch.mean, (x, dim), {"keepdim": keep}),
+        )
+
+    return rule
+
+
 _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     F.rms_norm: _rms_norm,
     F.layer_norm: _layer_norm,
@@ -84,6 +102,8 @@ _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     torch.special.logsumexp: _logsumexp,
     torch.linalg.norm: _linalg_norm,
     torch.square: _square,
+    torch.var_mean: _spread_and_mean(torch.var),
+    torch.std_mean: _spread_and_mean(torch.std),
 }
 _METHODS: dict[str, Callable[..., fx.Node]] = {"square": _square}
 _FIELDS = {"values": 0, "indices": 1}
@@ -122,6 +142,19 @@ def _rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
     return _module_rule(gm, n) if n.op == "call_module" else None
 
 
+def _hand_on(n: fx.Node, parts: tuple[fx.Node, ...]) -> None:
+    """A call of several results written out as `parts`: each `n[i]` becomes part i, and n
+    returned whole, the parts."""
+    for u in list(n.users):
+        if u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int):
+            u.replace_all_uses_with(parts[u.args[1]])
+            u.graph.erase_node(u)
+        elif u.op == "output":
+            u.args = fx.node.map_arg(u.args, lambda a: parts if a is n else a)
+        else:
+            raise Refused(f"`{n.target.__name__}`'s results used whole, not one by one")
+
+
 def decompose(gm: fx.GraphModule) -> None:
     """Each shorthand call in `gm` replaced by its written-out graph (raises `Refused`)."""
     g, changed = gm.graph, False
@@ -130,7 +163,11 @@ def decompose(gm: fx.GraphModule) -> None:
         if rule is None:
             continue
         with g.inserting_before(n):
-            n.replace_all_uses_with(rule(g, *n.args, **n.kwargs))
+            made = rule(g, *n.args, **n.kwargs)
+        if isinstance(made, tuple):
+            _hand_on(n, made)
+        else:
+            n.replace_all_uses_with(made)
         g.erase_node(n)
         changed = True
     if changed:

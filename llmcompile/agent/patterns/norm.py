@@ -162,6 +162,13 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     if len(reds) > 1:
         return _joint_of_rows(spec, gm, shapes, reds, xnode, results, seg)
     side = depends_on(gm, {xnode, *others}, carrier)
+    if _all_values(shapes, side, results, math.prod(shape) // seg) and not others:
+        combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+        parts = {"prologue": prologue, "combine": combine, "identity": identity, "apply": None}
+        parts["finalize"] = ", ".join(Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(r) for r in results)
+        what = f"{len(results)} values of each row from its {red.kind} ({seg} elements a row)"
+        ctx = _rows_context(spec, what, parts, {}, shape, dim, seg, red.kind in ("argmax", "argmin"))
+        return {**ctx, "written": [t.name for t in spec.outputs]}
     elements, values, written = _outputs(spec, shapes, side, xnode, results, seg)
     res = elements[0]
     weights = _weights(gm, shapes, shape[dim:])
@@ -231,6 +238,14 @@ def _values_and_indices(
     parts = {"prologue": prologue, "finalize": stat, "combine": combine, "identity": identity, "apply": None}
     what = f"the {red.kind.split('_')[0]} of each row and its index ({seg} elements a row)"
     return {**_rows_context(spec, what, parts, {}, shape, dim, seg, True), "written": [t.name for t in spec.outputs]}
+
+
+def _all_values(shapes: dict, side: dict, results: list, rows: int) -> bool:
+    """Several outputs, each a value a row made of the reductions' results alone (a row's var and
+    mean, torch.var_mean's): the fold's finalize writes them all, no rewrite of x."""
+    return 1 < len(results) <= STATS and all(
+        isinstance(r, fx.Node) and side.get(r) == {"r"} and math.prod(shapes.get(r, (-1,))) == rows for r in results
+    )
 
 
 def _outputs(
@@ -337,12 +352,21 @@ def _joint_of_rows(
     stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)
+    shape, dim = tuple(shapes[xnode]), reds[0][2]
+    parts = {"prologue": term.format(x=x), "combine": combine, "identity": ", ".join(lit(v) for v in identity) + ","}
+    if _all_values(shapes, sides, results, math.prod(shape) // seg):
+        stat_env = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False)
+        parts.update(finalize=", ".join(stat_env.expr(r) for r in results), apply=None)
+        what = f"{len(results)} values of each row from its {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+        return {
+            **_rows_context(spec, what, parts, {}, shape, dim, seg, False),
+            "written": [t.name for t in spec.outputs],
+        }
     elements, values, written = _outputs(spec, shapes, sides, xnode, results, seg)
     if len(elements) > 1:
         raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")
     res = elements[0]
     side = sides.get(res)
-    shape, dim = tuple(shapes[xnode]), reds[0][2]
     weights = _weights(gm, shapes, shape[dim:])
     if side == {"x", "r"}:
         env = {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}, **weights}
@@ -357,13 +381,7 @@ def _joint_of_rows(
         apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each row make ({seg} elements a row)"
     else:
         raise Unsupported("reductions along the last dim whose output is neither x rewritten nor their statistics")
-    parts = {
-        "prologue": term.format(x=x),
-        "finalize": finalize,
-        "combine": combine,
-        "identity": ", ".join(lit(v) for v in identity) + ",",
-        "apply": apply,
-    }
+    parts.update(finalize=finalize, apply=apply)
     if values:
         return {
             **_rows_context(spec, what, {**parts, "per_group": per_group}, weights, shape, dim, seg, False),

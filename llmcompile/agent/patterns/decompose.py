@@ -126,8 +126,9 @@ def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | Non
         return lambda g, x: _rms_norm(g, x, mod.normalized_shape, param("weight")(g), mod.eps)
     # a LayerNorm called alone is the norm modules' own match (patterns/norm.py); among other
     # calls (on x + a residual, or cast around it) it is written out like F.layer_norm
-    calls = [c for c in gm.graph.nodes if c.op in ("call_function", "call_method", "call_module")]
-    if isinstance(mod, nn.LayerNorm) and calls != [n]:
+    if isinstance(mod, nn.LayerNorm) and any(
+        c is not n and c.op in ("call_function", "call_method", "call_module") for c in gm.graph.nodes
+    ):
         return lambda g, x: _layer_norm(g, x, mod.normalized_shape, param("weight")(g), param("bias")(g), mod.eps)
     if isinstance(mod, nn.Softmin):
         return lambda g, x: _softmin(g, x, mod.dim)

@@ -89,6 +89,20 @@ def _prop(cu: Any, device: int) -> Any:
     return prop
 
 
+def _create(cu: Any, size: int, prop: Any) -> Any:
+    """The physical chunk. Memory torch's allocator caches but does not use is not ours to take
+    until it lets go: on running out, it does, and the chunk is asked for once more (else a
+    judge's own shortfall would read as the CUDA error of a candidate's call)."""
+    oom = int(cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+    err, *handle = cu.cuMemCreate(size, prop, 0)
+    if int(err) == oom:
+        torch.cuda.empty_cache()
+        err, *handle = cu.cuMemCreate(size, prop, 0)
+    if int(err) == oom:
+        raise torch.OutOfMemoryError(f"read-only device memory: cuMemCreate of {size} bytes ran out of memory")
+    return _check((err, *handle), "cuMemCreate")
+
+
 def allocate(nbytes: int, device: int | None = None) -> Mapping:
     """A writable mapping of at least `nbytes` (rounded up to the allocation granularity, 2 MB
     on an H100); make it read-only with `set_writable(False)` once it is filled."""
@@ -98,7 +112,7 @@ def allocate(nbytes: int, device: int | None = None) -> Mapping:
     prop = _prop(cu, dev)
     gran = int(_check(cu.cuMemGetAllocationGranularity(prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity"))  # fmt: skip
     size = max(gran, -(-nbytes // gran) * gran)
-    handle = _check(cu.cuMemCreate(size, prop, 0), "cuMemCreate")
+    handle = _create(cu, size, prop)
     try:
         ptr = int(_check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
     except ReadOnlyUnavailable:

@@ -487,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--dtype", nargs="+", default=["float32", "bfloat16", "float16"], help="the dtypes to try")
     s.add_argument("--out", help="also write the table, with what it is, to this file (docs/coverage.md)")
-    s.add_argument("--readme", help="also write the table between the coverage markers of this file (README.md)")
+    s.add_argument("--readme", help="also write the count between the coverage markers of this file (README.md)")
     s.set_defaults(fn=cmd_coverage)
     return p
 

@@ -3,6 +3,8 @@ written-out form gets, and a call it cannot write out is refused with the reason
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,8 @@ PAIRS = [
     ("torch.var_mean(x, dim=-1)", "(torch.var(x, dim=-1), torch.mean(x, dim=-1))", "pass"),
     ("torch.std_mean(x, dim=(1, 2), keepdim=True, correction=0)",
      "(x.std(dim=(1, 2), keepdim=True, correction=0), x.mean(dim=(1, 2), keepdim=True))", "pass"),
+    ("torch.nansum(x, dim=-1)", "torch.sum(torch.where(torch.isnan(x), 0.0, x), dim=-1, keepdim=False)", "pass"),
+    ("x.nansum(1)", "torch.where(x.isnan(), 0.0, x).sum(dim=1, keepdim=False)", "pass"),
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -76,6 +80,8 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
         ("torch.linalg.norm(x[0], ord=1)", "ord=1 over dim=None"),
         ("torch.var_mean(x)", "`var_mean` without a dim"),
         ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),
+        ("torch.nansum(x, -1, dtype=torch.float32)", "`nansum` with a dtype"),
+        ("torch.nanmean(x, dim=-1)", "2 reductions (sum) of different values"),  # a sum and a count
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:
@@ -89,3 +95,30 @@ def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, rea
 def test_the_shorthands_kernels_are_right_on_the_gpu(i: int, dtype: str, tmp_path: Path) -> None:
     short, _, init = PAIRS[i]
     right_on_gpu(problem_file(tmp_path, "p", short, f"(8, 16, 1024, dtype=torch.{dtype})", init), dtype, tmp_path, 5)
+
+
+def test_nansums_nan_test_survives_the_compiler(tmp_path: Path) -> None:
+    """`x != x` is the NaN test (no fast-math drops it): its kernel's PTX tests for NaN where the
+    plain sum's does not."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from pathlib import Path; from tests.level1 import compiled_match, problem_file\n"
+        "d = Path(sys.argv[1]); compiled_match(problem_file(d, sys.argv[2], sys.argv[3], '(8, 16, 1024)'), 'float32', d)"
+    )
+    tests = {}
+    for name, forward in (("nan", "torch.nansum(x, dim=-1)"), ("plain", "torch.sum(x, dim=-1)")):
+        out = tmp_path / name
+        out.mkdir()
+        env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(out)}
+        subprocess.run([sys.executable, "-c", script, str(out), name, forward], env=env, check=True, timeout=600)
+        tests[name] = sum(len(re.findall(r"setp\.(num|nan)\.f32", f.read_text())) for f in out.glob("*.ptx"))
+    assert tests["nan"] > 0 == tests["plain"], tests
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dim", ["-1", "1", "0", "None"])
+def test_nansum_leaves_the_nans_out_on_the_gpu(dim: str, tmp_path: Path) -> None:
+    f = problem_file(tmp_path, "p", f"torch.nansum(torch.where(x > 0.9, float('nan'), x), dim={dim})", SHAPE)
+    right_on_gpu(f, "float32", tmp_path, 3)

@@ -36,6 +36,8 @@ REDUCTIONS: tuple[tuple[str, str], ...] = (
     ("all", "torch.all(x > 0, dim={d1}, keepdim={k}).float()"),
     ("any", "torch.any(x > 0, dim={d1}, keepdim={k}).float()"),
     ("count_nonzero", "torch.count_nonzero(x > 0, dim={d}).float()"),
+    ("nansum", "torch.nansum(x, dim={d}, keepdim={k})"),
+    ("nanmean", "torch.nanmean(x, dim={d}, keepdim={k})"),
 )
 
 # (label, dims as written for a (B, C, L) input, the single dim where an op takes one)
@@ -167,14 +169,14 @@ def table(cells: list[Cell]) -> str:
     lines += ["", "| form | taken by |", "|---|---|"]
     for label, _ in FORMS:
         lines.append(f"| {label} | {cell([c for c in cells if c.form == label])} |")
-    taken = sum(1 for c in cells if c.pattern)
-    lines += [
-        "",
-        f"{taken} of {len(cells)} problems taken (dtypes: {', '.join(sorted({c.dtype for c in cells}))}).",
-        "",
-    ]
+    lines += ["", taken_line(cells), ""]
     lines += [f"({k}) {why}" for why, k in reasons.items()]
     return "\n".join(lines) + "\n"
+
+
+def taken_line(cells: list[Cell]) -> str:
+    taken = sum(1 for c in cells if c.pattern)
+    return f"{taken} of {len(cells)} problems taken (dtypes: {', '.join(sorted({c.dtype for c in cells}))})."
 
 
 def document(cells: list[Cell]) -> str:
@@ -194,6 +196,7 @@ README_START, README_END = "<!-- coverage: llmcompile coverage --readme README.m
 
 
 def readme(text: str, cells: list[Cell]) -> str:
-    """`text` (the README) with the table between its coverage markers written anew."""
+    """`text` (the README) with the count between its coverage markers written anew (the table
+    is docs/coverage.md's: reference, not the five-minute read)."""
     start, end = text.index(README_START) + len(README_START), text.index(README_END)
-    return text[:start] + "\n\n" + table(cells) + "\n" + text[end:]
+    return text[:start] + "\n" + taken_line(cells) + " Each form, and why one is not taken:\n" + text[end:]

@@ -75,6 +75,23 @@ def _square(g: fx.Graph, x: Any) -> fx.Node:
     return g.call_function(torch.pow, (x, 2))
 
 
+def _nan_reduction(mean: bool) -> Callable[..., fx.Node]:
+    """torch.nansum / nanmean: NaNs left out of the sum (and of the count a mean divides by)."""
+
+    def rule(g: fx.Graph, x: Any, dim: Any = None, keepdim: Any = False, *, dtype: Any = None) -> fx.Node:
+        if dtype is not None:
+            raise Refused(f"`{'nanmean' if mean else 'nansum'}` with a dtype")
+        nan = g.call_function(torch.isnan, (x,))
+        dims = {"dim": dim, "keepdim": keepdim}
+        total = g.call_function(torch.sum, (g.call_function(torch.where, (nan, 0.0, x)),), dims)
+        if not mean:
+            return total
+        kept = g.call_function(torch.sum, (g.call_function(torch.where, (nan, 0.0, 1.0)),), dims)
+        return g.call_function(operator.truediv, (total, kept))
+
+    return rule
+
+
 def _spread_and_mean(spread: Callable) -> Callable[..., tuple[fx.Node, fx.Node]]:
     """torch.var_mean / std_mean: (var or std, mean), two nodes (`decompose` hands each on)."""
 
@@ -102,10 +119,16 @@ _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     torch.special.logsumexp: _logsumexp,
     torch.linalg.norm: _linalg_norm,
     torch.square: _square,
+    torch.nansum: _nan_reduction(mean=False),
+    torch.nanmean: _nan_reduction(mean=True),
     torch.var_mean: _spread_and_mean(torch.var),
     torch.std_mean: _spread_and_mean(torch.std),
 }
-_METHODS: dict[str, Callable[..., fx.Node]] = {"square": _square}
+_METHODS: dict[str, Callable[..., fx.Node]] = {
+    "square": _square,
+    "nansum": _nan_reduction(mean=False),
+    "nanmean": _nan_reduction(mean=True),
+}
 _FIELDS = {"values": 0, "indices": 1}
 
 

@@ -15,6 +15,8 @@ def lit(v: Any) -> str:
     if isinstance(v, bool):
         return repr(v)
     if isinstance(v, (int, float)):
+        if math.isnan(v):
+            return "math.nan"
         return ("-math.inf" if v < 0 else "math.inf") if math.isinf(v) else repr(float(v))
     if isinstance(v, str):
         return repr(v)
@@ -82,6 +84,14 @@ class Emitter:
                 raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
             a, b = (self.expr(x) for x in op.args[:2])
             return f"cutlass.select_({a} {COMPARISONS[k]} {b}, Float32(1.0), Float32(0.0))"
+        if k in ("isnan", "where"):
+            if self.vector:
+                raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
+            if k == "isnan":
+                x = self.expr(op.args[0])
+                return f"cutlass.select_({x} != {x}, Float32(1.0), Float32(0.0))"
+            c, a, b = (self.expr(x) if isinstance(x, fx.Node) else f"Float32({lit(x)})" for x in op.args[:3])
+            return f"cutlass.select_({c} != Float32(0.0), {a}, {b})"
         if k in UNARY:
             x = self.expr(op.args[0])
             if k == "neg":

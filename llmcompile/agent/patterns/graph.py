@@ -113,6 +113,8 @@ _FUNCS: dict[Any, str] = {
     torch.eq: "eq",
     operator.ne: "ne",
     torch.ne: "ne",
+    torch.isnan: "isnan",
+    torch.where: "where",
     torch.any: "any",
     torch.all: "all",
     torch.count_nonzero: "count_nonzero",
@@ -158,6 +160,7 @@ REDUCTIONS = frozenset(
 
 # comparisons, 1.0 or 0.0 inside a reduction's prologue (the mask any, all and count_nonzero read)
 COMPARISONS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+# (isnan too: `x != x`, which CuTe DSL keeps as a NaN test, setp.num; where(c, a, b) selects on c != 0)
 
 # a reduction carrying the input's values with it: softmax (exp(x - lse)), log_softmax (x - lse)
 NORMALIZERS = frozenset({"softmax", "log_softmax"})

@@ -356,13 +356,18 @@ JOINT = [
     ),
     ("std over mean", "x.std(dim=-1) / x.mean(dim=-1)"),
     ("max less logsumexp", "x.amax(dim=-1) - torch.logsumexp(x, dim=-1)"),
+    # sums of different values, one tuple: a nanmean's sum and count (NaNs where x > 0.9), ...
+    ("nanmean", "torch.nanmean(torch.where(x > 0.9, float('nan'), x), dim=-1)"),
+    ("x over its nanmean", "x / torch.nanmean(torch.where(x > 0.9, float('nan'), x), dim=-1, keepdim=True)"),
+    ("a sum over a sum of squares", "x.sum(-1) / (x * x).sum(-1)"),
+    ("a 1-norm and a mean square", "(x.abs().sum(-1), x.pow(2).mean(-1))"),
 ]
 
 
 @pytest.mark.parametrize(("what", "forward"), JOINT)
 def test_several_statistics_of_a_row_fold_together(what: str, forward: str, tmp_path: Path) -> None:
     m, _ = compiled_match(problem_file(tmp_path, "joint", forward, "(64, 8, 1024)"), "bfloat16", tmp_path, "norm")
-    assert "S.count_mean_m2" in m.source or "S.max_sumexp" in m.source
+    assert "S.count_mean_m2" in m.source or "S.max_sumexp" in m.source or "S.add,\n    (0.0, 0.0,)" in m.source
     other = problem_file(tmp_path, "other", "x.amax(dim=-1) - x.mean(dim=-1)", "(64, 1024)")
     assert "no one fold computes together" in patterns.match(get_op(str(other))).reason
 

@@ -334,26 +334,39 @@ _JOINT = (
 def _joint_of_rows(
     spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, seg: int
 ) -> dict:
-    """Several statistics of the same values of each row (a mean and a standard deviation: a
-    LayerNorm written out), folded together; x rewritten with them, or what the output makes of
-    them."""
+    """Several statistics of each row folded together: of the same values (a mean and a standard
+    deviation: a LayerNorm written out), or sums of different ones; x rewritten with them, or what
+    the output makes of them."""
     ops = [r for r, _, _, _ in reds]
     kinds = sorted({r.kind for r in ops})
-    if len({(d, sp) for _, _, d, sp in reds}) != 1 or len({r.args[0] for r in ops}) != 1 or len(ops) > STATS:
+    each = [reduction_parts(gm, r, xnode, seg) for r in ops]
+    same = len({r.args[0] for r in ops}) == 1
+    # sums of different values (a nanmean's sum and count, x's sum and its squares') fold as one tuple
+    sums = not same and all(c == "S.add" and i == "0.0," for c, i, _, _ in each)
+    if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS or not (same or sums):
         raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different values or dims")
-    joint = next(
-        (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
-    )
-    if joint is None:
-        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
-    anchor, other = joint
-    combine, identity, term, _ = REDUCE[anchor]
-    x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
-    stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
+    if sums:
+        identity = " ".join("0.0," for _ in ops)
+        parts = {"prologue": ", ".join(p for _, _, p, _ in each), "combine": "S.add", "identity": identity}
+        stats = [st.replace("acc[0]", f"acc[{i}]") for i, (_, _, _, st) in enumerate(each)]
+    else:
+        joint = next(
+            (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
+        )
+        if joint is None:
+            raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
+        anchor, other = joint
+        combine, identity, term, _ = REDUCE[anchor]
+        x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
+        stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
+        parts = {
+            "prologue": term.format(x=x),
+            "combine": combine,
+            "identity": ", ".join(lit(v) for v in identity) + ",",
+        }
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)
     shape, dim = tuple(shapes[xnode]), reds[0][2]
-    parts = {"prologue": term.format(x=x), "combine": combine, "identity": ", ".join(lit(v) for v in identity) + ","}
     if _all_values(shapes, sides, results, math.prod(shape) // seg):
         stat_env = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False)
         parts.update(finalize=", ".join(stat_env.expr(r) for r in results), apply=None)

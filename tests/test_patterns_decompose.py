@@ -41,6 +41,7 @@ PAIRS = [
     ("x.nansum(1)", "torch.where(x.isnan(), 0.0, x).sum(dim=1, keepdim=False)", "pass"),
     ("torch.nanmean(x, dim=-1)", "torch.where(torch.isnan(x), 0.0, x).sum(-1) / torch.where(torch.isnan(x), 0.0, 1.0).sum(-1)",
      "pass"),
+    ("x.where(x > 0.5, 0.0).sum(-1)", "torch.where(x > 0.5, x, 0.0).sum(-1)", "pass"),  # (the method's order)
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),

@@ -90,7 +90,10 @@ class Emitter:
             if k == "isnan":
                 x = self.expr(op.args[0])
                 return f"cutlass.select_({x} != {x}, Float32(1.0), Float32(0.0))"
-            c, a, b = (self.expr(x) if isinstance(x, fx.Node) else f"Float32({lit(x)})" for x in op.args[:3])
+            if len(op.args) != 3 or op.kw:
+                raise Unsupported("`where` with other than (condition, input, other) by position")
+            args = op.args if op.node.op == "call_function" else [op.args[1], op.args[0], op.args[2]]  # x.where(c, y)
+            c, a, b = (self.expr(x) if isinstance(x, fx.Node) else f"Float32({lit(x)})" for x in args)
             return f"cutlass.select_({c} != Float32(0.0), {a}, {b})"
         if k in UNARY:
             x = self.expr(op.args[0])

@@ -339,8 +339,8 @@ def _joint_of_rows(
     the output makes of them."""
     ops = [r for r, _, _, _ in reds]
     kinds = sorted({r.kind for r in ops})
-    each = [reduction_parts(gm, r, xnode, seg) for r in ops]
     same = len({r.args[0] for r in ops}) == 1
+    each = [] if same else [reduction_parts(gm, r, xnode, seg) for r in ops]
     # sums of different values (a nanmean's sum and count, x's sum and its squares') fold as one tuple
     sums = not same and all(c == "S.add" and i == "0.0," for c, i, _, _ in each)
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS or not (same or sums):

@@ -79,17 +79,15 @@ class Emitter:
             if k == "add" and "alpha" in op.kw:
                 b = f"({b} * {lit(op.kw['alpha'])})"
             return f"({a} {sym} {b})"
+        if (k in COMPARISONS or k in ("isnan", "where")) and self.vector:
+            raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
         if k in COMPARISONS:
-            if self.vector:
-                raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
             a, b = (self.expr(x) for x in op.args[:2])
             return f"cutlass.select_({a} {COMPARISONS[k]} {b}, Float32(1.0), Float32(0.0))"
-        if k in ("isnan", "where"):
-            if self.vector:
-                raise Unsupported(f"`{k}` outside a reduction (a mask written out)")
-            if k == "isnan":
-                x = self.expr(op.args[0])
-                return f"cutlass.select_({x} != {x}, Float32(1.0), Float32(0.0))"
+        if k == "isnan":
+            x = self.expr(op.args[0])
+            return f"cutlass.select_({x} != {x}, Float32(1.0), Float32(0.0))"
+        if k == "where":
             if len(op.args) != 3 or op.kw:
                 raise Unsupported("`where` with other than (condition, input, other) by position")
             args = op.args if op.node.op == "call_function" else [op.args[1], op.args[0], op.args[2]]  # x.where(c, y)

@@ -164,11 +164,8 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     side = depends_on(gm, {xnode, *others}, carrier)
     if _all_values(shapes, side, results, math.prod(shape) // seg) and not others:
         combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
-        parts = {"prologue": prologue, "combine": combine, "identity": identity, "apply": None}
-        parts["finalize"] = ", ".join(Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(r) for r in results)
-        what = f"{len(results)} values of each row from its {red.kind} ({seg} elements a row)"
-        ctx = _rows_context(spec, what, parts, {}, shape, dim, seg, red.kind in ("argmax", "argmin"))
-        return {**ctx, "written": [t.name for t in spec.outputs]}
+        parts = {"prologue": prologue, "combine": combine, "identity": identity}
+        return _values_of_rows(spec, gm, parts, {carrier: stat}, [red], results, shape, dim, seg)
     elements, values, written = _outputs(spec, shapes, side, xnode, results, seg)
     res = elements[0]
     weights = _weights(gm, shapes, shape[dim:])
@@ -246,6 +243,26 @@ def _all_values(shapes: dict, side: dict, results: list, rows: int) -> bool:
     return 1 < len(results) <= STATS and all(
         isinstance(r, fx.Node) and side.get(r) == {"r"} and math.prod(shapes.get(r, (-1,))) == rows for r in results
     )
+
+
+def _values_of_rows(
+    spec: OpSpec,
+    gm: fx.GraphModule,
+    parts: dict,
+    stats: dict,
+    ops: list,
+    results: list,
+    shape: tuple,
+    dim: int,
+    seg: int,
+) -> dict:
+    """`_all_values`' kernel: the fold's finalize writes each output from the statistics (`stats`:
+    each reduction's carrier node and its statistic of `acc`), x is not rewritten."""
+    finalize = ", ".join(Emitter(gm, {c: f"({st})" for c, st in stats.items()}, vector=False).expr(r) for r in results)
+    what = f"{len(results)} values of each row from its {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+    with_index = len(ops) == 1 and ops[0].kind in ("argmax", "argmin")
+    ctx = _rows_context(spec, what, {**parts, "finalize": finalize, "apply": None}, {}, shape, dim, seg, with_index)
+    return {**ctx, "written": [t.name for t in spec.outputs]}
 
 
 def _outputs(
@@ -346,8 +363,7 @@ def _joint_of_rows(
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS or not (same or sums):
         raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different values or dims")
     if sums:
-        identity = " ".join("0.0," for _ in ops)
-        parts = {"prologue": ", ".join(p for _, _, p, _ in each), "combine": "S.add", "identity": identity}
+        combine, identity, prologue = "S.add", (0.0,) * len(ops), ", ".join(p for _, _, p, _ in each)
         stats = [st.replace("acc[0]", f"acc[{i}]") for i, (_, _, _, st) in enumerate(each)]
     else:
         joint = next(
@@ -357,24 +373,14 @@ def _joint_of_rows(
             raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
         anchor, other = joint
         combine, identity, term, _ = REDUCE[anchor]
-        x = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0])
+        prologue = term.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]))
         stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
-        parts = {
-            "prologue": term.format(x=x),
-            "combine": combine,
-            "identity": ", ".join(lit(v) for v in identity) + ",",
-        }
+    parts = {"prologue": prologue, "combine": combine, "identity": ", ".join(lit(v) for v in identity) + ","}
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)
     shape, dim = tuple(shapes[xnode]), reds[0][2]
     if _all_values(shapes, sides, results, math.prod(shape) // seg):
-        stat_env = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False)
-        parts.update(finalize=", ".join(stat_env.expr(r) for r in results), apply=None)
-        what = f"{len(results)} values of each row from its {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
-        return {
-            **_rows_context(spec, what, parts, {}, shape, dim, seg, False),
-            "written": [t.name for t in spec.outputs],
-        }
+        return _values_of_rows(spec, gm, parts, dict(zip(carriers, stats)), ops, results, shape, dim, seg)
     elements, values, written = _outputs(spec, shapes, sides, xnode, results, seg)
     if len(elements) > 1:
         raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")

@@ -334,6 +334,33 @@ def test_the_number_of_timed_replays_is_not_known_in_advance() -> None:
     assert min(draws) >= 20 and max(draws) < 20 + timing.REPS_SPREAD and len(draws) > 3
 
 
+def test_an_allocation_that_fails_mid_case_releases_what_the_case_had_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the worker lives on after the judge's out-of-memory error: nothing of the case may stay mapped
+    released: list[str] = []
+    made = 0
+
+    def second_fails(*a, **k) -> gpu_stages.Guarded:
+        nonlocal made
+        made += 1
+        if made == 2:
+            raise torch.OutOfMemoryError("read-only device memory: cuMemCreate ran out of memory")
+        g = real_guarded(*a, **k)
+        g.release = lambda: released.append(g.name)
+        return g
+
+    def tracked_copy(xs: list[torch.Tensor], on_device: bool) -> gpu_stages.JudgeCopy:
+        c = real_copy(xs, on_device)
+        c.release = lambda: released.append("copy")
+        return c
+
+    real_guarded, real_copy = gpu_stages.guarded, gpu_stages.judge_copy
+    monkeypatch.setattr(gpu_stages, "guarded", second_fails)
+    monkeypatch.setattr(gpu_stages, "judge_copy", tracked_copy)
+    with pytest.raises(torch.OutOfMemoryError):
+        _verify(rmsnorm, RMSNORM, shapes=[(3, 64)])
+    assert released == ["x", "copy"]
+
+
 def test_the_nudge_moves_a_few_elements_of_the_first_floating_input_only() -> None:
     idx = torch.arange(6).reshape(2, 3)
     x = torch.randn(64, 1024)

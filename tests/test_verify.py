@@ -128,6 +128,35 @@ def test_outputs_of_dependent_rows_are_checked_against_torch_in_chunks() -> None
     assert bad is not None and bad.index == (73, 5) and bad.count == 1
 
 
+def test_where_neither_float64_fits_nor_torch_runs_the_judge_says_it_cannot_check() -> None:
+    """compare_own runs where the float64 reference was ruled out: torch's program failing there
+    is the judge's limit (never a verdict on the kernel), and neither program runs again."""
+    runs: list[str] = []
+
+    def refuses(x: torch.Tensor) -> torch.Tensor:
+        runs.append("torch")
+        raise RuntimeError("numel exceeds the int32 index")
+
+    def reference(x: torch.Tensor) -> list[torch.Tensor]:
+        runs.append("float64")
+        return [x / torch.linalg.vector_norm(x)]
+
+    spec = OpSpec(
+        "frobenius",
+        "x / norm(x)",
+        (TensorDesc("x", ("M", "N")), TensorDesc("out", ("M", "N"), output=True)),
+        reference,
+        lambda *a: [],
+        torch_fn=refuses,
+        independent_rows=False,
+    )
+    x = torch.rand(8, 32, generator=torch.Generator().manual_seed(3))
+    assert verify.check_method(spec, [x], [x.clone()], free_bytes=1) == "torch's own output"
+    with pytest.raises(verify.CannotCheck, match="numel exceeds the int32 index"):
+        verify.compare_rows(spec, "float32", [x], [x.clone()], free_bytes=1)
+    assert runs == ["torch"]
+
+
 @pytest.mark.parametrize("op", ["rmsnorm_bwd", "layernorm_bwd"])
 def test_sums_over_rows_are_not_checked_chunk_by_chunk(op: str) -> None:
     """A norm backward's dw sums every row: a chunk of rows has no dw of its own, so the check

@@ -145,13 +145,18 @@ def guarded(
     esize = torch.empty((), dtype=dtype).element_size()
     g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: allocations are 512-aligned
     mapping = None
-    if read_only:
-        mapping = readonly.allocate((numel + 2 * g) * esize)
-        buf = mapping.tensor((numel + 2 * g) * esize).view(dtype)
-    else:
-        buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
-    buf.fill_(float("nan") if dtype.is_floating_point else INT_GUARD)
-    guard = buf.view(torch.uint8)[: g * esize].clone()
+    try:
+        if read_only:
+            mapping = readonly.allocate((numel + 2 * g) * esize)
+            buf = mapping.tensor((numel + 2 * g) * esize).view(dtype)
+        else:
+            buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
+        buf.fill_(float("nan") if dtype.is_floating_point else INT_GUARD)
+        guard = buf.view(torch.uint8)[: g * esize].clone()
+    except BaseException:
+        if mapping is not None:
+            mapping.free()
+        raise
     return Guarded(name, buf[g : g + numel].view(shape), buf, g, guard, mapping)
 
 
@@ -347,13 +352,12 @@ def _verify_case(
         return CheckFailure(check, m, n, case.name, case.seed, detail)
 
     produced = case.name == AFTER_PRODUCER  # (the producer writes the inputs: they stay writable)
-    ins = [
-        guarded(d.name, tuple(x.shape), x.dtype, device, read_only=ro and not produced)
-        for d, x in zip(spec.inputs, copy.tensors)
-    ]
-    outs = [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs]
     scalars = list(values.values())
-    try:
+    ins: list[Guarded] = []
+    try:  # (from the first mapping on: a judge worker lives on after a failed allocation)
+        for d, x in zip(spec.inputs, copy.tensors):
+            ins.append(guarded(d.name, tuple(x.shape), x.dtype, device, read_only=ro and not produced))
+        outs = [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs]
         if not produced:
             for g_, x in zip(ins, copy.tensors):
                 g_.load(x)

@@ -124,6 +124,10 @@ class TorchProgramFailed(RuntimeError):
     on the GPU): no output of torch's to compare with; the float64 reference still judges."""
 
 
+class CannotCheck(RuntimeError):
+    """The judge has no way to check these outputs (its limit, never the candidate's fault)."""
+
+
 def torch_own(spec: OpSpec, inputs: list[torch.Tensor], scalars: dict | None = None) -> list[torch.Tensor] | None:
     """The problem's own torch program on `inputs` in their dtype (None when the spec has none);
     TorchProgramFailed where it raises (out of memory is the judge's plan's failure: raised as is)."""
@@ -367,8 +371,10 @@ def compare_own(
     and the float64 reference of the whole shape does not fit the GPU. Its mismatches say so."""
     try:
         own = torch_own(spec, inputs)
-    except TorchProgramFailed:
-        own = None
+    except TorchProgramFailed as e:
+        # the float64 reference was ruled out before this (it does not fit), and running it now
+        # would run the failing program again first: the judge cannot check these outputs
+        raise CannotCheck(f"the timed outputs cannot be checked: {e}, and the float64 reference does not fit") from e
     if own is None:
         return compare(spec, dtype, inputs, outputs, tally=tally)
     mags = torch_own(spec, [x.abs() if x.is_floating_point() else x for x in inputs]) or []

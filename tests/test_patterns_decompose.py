@@ -42,6 +42,13 @@ PAIRS = [
     ("torch.nanmean(x, dim=-1)", "torch.where(torch.isnan(x), 0.0, x).sum(-1) / torch.where(torch.isnan(x), 0.0, 1.0).sum(-1)",
      "pass"),
     ("x.where(x > 0.5, 0.0).sum(-1)", "torch.where(x > 0.5, x, 0.0).sum(-1)", "pass"),  # (the method's order)
+    # a sum and a count folded as one tuple: along a middle dim, the first, the whole tensor
+    ("torch.nanmean(x, 1)", "torch.where(torch.isnan(x), 0.0, x).sum(1) / torch.where(torch.isnan(x), 0.0, 1.0).sum(1)",
+     "pass"),
+    ("x.nanmean(0)", "torch.where(torch.isnan(x), 0.0, x).sum(0) / torch.where(torch.isnan(x), 0.0, 1.0).sum(0)",
+     "pass"),
+    ("torch.nanmean(x)", "torch.where(torch.isnan(x), 0.0, x).sum() / torch.where(torch.isnan(x), 0.0, 1.0).sum()",
+     "pass"),
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -68,6 +75,15 @@ def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
         compiled_match(problem_file(tmp_path, f"p{i}", short, SHAPE, init), "float32", tmp_path)
 
 
+@pytest.mark.parametrize("dim", ["1", "0", "None"])
+def test_a_nanmean_folds_its_sum_and_count_on_each_template_for_sm90a(dim: str, tmp_path: Path) -> None:
+    f = problem_file(tmp_path, "p", f"torch.nanmean(x, dim={dim})", SHAPE)
+    m = patterns.match(get_op(str(f)))
+    assert isinstance(m, patterns.Match) and m.pattern == {"1": "strided", "0": "leading", "None": "total"}[dim], m
+    assert "sum and sum" in m.summary
+    compiled_match(f, "bfloat16", tmp_path)
+
+
 def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -> None:
     m = patterns.match(get_op(str(problem_file(tmp_path, "p", "self.ln(x)", SHAPE, "self.ln = nn.LayerNorm(1024)"))))
     assert isinstance(m, patterns.Match) and "LayerNorm over the last 1 dims" in m.source, m
@@ -84,7 +100,8 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
         ("torch.var_mean(x)", "`var_mean` without a dim"),
         ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),
         ("torch.nansum(x, -1, dtype=torch.float32)", "`nansum` with a dtype"),
-        ("torch.nanmean(x, dim=1)", "2 reductions"),  # a sum and a count, of a middle dim
+        ("x - torch.nanmean(x, dim=1, keepdim=True)", "x rewritten with 2 reductions"),  # (a middle dim's two)
+        ("x - torch.nanmean(x)", "x rewritten with 2 whole-tensor reductions"),
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:
@@ -122,6 +139,7 @@ def test_nansums_nan_test_survives_the_compiler(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dim", ["-1", "1", "0", "None"])
-def test_nansum_leaves_the_nans_out_on_the_gpu(dim: str, tmp_path: Path) -> None:
-    f = problem_file(tmp_path, "p", f"torch.nansum(torch.where(x > 0.9, float('nan'), x), dim={dim})", SHAPE)
+@pytest.mark.parametrize("fn", ["nansum", "nanmean"])
+def test_nans_are_left_out_on_the_gpu(fn: str, dim: str, tmp_path: Path) -> None:
+    f = problem_file(tmp_path, "p", f"torch.{fn}(torch.where(x > 0.9, float('nan'), x), dim={dim})", SHAPE)
     right_on_gpu(f, "float32", tmp_path, 3)

@@ -26,6 +26,7 @@ from llmcompile.agent.patterns.strided import (
     find_reductions,
     inv_dof,
     is_reduction,
+    joint_sums,
     paired_outputs,
     reduction_parts,
     rewrite_env,
@@ -150,9 +151,7 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     reds = find_reductions(gm, calls, shapes)
     red, carrier, dim, span = reds[0]
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
-        if len(reds) > 1:
-            raise Unsupported(f"{len(reds)} reductions (the templates fuse one, or several of one row)")
-        return None
+        return None  # (several along another dim: the strided or leading template's, if anyone's)
     seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
     if others and (red.kind in PAIRED or len(reds) > 1):
         raise Unsupported(f"{len(tens)} inputs beside `{red.kind}` (one reduction of several inputs is taken)")
@@ -356,15 +355,10 @@ def _joint_of_rows(
     the output makes of them."""
     ops = [r for r, _, _, _ in reds]
     kinds = sorted({r.kind for r in ops})
-    same = len({r.args[0] for r in ops}) == 1
-    each = [] if same else [reduction_parts(gm, r, xnode, seg) for r in ops]
-    # sums of different values (a nanmean's sum and count, x's sum and its squares') fold as one tuple
-    sums = not same and all(c == "S.add" and i == "0.0," for c, i, _, _ in each)
-    if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS or not (same or sums):
-        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different values or dims")
-    if sums:
-        combine, identity, prologue = "S.add", (0.0,) * len(ops), ", ".join(p for _, _, p, _ in each)
-        stats = [st.replace("acc[0]", f"acc[{i}]") for i, (_, _, _, st) in enumerate(each)]
+    if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS:
+        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different dims")
+    if len({r.args[0] for r in ops}) > 1:
+        combine, identity, prologue, stats = joint_sums([reduction_parts(gm, r, xnode, seg) for r in ops], kinds)
     else:
         joint = next(
             (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
@@ -372,10 +366,11 @@ def _joint_of_rows(
         if joint is None:
             raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
         anchor, other = joint
-        combine, identity, term, _ = REDUCE[anchor]
+        combine, values, term, _ = REDUCE[anchor]
+        identity = ", ".join(lit(v) for v in values) + ","
         prologue = term.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]))
         stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
-    parts = {"prologue": prologue, "combine": combine, "identity": ", ".join(lit(v) for v in identity) + ","}
+    parts = {"prologue": prologue, "combine": combine, "identity": identity}
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)
     shape, dim = tuple(shapes[xnode]), reds[0][2]

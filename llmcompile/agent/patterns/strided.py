@@ -144,6 +144,19 @@ def reduction_parts(
     return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
 
 
+JOINT_SUMS = 3  # sums one fold carries together: the norm template's statistics a row (its MAX_ARITY)
+
+
+def joint_sums(parts: list[tuple[str, str, str, str]], kinds: list[str]) -> tuple[str, str, str, list[str]]:
+    """Sums of different values over the same elements (a nanmean's sum and its count, x's sum
+    and its squares') as one fold of a tuple, from each one's `reduction_parts`: the combine, its
+    identity, the prologue, and each sum's statistic of `acc`."""
+    if len(parts) > JOINT_SUMS or any(c != "S.add" or i != "0.0," for c, i, _, _ in parts):
+        raise Unsupported(f"{len(parts)} reductions ({', '.join(sorted(set(kinds)))}) of different values")
+    stats = [st.replace("acc[0]", f"acc[{i}]") for i, (_, _, _, st) in enumerate(parts)]
+    return "S.add", " ".join("0.0," for _ in parts), ", ".join(p for _, _, p, _ in parts), stats
+
+
 # how x rewritten with its log-sum-exp s[0] reads, for a softmax node
 _NORMALIZED = {"softmax": "cute.math.exp(({x}) - s[0])", "log_softmax": "(({x}) - s[0])"}
 
@@ -174,14 +187,6 @@ def find_reductions(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> l
     reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L). A
     softmax or log_softmax is the log-sum-exp of its dim, carried by the softmax node."""
     return [_reduction(gm, op, shapes) for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS | NORMALIZERS]
-
-
-def find_reduction(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> tuple[Op, fx.Node, int, int]:
-    """The graph's one reduction (find_reductions'), for a template that fuses one."""
-    reds = find_reductions(gm, calls, shapes)
-    if len(reds) != 1:
-        raise Unsupported(f"{len(reds)} reductions (the templates fuse one)")
-    return reds[0]
 
 
 def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, int, int]:
@@ -223,13 +228,34 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
     return r, carrier, dim % rank, span
 
 
+def _joint_epilogue(
+    gm: fx.GraphModule, reds: list, xnode: fx.Node, out: fx.Node, length: int | str
+) -> tuple[str, str, str, str]:
+    """Several sums along one dim folded as one tuple (`joint_sums`), and the output made of
+    them alone (a rewrite of x with several is not taken): combine, identity, prologue, epilogue."""
+    kinds = [r.kind for r, *_ in reds]
+    combine, identity, prologue, stats = joint_sums([reduction_parts(gm, r, xnode, length) for r, *_ in reds], kinds)
+    carriers = tuple(c for _, c, _, _ in reds)
+    if depends_on(gm, {xnode}, carriers).get(res := one_result(out, "strided")) != {"r"}:
+        raise Unsupported(f"x rewritten with {len(reds)} reductions along a dim other than the last (one is taken)")
+    return (
+        combine,
+        identity,
+        prologue,
+        Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res),
+    )
+
+
 def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     if len(tens) != 1 or not any(is_reduction(gm, n) for n in calls):
         return None
     xnode = tens[0][0]
-    red, carrier, dim, span = find_reduction(gm, calls, shapes)
+    reds = find_reductions(gm, calls, shapes)
+    red, carrier, dim, span = reds[0]
+    if len({(d, sp) for _, _, d, sp in reds}) > 1:
+        raise Unsupported(f"{len(reds)} reductions along different dims (a template folds one dim)")
     shape = tuple(shapes[xnode])
     rank = len(shape)
     lead = dim == 0  # the leading-dim template's: R is the batch size, known at run time
@@ -241,18 +267,23 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
         raise Unsupported(f"`{red.kind}` over dims {dim}-{dim + span - 1} of {rank}: one middle dim, or trailing dims")
     r_len = math.prod(shape[dim : dim + span])
     env, _, _ = param_names(spec, given, ph)
-    side = depends_on(gm, {xnode}, carrier)
-    combine, identity, prologue, epi = reduction_parts(gm, red, xnode, "r" if lead else r_len)
-    if red.kind in PAIRED:  # the values and their indices: output i is the epilogue's value i
-        paired_outputs(red, carrier, results_of(out))
-        epilogue, rewrite = epi, None
-    elif side.get(res := one_result(out, "strided")) == {"r"}:  # a reduction: the output is a function of its result
-        epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
-    elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
-        epilogue = epi
-        rewrite = Emitter(gm, rewrite_env(gm, xnode, carrier), vector=False).expr(res)
+    length = "r" if lead else r_len
+    if len(reds) > 1:  # sums of different values (a nanmean's sum and count): what the output makes of them
+        combine, identity, prologue, epilogue = _joint_epilogue(gm, reds, xnode, out, length)
+        red, rewrite = Op(carrier, " and ".join(r.kind for r, *_ in reds), red.args), None
     else:
-        return None
+        combine, identity, prologue, epi = reduction_parts(gm, red, xnode, length)
+        side = depends_on(gm, {xnode}, carrier)
+        if red.kind in PAIRED:  # the values and their indices: output i is the epilogue's value i
+            paired_outputs(red, carrier, results_of(out))
+            epilogue, rewrite = epi, None
+        elif side.get(res := one_result(out, "strided")) == {"r"}:  # the output is a function of the result
+            epilogue, rewrite = Emitter(gm, {carrier: epi}, vector=False).expr(res), None
+        elif side.get(res) == {"x", "r"}:  # a norm: the input rewritten with the statistic
+            epilogue = epi
+            rewrite = Emitter(gm, rewrite_env(gm, xnode, carrier), vector=False).expr(res)
+        else:
+            return None
     inner, arity = math.prod(shape[dim + span :]), identity.count(",")
     if lead and inner * (LEADING_STATS + arity) > MAX_WORKSPACE:
         raise Unsupported(f"`{red.kind}` over the batch dim of {inner} columns (their partials pass the workspace)")

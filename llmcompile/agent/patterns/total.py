@@ -23,7 +23,7 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, as_reduce, exact_count, inv_dof, norm_p, reduce_dim
+from llmcompile.agent.patterns.strided import REDUCE, as_reduce, exact_count, inv_dof, joint_sums, norm_p, reduce_dim
 from llmcompile.specs import OpSpec
 
 
@@ -61,18 +61,39 @@ def _whole(red: Op, shapes: dict) -> bool:
     return dim is None or (isinstance(dim, (list, tuple)) and sorted({d % rank for d in dim}) == list(range(rank)))
 
 
+def _fold(red: Op, em: Emitter) -> tuple[str, str, str, str, str]:
+    """A whole-tensor reduction or reduced loss as the template folds it: the combine, its
+    identity (as source), the prologue of an element, the epilogue of `acc`, and its name."""
+    if red.kind in LOSSES:
+        pro, epi = _loss_term(red, em)
+        return "S.add", "0.0,", pro, epi, red.kind
+    kind, wrap, post = as_reduce(red)
+    what = f"norm (p={norm_p(red)})" if red.kind == "norm" else red.kind
+    # the strided reductions' combines; a mean divides by the elements of this call's tensor, a
+    # variance by them less its correction
+    combine, identity, pro_fmt, epi = REDUCE[kind]
+    if kind == "mean":
+        epi = "acc[0] / count"
+    epi = post.format(s=epi.format(inv_rc=inv_dof(red, "count")) if kind in ("var", "std") else epi)
+    pro = pro_fmt.format(x=wrap.format(x=em.expr(red.args[0])))
+    return combine, ", ".join(lit(v) for v in identity) + ",", pro, epi, what
+
+
 def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     ph, calls, (out,) = split_nodes(gm)
     ops = [op_of(gm, n) for n in calls]
     reds = [op for op in ops if op.kind in REDUCTIONS | LOSSES]
-    if len(reds) != 1:
-        return None
-    red = reds[0]
-    if red.kind in REDUCTIONS and (not _whole(red, shapes) or red.kind in ("argmax", "argmin")):
+    if not reds or any(
+        r.kind in REDUCTIONS and (not _whole(r, shapes) or r.kind in ("argmax", "argmin")) for r in reds
+    ):
         return None  # along a dim: another template's
+    red = reds[0]
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     full = tuple(shapes[red.args[0]])
-    exact_count(red, math.prod(full))
+    if any(tuple(shapes[r.args[0]]) != full for r in reds):
+        raise Unsupported(f"{len(reds)} reductions of tensors of different shapes")
+    for r in reds:
+        exact_count(r, math.prod(full))
     kinds = []
     for _, g in tens:
         if tuple(g.shape) == full:
@@ -85,34 +106,33 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         raise Unsupported("a whole-tensor reduction whose first input is broadcast")
     env, tensors, scalars = param_names(spec, given, ph)
     em = Emitter(gm, dict(env), vector=False)
-    if red.kind in LOSSES:
-        pro, epi = _loss_term(red, em)
-        combine, identity, what = "S.add", (0.0,), red.kind
-    else:
-        kind, wrap, post = as_reduce(red)
-        what = f"norm (p={norm_p(red)})" if red.kind == "norm" else red.kind
-        # the strided reductions' combines; a mean divides by the elements of this call's
-        # tensor, a variance by them less its correction
-        combine, identity, pro_fmt, epi = REDUCE[kind]
-        if kind == "mean":
-            epi = "acc[0] / count"
-        epi = post.format(s=epi.format(inv_rc=inv_dof(red, "count")) if kind in ("var", "std") else epi)
-        pro = pro_fmt.format(x=wrap.format(x=em.expr(red.args[0])))
-    side = depends_on(gm, {n for n, _ in tens}, red.node)
+    folds = [_fold(r, em) for r in reds]
+    carriers = tuple(r.node for r in reds)
+    side = depends_on(gm, {n for n, _ in tens}, carriers)
     res = one_result(out, "total")
     rewrite = None
-    if side.get(res) == {"r"}:
-        epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
-    elif side.get(res) == {"x", "r"} and len(tens) == 1:
-        rewrite = Emitter(gm, {tens[0][0]: "x", red.node: "s[0]"}, vector=False).expr(res)
+    if len(reds) > 1:  # sums of different values (a nanmean's sum and count) fold as one tuple
+        combine, identity, pro, stats = joint_sums([f[:4] for f in folds], [r.kind for r in reds])
+        if side.get(res) != {"r"}:
+            raise Unsupported(f"x rewritten with {len(reds)} whole-tensor reductions (one is taken)")
+        epi, what = (
+            Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res),
+            " and ".join(f[4] for f in folds),
+        )
     else:
-        return None
+        ((combine, identity, pro, epi, what),) = folds
+        if side.get(res) == {"r"}:
+            epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
+        elif side.get(res) == {"x", "r"} and len(tens) == 1:
+            rewrite = Emitter(gm, {tens[0][0]: "x", red.node: "s[0]"}, vector=False).expr(res)
+        else:
+            return None
     return {
         "prologue": pro,
         "epilogue": epi,
         "rewrite": rewrite,
         "combine": combine,
-        "identity": ", ".join(lit(v) for v in identity) + ",",
+        "identity": identity,
         "kinds_repr": repr(tuple(kinds)),
         "tensors": tensors,
         "scalars": scalars,

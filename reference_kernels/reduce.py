@@ -414,6 +414,32 @@ def fold_terms(combine: Callable, acc: tuple, terms: list) -> tuple:
     return combine(acc, block(terms))
 
 
+def joint(*parts: tuple[Callable, tuple]) -> Callable:
+    """Several folds side by side in one tuple, each (combine, identity) over its own slots, in
+    order: a sum beside a max (a range's amax and amin, a nanmean's sum and count) in one trip.
+    Its block merge is each part's own over its slots (an element-wise fold from its identity
+    where the part has none)."""
+    spans, k = [], 0
+    for combine, identity in parts:
+        spans.append((combine, identity, k, k + len(identity)))
+        k += len(identity)
+
+    def combine(a: tuple, b: tuple) -> tuple:
+        return sum((c(a[lo:hi], b[lo:hi]) for c, _, lo, hi in spans), ())
+
+    def block(terms: list) -> tuple:
+        out = ()
+        for c, identity, lo, hi in spans:
+            own = [(ok, t[lo:hi]) for ok, t in terms]
+            b = getattr(c, "block", None)
+            out += b(own) if b is not None else fold_terms(c, tuple(Float32(v) for v in identity), own)
+        return out
+
+    if any(getattr(c, "block", None) is not None for c, _ in parts):
+        combine.block = block
+    return combine
+
+
 def _count_mean_m2_block(terms: list) -> tuple:
     """(count, mean, m2) of the terms at once: their mean, then their squared deviations from
     it (the parallel-axis form of Chan's merge, one division). The mean is taken relative to the

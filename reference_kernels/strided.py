@@ -26,7 +26,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels import reduce as R
-from reference_kernels.reduce import count_mean_m2, max_sumexp, pick, vector_elems  # noqa: F401 - S.* combines
+from reference_kernels.reduce import count_mean_m2, joint, max_sumexp, pick, vector_elems  # noqa: F401 - S.* combines
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.tuning import strided as T
 

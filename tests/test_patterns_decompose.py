@@ -49,6 +49,9 @@ PAIRS = [
      "pass"),
     ("torch.nanmean(x)", "torch.where(torch.isnan(x), 0.0, x).sum() / torch.where(torch.isnan(x), 0.0, 1.0).sum()",
      "pass"),
+    ("torch.aminmax(x, dim=-1)", "(torch.amin(x, dim=-1, keepdim=False), torch.amax(x, dim=-1, keepdim=False))",
+     "pass"),
+    ("x.aminmax(dim=1).max - torch.aminmax(x, dim=1).min", "x.amax(1) - x.amin(1)", "pass"),
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -73,6 +76,24 @@ def test_a_shorthand_gets_the_kernel_of_its_written_out_form(
 def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
     for i, (short, _, init) in enumerate(PAIRS[:4]):
         compiled_match(problem_file(tmp_path, f"p{i}", short, SHAPE, init), "float32", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("forward", "pattern", "combine"),
+    [
+        ("torch.logsumexp(x, 1) - x.sum(1)", "strided", "S.joint((S.max_sumexp, (-math.inf, 0.0,)), (S.add, (0.0,)))"),
+        ("x.amax(-1) - x.amin(-1)", "norm", "S.joint((S.fmax, (-math.inf,)), (S.fmin, (math.inf,)))"),
+        ("torch.aminmax(x, dim=0)", "leading", "S.joint((S.fmin, (math.inf,)), (S.fmax, (-math.inf,)))"),
+        ("torch.logsumexp(x, (0, 1, 2)) - x.mean()", "total", "S.joint((S.max_sumexp, (-math.inf, 0.0,)), (S.add"),
+    ],
+)
+def test_reductions_of_different_folds_share_one_trip_for_sm90a(
+    forward: str, pattern: str, combine: str, tmp_path: Path
+) -> None:
+    # each its own combine over its own slots (reference_kernels/reduce.joint); the log-sum-exp's
+    # block merge kept beside a plain sum
+    m, _ = compiled_match(problem_file(tmp_path, "p", forward, SHAPE), "bfloat16", tmp_path)
+    assert m.pattern == pattern and combine in m.source, m.source
 
 
 @pytest.mark.parametrize("dim", ["1", "0", "None"])
@@ -101,7 +122,9 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
         ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),
         ("torch.nansum(x, -1, dtype=torch.float32)", "`nansum` with a dtype"),
         ("x - torch.nanmean(x, dim=1, keepdim=True)", "x rewritten with 2 reductions"),  # (a middle dim's two)
-        ("x - torch.nanmean(x)", "x rewritten with 2 whole-tensor reductions"),
+        ("x - torch.nanmean(x)", "x rewritten with 2 reductions of the whole tensor"),
+        ("x.std(1) + x.amax(1)", "2 reductions (amax, std) in one fold (up to 3 values, no index)"),
+        ("x.argmax(1).float() + x.sum(1)", "in one fold (up to 3 values, no index)"),
     ],
 )
 def test_what_cannot_be_written_out_is_refused_with_the_reason(forward: str, reason: str, tmp_path: Path) -> None:
@@ -135,6 +158,15 @@ def test_nansums_nan_test_survives_the_compiler(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-c", script, str(out), name, forward], env=env, check=True, timeout=600)
         tests[name] = sum(len(re.findall(r"setp\.(num|nan)\.f32", f.read_text())) for f in out.glob("*.ptx"))
     assert tests["nan"] > 0 == tests["plain"], tests
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "forward",
+    ["torch.logsumexp(x, 1) - x.sum(1)", "x.amax(-1) - x.amin(-1)", "torch.aminmax(x, dim=0)", "torch.aminmax(x)"],
+)
+def test_reductions_folded_together_are_right_on_the_gpu(forward: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "p", forward, SHAPE), "float32", tmp_path, 3)
 
 
 @pytest.mark.gpu

@@ -38,6 +38,7 @@ REDUCTIONS: tuple[tuple[str, str], ...] = (
     ("count_nonzero", "torch.count_nonzero(x > 0, dim={d}).float()"),
     ("nansum", "torch.nansum(x, dim={d}, keepdim={k})"),
     ("nanmean", "torch.nanmean(x, dim={d}, keepdim={k})"),
+    ("aminmax (both)", "torch.aminmax(x, dim={d1}, keepdim={k})"),
 )
 
 # (label, dims as written for a (B, C, L) input, the single dim where an op takes one)
@@ -73,6 +74,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: max and its index, last dim", "torch.max(x, dim=-1)"),
     ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
     ("two outputs: var and mean, torch.var_mean, last dim", "torch.var_mean(x, dim=-1)"),
+    ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),
+    ("two folds in one trip: logsumexp - mean, first dim", "torch.logsumexp(x, 0) - x.mean(0)"),
     ("torch's shorthand: F.rms_norm, last dim", "F.rms_norm(x, (256,), eps=1e-6)"),
     ("torch's shorthand: F.layer_norm, last dim", "F.layer_norm(x, (256,))"),
     ("torch's shorthand: F.normalize, middle dim", "F.normalize(x, dim=1)"),

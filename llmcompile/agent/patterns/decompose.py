@@ -110,6 +110,12 @@ def _spread_and_mean(spread: Callable) -> Callable[..., tuple[fx.Node, fx.Node]]
     return rule
 
 
+def _aminmax(g: fx.Graph, x: Any, *, dim: Any = None, keepdim: Any = False) -> tuple[fx.Node, fx.Node]:
+    """torch.aminmax: (amin, amax) of the same elements, two nodes (one fold takes both)."""
+    dims = {} if dim is None else {"dim": dim, "keepdim": keepdim}
+    return g.call_function(torch.amin, (x,), dims), g.call_function(torch.amax, (x,), dims)
+
+
 _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     F.rms_norm: _rms_norm,
     F.layer_norm: _layer_norm,
@@ -123,17 +129,19 @@ _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     torch.nanmean: _nan_reduction(mean=True),
     torch.var_mean: _spread_and_mean(torch.var),
     torch.std_mean: _spread_and_mean(torch.std),
+    torch.aminmax: _aminmax,
 }
 _METHODS: dict[str, Callable[..., fx.Node]] = {
     "square": _square,
     "nansum": _nan_reduction(mean=False),
     "nanmean": _nan_reduction(mean=True),
+    "aminmax": _aminmax,
 }
-_FIELDS = {"values": 0, "indices": 1}
+_FIELDS = {"values": 0, "indices": 1, "min": 0, "max": 1}  # (max/min's, aminmax's)
 
 
 def _field(g: fx.Graph, result: Any, name: str) -> fx.Node:
-    """A max's or min's result read by name, as by position: `.values` is [0], `.indices` [1]."""
+    """A max's, min's or aminmax's result read by name, as by position: `.values` is [0]."""
     return g.call_function(operator.getitem, (result, _FIELDS[name]))
 
 
@@ -173,6 +181,9 @@ def _hand_on(n: fx.Node, parts: tuple[fx.Node, ...]) -> None:
         if u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int):
             u.replace_all_uses_with(parts[u.args[1]])
             u.graph.erase_node(u)
+        elif u.op == "call_function" and u.target is getattr and u.args[1] in _FIELDS:  # (aminmax(x).max)
+            u.replace_all_uses_with(parts[_FIELDS[u.args[1]]])
+            u.graph.erase_node(u)
         elif u.op == "output":
             u.args = fx.node.map_arg(u.args, lambda a: parts if a is n else a)
         else:
@@ -183,7 +194,7 @@ def decompose(gm: fx.GraphModule) -> None:
     """Each shorthand call in `gm` replaced by its written-out graph (raises `Refused`)."""
     g, changed = gm.graph, False
     for n in list(g.nodes):
-        rule = _rule(gm, n)
+        rule = None if n._erased else _rule(gm, n)  # (a field a rule before took: erased with it)
         if rule is None:
             continue
         with g.inserting_before(n):

@@ -26,7 +26,7 @@ from llmcompile.agent.patterns.strided import (
     find_reductions,
     inv_dof,
     is_reduction,
-    joint_sums,
+    joint_fold,
     paired_outputs,
     reduction_parts,
     rewrite_env,
@@ -351,20 +351,21 @@ def _joint_of_rows(
     spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, seg: int
 ) -> dict:
     """Several statistics of each row folded together: of the same values (a mean and a standard
-    deviation: a LayerNorm written out), or sums of different ones; x rewritten with them, or what
-    the output makes of them."""
+    deviation: a LayerNorm written out), or each its own fold side by side (`joint_fold`); x
+    rewritten with them, or what the output makes of them."""
     ops = [r for r, _, _, _ in reds]
     kinds = sorted({r.kind for r in ops})
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS:
         raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different dims")
-    if len({r.args[0] for r in ops}) > 1:
-        combine, identity, prologue, stats = joint_sums([reduction_parts(gm, r, xnode, seg) for r in ops], kinds)
+    # of the same values, a fold that yields them all (a Chan merge: a mean and a variance); else
+    # each its own fold, side by side in one tuple
+    same = len({r.args[0] for r in ops}) == 1
+    joint = next(
+        (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
+    )
+    if joint is None or not same:
+        combine, identity, prologue, stats = joint_fold([reduction_parts(gm, r, xnode, seg) for r in ops], kinds)
     else:
-        joint = next(
-            (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
-        )
-        if joint is None:
-            raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) that no one fold computes together")
         anchor, other = joint
         combine, values, term, _ = REDUCE[anchor]
         identity = ", ".join(lit(v) for v in values) + ","

@@ -4,6 +4,7 @@ rewrite of the input. Its reduction finder is shared by the total and norm famil
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import torch
@@ -144,17 +145,28 @@ def reduction_parts(
     return combine, ", ".join(lit(v) for v in identity) + ",", pro_fmt.format(x=pro), stat
 
 
-JOINT_SUMS = 3  # sums one fold carries together: the norm template's statistics a row (its MAX_ARITY)
+JOINT_SLOTS = 3  # values one joint fold carries: the norm template's statistics a row (its MAX_ARITY)
 
 
-def joint_sums(parts: list[tuple[str, str, str, str]], kinds: list[str]) -> tuple[str, str, str, list[str]]:
-    """Sums of different values over the same elements (a nanmean's sum and its count, x's sum
-    and its squares') as one fold of a tuple, from each one's `reduction_parts`: the combine, its
-    identity, the prologue, and each sum's statistic of `acc`."""
-    if len(parts) > JOINT_SUMS or any(c != "S.add" or i != "0.0," for c, i, _, _ in parts):
-        raise Unsupported(f"{len(parts)} reductions ({', '.join(sorted(set(kinds)))}) of different values")
-    stats = [st.replace("acc[0]", f"acc[{i}]") for i, (_, _, _, st) in enumerate(parts)]
-    return "S.add", " ".join("0.0," for _ in parts), ", ".join(p for _, _, p, _ in parts), stats
+def joint_fold(parts: list[tuple[str, str, str, str]], kinds: list[str]) -> tuple[str, str, str, list[str]]:
+    """Several reductions over the same elements as one fold of a tuple, from each one's
+    `reduction_parts` (a nanmean's sum and count, a range's amax and amin): the combine (sums
+    alone add slot by slot; else `S.joint` of each one's combine over its slots), its identity,
+    the prologue, and each one's statistic of `acc`, read from its own slots."""
+    slots = [i.count(",") for _, i, _, _ in parts]
+    if sum(slots) > JOINT_SLOTS or any("Float32(r)" in p for _, _, p, _ in parts):
+        what = ", ".join(sorted(set(kinds)))
+        raise Unsupported(f"{len(parts)} reductions ({what}) in one fold (up to {JOINT_SLOTS} values, no index)")
+    offsets = [sum(slots[:k]) for k in range(len(parts))]
+    stats = [
+        re.sub(r"acc\[(\d)\]", lambda m, o=o: f"acc[{int(m.group(1)) + o}]", st)
+        for o, (_, _, _, st) in zip(offsets, parts)
+    ]
+    combines = [c for c, _, _, _ in parts]
+    combine = (
+        "S.add" if set(combines) == {"S.add"} else f"S.joint({', '.join(f'({c}, ({i}))' for c, i, _, _ in parts)})"
+    )
+    return combine, " ".join(i for _, i, _, _ in parts), ", ".join(p for _, _, p, _ in parts), stats
 
 
 # how x rewritten with its log-sum-exp s[0] reads, for a softmax node
@@ -228,22 +240,21 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, in
     return r, carrier, dim % rank, span
 
 
-def _joint_epilogue(
-    gm: fx.GraphModule, reds: list, xnode: fx.Node, out: fx.Node, length: int | str
-) -> tuple[str, str, str, str]:
-    """Several sums along one dim folded as one tuple (`joint_sums`), and the output made of
-    them alone (a rewrite of x with several is not taken): combine, identity, prologue, epilogue."""
-    kinds = [r.kind for r, *_ in reds]
-    combine, identity, prologue, stats = joint_sums([reduction_parts(gm, r, xnode, length) for r, *_ in reds], kinds)
-    carriers = tuple(c for _, c, _, _ in reds)
-    if depends_on(gm, {xnode}, carriers).get(res := one_result(out, "strided")) != {"r"}:
-        raise Unsupported(f"x rewritten with {len(reds)} reductions along a dim other than the last (one is taken)")
-    return (
-        combine,
-        identity,
-        prologue,
-        Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res),
-    )
+def joint_outputs(
+    gm: fx.GraphModule, inputs: set, reds: list, stats: list[str], out: fx.Node, shapes: dict, where: str
+) -> str:
+    """The epilogue of several reductions folded together (`joint_fold`: each one's statistic in
+    `stats`): the graph's outputs, each made of their results alone and of one shape (a range, a
+    nanmean, torch.aminmax's pair). A rewrite of x with several is not taken."""
+    carriers = tuple(c for _, c, *_ in reds)
+    side = depends_on(gm, inputs, carriers)
+    results = results_of(out)
+    if any(not isinstance(r, fx.Node) or side.get(r) != {"r"} for r in results):
+        raise Unsupported(f"x rewritten with {len(reds)} reductions {where} (one is taken)")
+    if len({tuple(shapes.get(r, ())) for r in results}) > 1:
+        raise Unsupported(f"{len(results)} outputs of {len(reds)} reductions, of different shapes")
+    em = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False)
+    return ", ".join(em.expr(r) for r in results)
 
 
 def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
@@ -268,9 +279,13 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     r_len = math.prod(shape[dim : dim + span])
     env, _, _ = param_names(spec, given, ph)
     length = "r" if lead else r_len
-    if len(reds) > 1:  # sums of different values (a nanmean's sum and count): what the output makes of them
-        combine, identity, prologue, epilogue = _joint_epilogue(gm, reds, xnode, out, length)
-        red, rewrite = Op(carrier, " and ".join(r.kind for r, *_ in reds), red.args), None
+    if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
+        kinds = [r.kind for r, *_ in reds]
+        combine, identity, prologue, stats = joint_fold(
+            [reduction_parts(gm, r, xnode, length) for r, *_ in reds], kinds
+        )
+        epilogue = joint_outputs(gm, {xnode}, reds, stats, out, shapes, "along a dim other than the last")
+        red, rewrite = Op(carrier, " and ".join(kinds), red.args), None
     else:
         combine, identity, prologue, epi = reduction_parts(gm, red, xnode, length)
         side = depends_on(gm, {xnode}, carrier)

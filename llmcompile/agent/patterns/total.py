@@ -23,7 +23,16 @@ from llmcompile.agent.patterns.graph import (
     results_of,
     split_nodes,
 )
-from llmcompile.agent.patterns.strided import REDUCE, as_reduce, exact_count, inv_dof, joint_sums, norm_p, reduce_dim
+from llmcompile.agent.patterns.strided import (
+    REDUCE,
+    as_reduce,
+    exact_count,
+    inv_dof,
+    joint_fold,
+    joint_outputs,
+    norm_p,
+    reduce_dim,
+)
 from llmcompile.specs import OpSpec
 
 
@@ -107,21 +116,17 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     env, tensors, scalars = param_names(spec, given, ph)
     em = Emitter(gm, dict(env), vector=False)
     folds = [_fold(r, em) for r in reds]
-    carriers = tuple(r.node for r in reds)
-    side = depends_on(gm, {n for n, _ in tens}, carriers)
-    res = one_result(out, "total")
     rewrite = None
-    if len(reds) > 1:  # sums of different values (a nanmean's sum and count) fold as one tuple
-        combine, identity, pro, stats = joint_sums([f[:4] for f in folds], [r.kind for r in reds])
-        if side.get(res) != {"r"}:
-            raise Unsupported(f"x rewritten with {len(reds)} whole-tensor reductions (one is taken)")
-        epi, what = (
-            Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res),
-            " and ".join(f[4] for f in folds),
+    if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
+        combine, identity, pro, stats = joint_fold([f[:4] for f in folds], [r.kind for r in reds])
+        epi = joint_outputs(
+            gm, {n for n, _ in tens}, [(r, r.node) for r in reds], stats, out, shapes, "of the whole tensor"
         )
+        what = " and ".join(f[4] for f in folds)
     else:
         ((combine, identity, pro, epi, what),) = folds
-        if side.get(res) == {"r"}:
+        side = depends_on(gm, {n for n, _ in tens}, red.node)
+        if side.get(res := one_result(out, "total")) == {"r"}:
             epi = Emitter(gm, {red.node: epi}, vector=False).expr(res)
         elif side.get(res) == {"x", "r"} and len(tens) == 1:
             rewrite = Emitter(gm, {tens[0][0]: "x", red.node: "s[0]"}, vector=False).expr(res)

@@ -152,6 +152,14 @@ def test_the_tree_that_travels_to_the_gpu_is_under_2_mb() -> None:
     )
 
 
+def test_the_readme_is_short_and_opens_with_the_two_commands() -> None:
+    # a newcomer's five minutes (issue 50): it had drifted to 153 lines
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md is {len(lines)} lines: move reference to docs/"
+    fence = lines.index("```bash")
+    assert "pip install" in lines[fence + 1] and "pytest" in lines[fence + 2]
+
+
 def test_every_results_folder_says_what_it_is_and_is_in_the_index() -> None:
     index = (ROOT / "docs" / "results.md").read_text()
     for folder in sorted(p for p in (ROOT / "evals" / "results").iterdir() if p.is_dir()):

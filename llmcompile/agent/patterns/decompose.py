@@ -174,33 +174,34 @@ def _rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
     return _module_rule(gm, n) if n.op == "call_module" else None
 
 
-def _hand_on(n: fx.Node, parts: tuple[fx.Node, ...]) -> None:
-    """A call of several results written out as `parts`: each `n[i]` becomes part i, and n
-    returned whole, the parts."""
+def _hand_on(n: fx.Node, parts: tuple[fx.Node, ...]) -> list[fx.Node]:
+    """A call of several results written out as `parts`: each `n[i]` (or `n.max`, a field by
+    name) becomes part i, and n returned whole, the parts. Returns the reads it erased."""
+    erased = []
     for u in list(n.users):
-        if u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int):
-            u.replace_all_uses_with(parts[u.args[1]])
+        by_index = u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int)
+        if by_index or (u.op == "call_function" and u.target is getattr and u.args[1] in _FIELDS):
+            u.replace_all_uses_with(parts[u.args[1] if by_index else _FIELDS[u.args[1]]])
             u.graph.erase_node(u)
-        elif u.op == "call_function" and u.target is getattr and u.args[1] in _FIELDS:  # (aminmax(x).max)
-            u.replace_all_uses_with(parts[_FIELDS[u.args[1]]])
-            u.graph.erase_node(u)
+            erased.append(u)
         elif u.op == "output":
             u.args = fx.node.map_arg(u.args, lambda a: parts if a is n else a)
         else:
             raise Refused(f"`{n.target.__name__}`'s results used whole, not one by one")
+    return erased
 
 
 def decompose(gm: fx.GraphModule) -> None:
     """Each shorthand call in `gm` replaced by its written-out graph (raises `Refused`)."""
-    g, changed = gm.graph, False
+    g, changed, gone = gm.graph, False, set()
     for n in list(g.nodes):
-        rule = None if n._erased else _rule(gm, n)  # (a field a rule before took: erased with it)
+        rule = None if n in gone else _rule(gm, n)  # (a read of a result a rule before handed on)
         if rule is None:
             continue
         with g.inserting_before(n):
             made = rule(g, *n.args, **n.kwargs)
         if isinstance(made, tuple):
-            _hand_on(n, made)
+            gone.update(_hand_on(n, made))
         else:
             n.replace_all_uses_with(made)
         g.erase_node(n)

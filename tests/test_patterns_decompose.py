@@ -52,6 +52,7 @@ PAIRS = [
     ("torch.aminmax(x, dim=-1)", "(torch.amin(x, dim=-1, keepdim=False), torch.amax(x, dim=-1, keepdim=False))",
      "pass"),
     ("x.aminmax(dim=1).max - torch.aminmax(x, dim=1).min", "x.amax(1) - x.amin(1)", "pass"),
+    ("torch.var_mean(x, dim=0)", "(x.var(0), x.mean(0))", "pass"),  # batch statistics: one Chan merge
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -84,6 +85,8 @@ def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
         ("torch.logsumexp(x, 1) - x.sum(1)", "strided", "S.joint((S.max_sumexp, (-math.inf, 0.0,)), (S.add, (0.0,)))"),
         ("x.amax(-1) - x.amin(-1)", "norm", "S.joint((S.fmax, (-math.inf,)), (S.fmin, (math.inf,)))"),
         ("torch.aminmax(x, dim=0)", "leading", "S.joint((S.fmin, (math.inf,)), (S.fmax, (-math.inf,)))"),
+        ("torch.var_mean(x, dim=1)", "strided", "S.count_mean_m2, (0.0, 0.0, 0.0,)"),
+        ("torch.std_mean(x, dim=(0, 1, 2))", "total", "S.count_mean_m2,\n    (0.0, 0.0, 0.0,)"),
         ("torch.logsumexp(x, (0, 1, 2)) - x.mean()", "total", "S.joint((S.max_sumexp, (-math.inf, 0.0,)), (S.add"),
     ],
 )
@@ -163,7 +166,15 @@ def test_nansums_nan_test_survives_the_compiler(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "forward",
-    ["torch.logsumexp(x, 1) - x.sum(1)", "x.amax(-1) - x.amin(-1)", "torch.aminmax(x, dim=0)", "torch.aminmax(x)"],
+    [
+        "torch.logsumexp(x, 1) - x.sum(1)",
+        "x.amax(-1) - x.amin(-1)",
+        "torch.aminmax(x, dim=0)",
+        "torch.aminmax(x)",
+        "torch.var_mean(x, dim=0)",
+        "x.std(1) / x.mean(1)",
+        "torch.std_mean(x, dim=(0, 1, 2))",
+    ],
 )
 def test_reductions_folded_together_are_right_on_the_gpu(forward: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "p", forward, SHAPE), "float32", tmp_path, 3)

@@ -74,6 +74,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: max and its index, last dim", "torch.max(x, dim=-1)"),
     ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
     ("two outputs: var and mean, torch.var_mean, last dim", "torch.var_mean(x, dim=-1)"),
+    ("two outputs: var and mean, torch.var_mean, first dim", "torch.var_mean(x, dim=0)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),
     ("two folds in one trip: logsumexp - mean, first dim", "torch.logsumexp(x, 0) - x.mean(0)"),
     ("torch's shorthand: F.rms_norm, last dim", "F.rms_norm(x, (256,), eps=1e-6)"),

@@ -22,9 +22,7 @@ from llmcompile.agent.patterns.graph import (
 )
 from llmcompile.agent.patterns.strided import (
     PAIRED,
-    REDUCE,
     find_reductions,
-    inv_dof,
     is_reduction,
     joint_fold,
     paired_outputs,
@@ -339,13 +337,6 @@ def _rows_context(
 
 STATS = 3  # statistics a group holds (reference_kernels/norm.py's MAX_ARITY)
 
-# Reductions of one row that one fold computes together: the kind whose fold (REDUCE's) they
-# share, and the statistics of that fold's `acc` for kinds REDUCE folds another way
-_JOINT = (
-    ("var", {"sum": "(acc[0] * acc[1])", "mean": "acc[1]"}),  # a Chan merge: (count, mean, m2)
-    ("logsumexp", {"amax": "acc[0]", "max": "acc[0]"}),  # the max and its sum of exponentials
-)
-
 
 def _joint_of_rows(
     spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, seg: int
@@ -354,23 +345,12 @@ def _joint_of_rows(
     deviation: a LayerNorm written out), or each its own fold side by side (`joint_fold`); x
     rewritten with them, or what the output makes of them."""
     ops = [r for r, _, _, _ in reds]
-    kinds = sorted({r.kind for r in ops})
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS:
-        raise Unsupported(f"{len(ops)} reductions ({', '.join(kinds)}) of different dims")
-    # of the same values, a fold that yields them all (a Chan merge: a mean and a variance); else
-    # each its own fold, side by side in one tuple
+        raise Unsupported(f"{len(ops)} reductions ({', '.join(sorted({r.kind for r in ops}))}) of different dims")
     same = len({r.args[0] for r in ops}) == 1
-    joint = next(
-        (j for j in _JOINT if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
-    )
-    if joint is None or not same:
-        combine, identity, prologue, stats = joint_fold([reduction_parts(gm, r, xnode, seg) for r in ops], kinds)
-    else:
-        anchor, other = joint
-        combine, values, term, _ = REDUCE[anchor]
-        identity = ", ".join(lit(v) for v in values) + ","
-        prologue = term.format(x=Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]))
-        stats = [other.get(r.kind) or REDUCE[r.kind][3].format(inv_rc=inv_dof(r, seg)) for r in ops]
+    element = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]) if same else None
+    each = [reduction_parts(gm, r, xnode, seg) for r in ops]
+    combine, identity, prologue, stats = joint_fold(each, [r.kind for r in ops], element)
     parts = {"prologue": prologue, "combine": combine, "identity": identity}
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)

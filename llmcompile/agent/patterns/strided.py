@@ -148,11 +148,30 @@ def reduction_parts(
 JOINT_SLOTS = 3  # values one joint fold carries: the norm template's statistics a row (its MAX_ARITY)
 
 
-def joint_fold(parts: list[tuple[str, str, str, str]], kinds: list[str]) -> tuple[str, str, str, list[str]]:
+# Reductions of the same values that one fold computes together: the kind whose fold (REDUCE's)
+# they share, and the statistics of that fold's `acc` for kinds REDUCE folds another way
+SAME_VALUES = (
+    ("var", {"sum": "(acc[0] * acc[1])", "mean": "acc[1]"}),  # a Chan merge: (count, mean, m2)
+    ("logsumexp", {"amax": "acc[0]", "max": "acc[0]"}),  # the max and its sum of exponentials
+)
+
+
+def joint_fold(
+    parts: list[tuple[str, str, str, str]], kinds: list[str], element: str | None = None
+) -> tuple[str, str, str, list[str]]:
     """Several reductions over the same elements as one fold of a tuple, from each one's
-    `reduction_parts` (a nanmean's sum and count, a range's amax and amin): the combine (sums
-    alone add slot by slot; else `S.joint` of each one's combine over its slots), its identity,
-    the prologue, and each one's statistic of `acc`, read from its own slots."""
+    `reduction_parts`: the combine, its identity, the prologue, and each one's statistic of `acc`.
+    Of the same values (`element`, as the prologue reads them), one fold that yields them all where
+    there is one (a mean and a variance: one Chan merge); else each its own fold side by side
+    (`S.joint` of each one's combine over its own slots; sums alone add slot by slot)."""
+    same = next(
+        (j for j in SAME_VALUES if all(k in j[1] or REDUCE.get(k, ("",))[0] == REDUCE[j[0]][0] for k in kinds)), None
+    )
+    if element is not None and same is not None:
+        anchor, other = same
+        combine, identity, term, _ = REDUCE[anchor]
+        stats = [other.get(k) or st for k, (_, _, _, st) in zip(kinds, parts)]
+        return combine, ", ".join(lit(v) for v in identity) + ",", term.format(x=element), stats
     slots = [i.count(",") for _, i, _, _ in parts]
     if sum(slots) > JOINT_SLOTS or any("Float32(r)" in p for _, _, p, _ in parts):
         what = ", ".join(sorted(set(kinds)))
@@ -281,9 +300,10 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     length = "r" if lead else r_len
     if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
         kinds = [r.kind for r, *_ in reds]
-        combine, identity, prologue, stats = joint_fold(
-            [reduction_parts(gm, r, xnode, length) for r, *_ in reds], kinds
-        )
+        same = len({r.args[0] for r, *_ in reds}) == 1
+        element = Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]) if same else None
+        parts = [reduction_parts(gm, r, xnode, length) for r, *_ in reds]
+        combine, identity, prologue, stats = joint_fold(parts, kinds, element)
         epilogue = joint_outputs(gm, {xnode}, reds, stats, out, shapes, "along a dim other than the last")
         red, rewrite = Op(carrier, " and ".join(kinds), red.args), None
     else:

@@ -118,7 +118,8 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     folds = [_fold(r, em) for r in reds]
     rewrite = None
     if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
-        combine, identity, pro, stats = joint_fold([f[:4] for f in folds], [r.kind for r in reds])
+        element = em.expr(red.args[0]) if len({r.args[0] for r in reds}) == 1 else None
+        combine, identity, pro, stats = joint_fold([f[:4] for f in folds], [r.kind for r in reds], element)
         epi = joint_outputs(
             gm, {n for n, _ in tens}, [(r, r.node) for r in reds], stats, out, shapes, "of the whole tensor"
         )

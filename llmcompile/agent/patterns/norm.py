@@ -11,16 +11,7 @@ import torch
 from torch import fx, nn
 
 from llmcompile.agent.patterns.emit import Emitter, lit
-from llmcompile.agent.patterns.graph import (
-    Op,
-    Unsupported,
-    depends_on,
-    only_module,
-    param_names,
-    results_of,
-    split_nodes,
-)
-from llmcompile.agent.patterns.strided import (
+from llmcompile.agent.patterns.folds import (
     PAIRED,
     find_reductions,
     is_reduction,
@@ -29,6 +20,15 @@ from llmcompile.agent.patterns.strided import (
     reduction_parts,
     rewrite_env,
     stat_name,
+)
+from llmcompile.agent.patterns.graph import (
+    Op,
+    Unsupported,
+    depends_on,
+    only_module,
+    param_names,
+    results_of,
+    split_nodes,
 )
 from llmcompile.specs import OpSpec
 

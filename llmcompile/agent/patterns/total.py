@@ -10,6 +10,16 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from llmcompile.agent.patterns.emit import Emitter, lit
+from llmcompile.agent.patterns.folds import (
+    REDUCE,
+    as_reduce,
+    exact_count,
+    inv_dof,
+    joint_fold,
+    joint_outputs,
+    norm_p,
+    reduce_dim,
+)
 from llmcompile.agent.patterns.graph import (
     LOSSES,
     REDUCTIONS,
@@ -22,16 +32,6 @@ from llmcompile.agent.patterns.graph import (
     param_names,
     results_of,
     split_nodes,
-)
-from llmcompile.agent.patterns.strided import (
-    REDUCE,
-    as_reduce,
-    exact_count,
-    inv_dof,
-    joint_fold,
-    joint_outputs,
-    norm_p,
-    reduce_dim,
 )
 from llmcompile.specs import OpSpec
 

@@ -39,6 +39,11 @@ def test_the_table_marks_what_is_not_taken_and_why() -> None:
     assert "| sum | - (1) | strided except bfloat16; - (2) |" in text
     assert "(1) no template takes a reduction along the last dim" in text
     assert "1 of 3 problems taken" in text
+    readme = f"intro\n{coverage.README_START}\nold\n{coverage.README_END} link\n"
+    assert "1 of 3 problems taken (dtypes: bfloat16, float32). Each form, and why one is not taken:" in (
+        coverage.readme(readme, cells)
+    )
+    assert "1 of 1 problems taken (dtypes: float32). Each form:\n" in coverage.readme(readme, cells[1:2])
 
 
 def test_docs_coverage_and_the_readme_are_what_the_matcher_says_now() -> None:

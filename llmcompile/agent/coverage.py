@@ -203,4 +203,5 @@ def readme(text: str, cells: list[Cell]) -> str:
     """`text` (the README) with the count between its coverage markers written anew (the table
     is docs/coverage.md's: reference, not the five-minute read)."""
     start, end = text.index(README_START) + len(README_START), text.index(README_END)
-    return text[:start] + "\n" + taken_line(cells) + " Each form, and why one is not taken:\n" + text[end:]
+    lead = "Each form:" if all(c.pattern for c in cells) else "Each form, and why one is not taken:"
+    return text[:start] + "\n" + taken_line(cells) + f" {lead}\n" + text[end:]

@@ -24,7 +24,8 @@ what stops each):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,23 @@ MIN_TIMED_SETS = 2  # input sets the timed calls rotate over at least: outputs r
 
 class CandidateFault(Exception):
     """The candidate broke the CUDA context (illegal address, trap): the worker must go."""
+
+
+@contextmanager
+def _writable(mappings: list[readonly.Mapping]) -> Iterator[None]:
+    """Read-only `mappings` made writable for the block, read-only again after it (access changes
+    are not stream-ordered: synchronised around). A block that raises leaves them to `release`:
+    after a fault, the context may take no further calls."""
+
+    def flip(writable: bool) -> None:
+        if mappings:
+            _sync()
+        for m in mappings:
+            m.set_writable(writable)
+
+    flip(True)
+    yield
+    flip(False)
 
 
 @dataclass
@@ -62,13 +80,8 @@ class Guarded:
 
     def load(self, x: torch.Tensor) -> None:
         """Copy `x` in; a read-only one is made writable for the copy and read-only again."""
-        if self.mapping is not None:
-            _sync()  # (access changes are not stream-ordered)
-            self.mapping.set_writable(True)
-        self.view.copy_(x)
-        if self.mapping is not None:
-            _sync()
-            self.mapping.set_writable(False)
+        with _writable([self.mapping] if self.mapping is not None else []):
+            self.view.copy_(x)
 
     def release(self) -> None:
         if self.mapping is not None:
@@ -88,17 +101,10 @@ class JudgeCopy:
     tensors: list[torch.Tensor]
     mappings: list[readonly.Mapping] = field(default_factory=list)
 
-    def _writable(self, writable: bool) -> None:
-        if self.mappings:
-            _sync()  # (access changes are not stream-ordered)
-            for m in self.mappings:
-                m.set_writable(writable)
-
     def load(self, xs: list[torch.Tensor]) -> None:
-        self._writable(True)
-        for t, x in zip(self.tensors, xs):
-            t.copy_(x)
-        self._writable(False)
+        with _writable(self.mappings):
+            for t, x in zip(self.tensors, xs):
+                t.copy_(x)
 
     def nudge(self, seed: int) -> None:
         """One element in every 1024 of the first floating input (and at least one) moved by 1,
@@ -108,9 +114,8 @@ class JudgeCopy:
                 flat = x.view(-1)
                 gen = torch.Generator(device=x.device).manual_seed(seed)
                 where = torch.randint(0, flat.numel(), (max(1, flat.numel() // 1024),), generator=gen, device=x.device)
-                self._writable(True)
-                flat[where] = (flat[where].float() + 1.0).to(x.dtype)
-                self._writable(False)
+                with _writable(self.mappings):
+                    flat[where] = (flat[where].float() + 1.0).to(x.dtype)
                 return
 
     def release(self) -> None:
@@ -358,9 +363,13 @@ def _verify_case(
         for d, x in zip(spec.inputs, copy.tensors):
             ins.append(guarded(d.name, tuple(x.shape), x.dtype, device, read_only=ro and not produced))
         outs = [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs]
-        if not produced:
+
+        def load_inputs() -> None:  # the guarded inputs from the judge's copy, as it now stands
             for g_, x in zip(ins, copy.tensors):
                 g_.load(x)
+
+        if not produced:
+            load_inputs()
         iv, ov = [g_.view for g_ in ins], [g_.view for g_ in outs]
 
         def call_and_check(expected: list[torch.Tensor], what: str, poison: bool = True) -> CheckFailure | None:
@@ -401,13 +410,11 @@ def _verify_case(
         # New values at the same addresses, outputs left holding the old answer.
         regen = torch.Generator(device=device).manual_seed(case.seed + 999)
         copy.load(spec.make_inputs(m, n, dtype, regen, case.base, device))
-        for g_, x in zip(ins, copy.tensors):
-            g_.load(x)
+        load_inputs()
         if failure := call_and_check(copy.tensors, "second call on new inputs at the same addresses: ", poison=False):
             return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
         copy.nudge(case.seed + 4242)
-        for g_, x in zip(ins, copy.tensors):
-            g_.load(x)
+        load_inputs()
         if failure := call_and_check(
             copy.tensors, "third call with a few input elements changed in place: ", poison=False
         ):

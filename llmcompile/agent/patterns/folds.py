@@ -181,6 +181,16 @@ def joint_fold(
     return combine, " ".join(i for _, i, _, _ in parts), ", ".join(p for _, _, p, _ in parts), stats
 
 
+def fold_together(
+    gm: fx.GraphModule, ops: list[Op], xnode: fx.Node, length: int | str
+) -> tuple[str, str, str, list[str]]:
+    """Reductions of x along one dim (over `length` elements) as one fold: `joint_fold` of each
+    one's `reduction_parts`, told the element they share where they read the same values."""
+    same = len({r.args[0] for r in ops}) == 1
+    element = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]) if same else None
+    return joint_fold([reduction_parts(gm, r, xnode, length) for r in ops], [r.kind for r in ops], element)
+
+
 # how x rewritten with its log-sum-exp s[0] reads, for a softmax node
 _NORMALIZED = {"softmax": "cute.math.exp(({x}) - s[0])", "log_softmax": "(({x}) - s[0])"}
 

@@ -14,8 +14,8 @@ from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.folds import (
     PAIRED,
     find_reductions,
+    fold_together,
     is_reduction,
-    joint_fold,
     paired_outputs,
     reduction_parts,
     rewrite_env,
@@ -347,10 +347,7 @@ def _joint_of_rows(
     ops = [r for r, _, _, _ in reds]
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS:
         raise Unsupported(f"{len(ops)} reductions ({', '.join(sorted({r.kind for r in ops}))}) of different dims")
-    same = len({r.args[0] for r in ops}) == 1
-    element = Emitter(gm, {xnode: "x"}, vector=False).expr(ops[0].args[0]) if same else None
-    each = [reduction_parts(gm, r, xnode, seg) for r in ops]
-    combine, identity, prologue, stats = joint_fold(each, [r.kind for r in ops], element)
+    combine, identity, prologue, stats = fold_together(gm, ops, xnode, seg)
     parts = {"prologue": prologue, "combine": combine, "identity": identity}
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)

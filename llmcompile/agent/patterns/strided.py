@@ -12,8 +12,8 @@ from llmcompile.agent.patterns.emit import Emitter
 from llmcompile.agent.patterns.folds import (
     PAIRED,
     find_reductions,
+    fold_together,
     is_reduction,
-    joint_fold,
     joint_outputs,
     paired_outputs,
     reduction_parts,
@@ -58,13 +58,10 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     env, _, _ = param_names(spec, given, ph)
     length = "r" if lead else r_len
     if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
-        kinds = [r.kind for r, *_ in reds]
-        same = len({r.args[0] for r, *_ in reds}) == 1
-        element = Emitter(gm, {xnode: "x"}, vector=False).expr(red.args[0]) if same else None
-        parts = [reduction_parts(gm, r, xnode, length) for r, *_ in reds]
-        combine, identity, prologue, stats = joint_fold(parts, kinds, element)
+        ops = [r for r, *_ in reds]
+        combine, identity, prologue, stats = fold_together(gm, ops, xnode, length)
         epilogue = joint_outputs(gm, {xnode}, reds, stats, out, shapes, "along a dim other than the last")
-        red, rewrite = Op(carrier, " and ".join(kinds), red.args), None
+        red, rewrite = Op(carrier, " and ".join(r.kind for r in ops), red.args), None
     else:
         combine, identity, prologue, epi = reduction_parts(gm, red, xnode, length)
         side = depends_on(gm, {xnode}, carrier)

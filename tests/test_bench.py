@@ -177,3 +177,35 @@ def test_the_wall_clock_is_the_fastest_of_several_runs(monkeypatch: pytest.Monke
         median_ms=ms / 3, min_ms=ms / 3, samples=3, graph=True, wall_ms=timing.wall_ms(lambda: time.sleep(0.01))
     )
     assert cheat.events_disagree
+
+
+def test_the_gpu_is_calm_only_after_several_clean_probes_in_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One clean look can fall in a gap of another process's work: calm takes CALM_RUNS in a row,
+    and the judge gives up (says what was wrong) after its time."""
+    from llmcompile.bench import timing
+
+    monkeypatch.setattr(timing.time, "sleep", lambda s: None)
+    busy = "events 0.13 ms vs wall clock 0.27 ms"
+    looks = iter([busy, None, None, busy, None, None, None, busy])
+    monkeypatch.setattr(timing, "disturbance", lambda copy_tbs: next(looks))
+    assert timing.wait_calm(3.0) is None
+    assert next(looks) == busy  # (it stopped at the third clean look in a row)
+    monkeypatch.setattr(timing, "disturbance", lambda copy_tbs: busy)
+    assert timing.wait_calm(3.0, seconds=0.0) == busy
+
+
+@pytest.mark.parametrize(
+    "events, wall, rate, busy",
+    [
+        (0.1278, 0.1282, 4.2, False),  # H200 alone
+        (0.1276, 0.2720, 4.2, True),  # beside another process copying (2.13x)
+        (0.1276, 0.2450, 4.2, True),  # 1.92x: under a candidate's 2x flag, still another process's mark
+        (0.1278, 0.1282, 2.0, True),  # the copy at half the rate the worker measured
+    ],
+)
+def test_the_probe_reads_another_process_below_a_candidates_flag(events: float, wall: float, rate: float, busy: bool):
+    """A candidate's 2x is at the border of another process's mark (timing.CALM_WALL)."""
+    from llmcompile.bench import timing
+
+    t = timing.Timing(median_ms=events, min_ms=events, samples=5, graph=True, wall_ms=wall)
+    assert (timing.probe_says(t, rate, 4.2) is not None) == busy

@@ -427,3 +427,44 @@ print("unchanged" if torch.equal(t, x) else "CHANGED")
     # refused (an error code, then the copy unchanged) or faulted (the context broken)
     assert "unchanged" in r.stdout or (r.returncode != 0 and "CUDA" in r.stderr), said
     print(how, "->", r.stdout.split("attempted")[1].strip().replace("\n", " ") or r.stderr.strip()[-160:])
+
+
+def _rows(*notes: str) -> Callable[[], list]:
+    """A shape's timings, one note a timing, in order (ours first; what `grid.bench_one` returns)."""
+    from llmcompile.bench.grid import BenchRow
+
+    left = list(notes)
+    return lambda: [BenchRow("op", "float32", 8, 8, "llmcompile", 1.0, 1.0, 100.0, left.pop(0))]
+
+
+MISMATCH = "TIMER MISMATCH: events 0.25 ms vs wall clock 0.53 ms a call"
+
+
+@pytest.mark.parametrize(
+    "notes, calm, want, remeasured",
+    [
+        (["", "x"], [], "", 0),  # nothing flagged: timed once, the GPU not probed
+        ([MISMATCH, ""], [None], "", 0),  # a spell that passed: the second timing stands
+        ([MISMATCH, MISMATCH], [None, None], MISMATCH, 0),  # stays on a calm GPU: the candidate's
+        (["IMPOSSIBLE: above 1.05x", ""], [None], "", 1),  # a ceiling measured low, measured again
+        (["WRONG TIMED OUTPUT: x; TIMER MISMATCH"], [], "WRONG TIMED OUTPUT: x; TIMER MISMATCH", 0),
+    ],
+)
+def test_a_timing_flag_stands_only_where_it_stays_on_a_gpu_that_times_the_judges_copy_honestly(
+    notes: list[str], calm: list[str | None], want: str, remeasured: int
+) -> None:
+    asked: list[int] = []
+    probes = list(calm)
+    rows = gpu_stages.timed_fairly(_rows(*notes), lambda: probes.pop(0), lambda: asked.append(1))
+    assert rows[0].note == want
+    assert not probes and len(asked) == remeasured
+
+
+@pytest.mark.parametrize("calm", [["events 0.25 ms vs wall clock 0.53 ms"], [None, "ran at 1.9 TB/s"]])
+def test_a_gpu_that_times_the_judges_own_copy_wrong_is_the_gpus_trouble_not_the_candidates(
+    calm: list[str | None],
+) -> None:
+    """Another process on the GPU leaves a cheat's marks on an honest kernel: no verdict, said so."""
+    probes = list(calm)
+    with pytest.raises(gpu_stages.GpuShared, match=calm[-1]):
+        gpu_stages.timed_fairly(_rows(MISMATCH, MISMATCH), lambda: probes.pop(0), lambda: None)

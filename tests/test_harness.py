@@ -9,9 +9,9 @@ import pytest
 
 from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
 from llmcompile.harness.compiler import parse_ptxas, with_launches
-from llmcompile.harness.sandbox import sandbox
+from llmcompile.harness.sandbox import ROOT, Layers, Sandbox, sandbox
 from llmcompile.harness.verdict import KernelResources, Verdict
-from llmcompile.harness.worker import CandidatePool
+from llmcompile.harness.worker import CandidatePool, Channel
 from llmcompile.runtime.launches import parse_launches
 from llmcompile.specs import BUILTIN, contract, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling
@@ -309,3 +309,26 @@ def test_a_judge_sizes_itself_to_the_cores_it_is_given(monkeypatch: pytest.Monke
     import os
 
     assert host_cpus() == len(os.sched_getaffinity(0))
+
+
+FAKE_WORKER = """
+import json, sys
+print(json.dumps({"event": "ready", "pid": 0}), flush=True)
+for line in sys.stdin:
+    print(json.dumps({"event": "stage", "stage": "profile"}), flush=True)
+    print(json.dumps({"event": "done", "stage": "harness", "detail": "the GPU is not the judge's alone"}), flush=True)
+"""
+
+
+def test_a_job_the_judge_could_not_judge_says_so_and_keeps_its_process(tmp_path: Path) -> None:
+    """A worker ends a job with the judge's own trouble (a GPU something else is using) on a sound
+    process: the outcome names it, so the judge raises JudgeFailure, not a crash on the candidate."""
+    (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+    ch = Channel("fake_worker", Sandbox(Layers(), unsafe=True), env={"PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    try:
+        ch.wait_ready()
+        out = ch.run({"kind": "gpu"})
+        assert (out.failure, out.stage, out.detail) == (None, "harness", "the GPU is not the judge's alone")
+        assert ch.proc is not None and ch.proc.poll() is None
+    finally:
+        ch.close()

@@ -4,11 +4,14 @@ with the right verdict. Writes the verdict table to $LLMCOMPILE_RESULTS_DIR when
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from llmcompile.harness import PROFILED, Judge, JudgeOptions
+from llmcompile.harness.worker import JudgeFailure
 from llmcompile.specs import BUILTIN, get_op
 from llmcompile.specs.targets import DEFAULT_TARGET, target_here
 from tests.bad_kernels import BAD, HONEST
@@ -55,6 +58,42 @@ def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
     # cross-entropy) ran at 105-113% of the copy on an H200, whose reads outrun its copy
     ceiling = max(v.profile.sol_tbs, v.profile.read_tbs)
     assert all(s.pct_sol > 0.3 and s.tbs < 1.1 * ceiling for s in v.profile.shapes), v.message
+
+
+# another process copying on the judge's GPU all along (docs/judge.md, a GPU not the judge's alone)
+HOG = """
+import torch
+x = torch.randn(1 << 28, device="cuda")
+y = torch.empty_like(x)
+y.copy_(x)
+torch.cuda.synchronize()
+print("ready", flush=True)
+while True:
+    for _ in range(50):
+        y.copy_(x)
+    torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.parametrize("op, dtype", [("softmax", "float32"), ("attention", "bfloat16")])
+def test_a_gpu_something_else_is_using_gets_no_verdict_on_the_candidate(judge: Judge, op: str, dtype: str) -> None:
+    """An honest kernel on a GPU another process keeps busy: profiled, or the judge says the GPU
+    is not its alone (JudgeFailure); never suspicious."""
+    spec = get_op(op)
+    hog = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
+        try:
+            v = judge.evaluate((REF / f"{spec.reference_module}.py").read_text(), spec, dtype, JudgeOptions())
+        except JudgeFailure as e:
+            _record(f"| reference {op}, GPU shared | {op} | {dtype} | no verdict | JudgeFailure | {str(e)[:160]} |")
+            assert "not the judge's alone" in str(e)
+        else:
+            _record(f"| reference {op}, GPU shared | {op} | {dtype} | no verdict | {v.status} | {v.message[:160]} |")
+            assert v.status == PROFILED, v.message
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def test_gpu_worker_never_imports_candidate_python(judge: Judge) -> None:

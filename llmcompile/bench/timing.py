@@ -173,6 +173,53 @@ def settle(copy_tbs: float | None = None, seconds: float = SETTLE_S) -> float:
     return time.perf_counter() - t0
 
 
+# Another process on the GPU times every kernel wrong. Two judges' workers on one H200
+# (2026-11-30): honest kernels' events at half their wall clock (softmax fp32 1024 x 262144:
+# 0.252 vs 0.533 ms a call), and a GEMM probe so low that the attention reference ran "above" it.
+CALM_FRACTION = 0.85  # of the copy rate the worker measured: below it, something else has the GPU
+# The probe's wall clock over its events: alone 1.003x (H200, 2 x 256 MB), beside another process
+# copying 2.13x, at the border of a candidate's flag (2x). With that 2x, the first probe found the
+# GPU calm under the same load in the judge's worker, and honest kernels were suspicious again.
+CALM_WALL = 1.25
+CALM_RUNS = 3  # clean probes in a row: a single clean look can fall in a gap of the other's work
+CALM_S = 30.0  # how long the judge waits for the GPU to time honestly before it gives up
+CALM_STEP_S = 0.25
+
+
+def disturbance(copy_tbs: float | None, elems: int = 1 << 27) -> str | None:
+    """What is wrong with timing on this GPU now, seen on a kernel known to be honest (torch's
+    copy of 2 x 256 MB, random bf16), timed as a candidate is: its wall clock above CALM_WALL x
+    its events, or its rate below CALM_FRACTION of `copy_tbs`. None: it times as it should."""
+    src = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    t = time_calls([lambda: dst.copy_(src)], reps=5)
+    return probe_says(t, tbs(2 * src.nbytes, t.median_ms), copy_tbs)
+
+
+def probe_says(t: Timing, rate: float, copy_tbs: float | None) -> str | None:
+    """`disturbance`'s reading of its probe's timing `t` and rate."""
+    if t.wall_ms > CALM_WALL * t.median_ms:
+        return f"the judge's own copy: events {t.median_ms:.4f} ms vs wall clock {t.wall_ms:.4f} ms a call"
+    if copy_tbs and rate < CALM_FRACTION * copy_tbs:
+        return f"the judge's own copy ran at {rate:.2f} TB/s, {100 * rate / copy_tbs:.0f}% of the {copy_tbs:.2f} it measured"
+    return None
+
+
+def wait_calm(copy_tbs: float | None, seconds: float = CALM_S) -> str | None:
+    """Probe (`disturbance`) until the GPU times honestly CALM_RUNS times in a row, at most
+    `seconds`: None when it does, else what was last wrong."""
+    t0, clean, why = time.perf_counter(), 0, None
+    while clean < CALM_RUNS:
+        if (found := disturbance(copy_tbs)) is None:
+            clean += 1
+            continue
+        clean, why = 0, found
+        if time.perf_counter() - t0 > seconds:
+            return why
+        time.sleep(CALM_STEP_S)
+    return None
+
+
 def copy_bandwidths(
     copies: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] | None = None,
     elems: int = 1 << 28,

@@ -254,7 +254,8 @@ class Channel:
                 if ev.get("fatal"):
                     self.close()  # the CUDA context is gone; the next job gets a new process
                     return JobOutcome(results, "crashed", ev.get("stage"), ev.get("detail", ""), payload, at)
-                return JobOutcome(results, payload=payload)
+                # (a stage named on a sound end: the judge's own trouble, the process kept)
+                return JobOutcome(results, None, ev.get("stage"), ev.get("detail", ""), payload, at)
 
 
 class CandidatePool:
@@ -416,6 +417,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
     import hashlib
     from dataclasses import asdict
 
+    from llmcompile.bench import timing
     from llmcompile.harness import gpu_stages
     from llmcompile.specs import get_op
 
@@ -462,8 +464,13 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
                 for m, n in shapes
             }
             known = {tuple(int(v) for v in k.split("x")): e for k, e in job.get("baseline_cache", {}).items()}
-            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known)
+            again = lambda: gpu_stages.ceiling(spec, job["dtype"], copy_probe, READ_PROBES, fresh=True)  # noqa: E731
+            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known, again)
             send(event="result", stage="profile", data=asdict(p))
+    except gpu_stages.GpuShared as e:  # the GPU's trouble, not the candidate's; the process is sound
+        send(event="done", stage="harness", detail=f"the GPU is not the judge's alone: {e}, still after "
+             f"{timing.CALM_S:.0f} s; its timings say nothing of the candidate (give the judge a GPU of its own)")  # fmt: skip
+        return False
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
         if gpu_stages.device_fault(e):
             send(event="done", fatal=True, stage=stage, detail=f"{type(e).__name__}: {str(e)[:600]}")

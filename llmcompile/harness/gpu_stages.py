@@ -591,8 +591,8 @@ TIMING_FLAGS = ("IMPOSSIBLE", "TIMER MISMATCH")
 
 
 class GpuShared(RuntimeError):
-    """The GPU did not time the judge's own copy honestly: something else is using it, and no
-    timing taken on it says anything of the candidate."""
+    """The GPU did not time the judge's own copy honestly: something else is using it (or the host
+    is too busy to feed it), and no timing taken now says anything of the candidate."""
 
 
 def timed_fairly(

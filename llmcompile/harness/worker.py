@@ -468,8 +468,8 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
             p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known, again)
             send(event="result", stage="profile", data=asdict(p))
     except gpu_stages.GpuShared as e:  # the GPU's trouble, not the candidate's; the process is sound
-        send(event="done", stage="harness", detail=f"the GPU is not the judge's alone: {e}, still after "
-             f"{timing.CALM_S:.0f} s; its timings say nothing of the candidate (give the judge a GPU of its own)")  # fmt: skip
+        send(event="done", stage="harness", detail=f"the judge cannot time honestly here: {e}, still after "
+             f"{timing.CALM_S:.0f} s (another process on this GPU, or a host too busy to feed it): no verdict")  # fmt: skip
         return False
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
         if gpu_stages.device_fault(e):

@@ -53,6 +53,11 @@ PAIRS = [
      "pass"),
     ("x.aminmax(dim=1).max - torch.aminmax(x, dim=1).min", "x.amax(1) - x.amin(1)", "pass"),
     ("torch.var_mean(x, dim=0)", "(x.var(0), x.mean(0))", "pass"),  # batch statistics: one Chan merge
+    # an index that only inserts dims is the unsqueezes it is
+    ("x - x.mean(-1)[..., None]", "x - x.mean(-1).unsqueeze(-1)", "pass"),
+    ("x / x.sum(1)[:, None]", "x / x.sum(1).unsqueeze(1)", "pass"),
+    ("x - x.mean((0, 2))[None, :, None]", "x - x.mean((0, 2)).unsqueeze(0).unsqueeze(2)", "pass"),
+    ("torch.var_mean(x, dim=(0, 2))", "(x.var((0, 2)), x.mean((0, 2)))", "pass"),  # batch statistics
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -186,3 +191,27 @@ def test_reductions_folded_together_are_right_on_the_gpu(forward: str, tmp_path:
 def test_nans_are_left_out_on_the_gpu(fn: str, dim: str, tmp_path: Path) -> None:
     f = problem_file(tmp_path, "p", f"torch.{fn}(torch.where(x > 0.9, float('nan'), x), dim={dim})", SHAPE)
     right_on_gpu(f, "float32", tmp_path, 3)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [(slice(None), None), (Ellipsis, None), None, (None, slice(None), None), (Ellipsis, None, slice(None)),
+     (None, Ellipsis, None), (slice(None), None, Ellipsis, None, slice(None))],
+)  # fmt: skip
+def test_an_index_that_inserts_dims_is_its_unsqueezes(index: object) -> None:
+    import torch
+
+    from llmcompile.agent.patterns.decompose import _unsqueezes
+
+    t = torch.arange(24.0).reshape(2, 3, 4)
+    u = t
+    for at in _unsqueezes(index) or []:
+        u = u.unsqueeze(at)
+    assert u.shape == t[index].shape and torch.equal(u, t[index])
+
+
+@pytest.mark.parametrize("index", [0, (slice(None), 0), (slice(1, None), None), (Ellipsis, None, Ellipsis), ()])
+def test_an_index_that_picks_or_slices_is_not_an_unsqueeze(index: object) -> None:
+    from llmcompile.agent.patterns.decompose import _unsqueezes
+
+    assert _unsqueezes(index) is None

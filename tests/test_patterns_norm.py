@@ -382,3 +382,44 @@ def test_several_statistics_of_a_row_fold_together(what: str, forward: str, tmp_
 @pytest.mark.parametrize("n", [1024, 1000])
 def test_several_statistics_of_a_row_are_right(what: str, forward: str, dtype: str, n: int, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "joint", forward, f"(256, 8, {n}, dtype=torch.{dtype})"), dtype, tmp_path, 29)
+
+
+# statistics over the batch dim and the trailing dims together, a group a channel (segments mode)
+BN = "(x - x.mean((0, 2, 3), keepdim=True)) / torch.sqrt(x.var((0, 2, 3), keepdim=True, unbiased=False) + 1e-5)"
+BATCH = [
+    ("a channel's mean", "x.mean(dim=(0, 2, 3))", "(16, 32, 8, 64)"),
+    ("var_mean over (0, 2)", "torch.var_mean(x, dim=(0, 2))", "(16, 32, 512)"),
+    ("SyncBatchNorm's sum and sum of squares", "(x.sum((0, 2)), (x * x).sum((0, 2)))", "(16, 32, 512)"),
+    ("a channel's range", "x.amax((0, 2)) - x.amin((0, 2))", "(16, 32, 512)"),
+    ("BatchNorm written out", BN, "(16, 32, 8, 64)"),
+    ("two channel dims kept", "x.std(dim=(0, 3), keepdim=True)", "(16, 4, 8, 256)"),
+]
+
+
+@pytest.mark.parametrize(("what", "forward", "shape"), BATCH)
+def test_batch_statistics_are_a_channels_segments(what: str, forward: str, shape: str, tmp_path: Path) -> None:
+    """Reduced over the batch dim and the trailing dims, kept between: the norm template's
+    segments mode, counting the batch's elements at run time (its size changes between calls)."""
+    m, _ = compiled_match(problem_file(tmp_path, "bn", forward, shape), "float32", tmp_path, "norm")
+    assert '"segments",' in m.source and "a channel over the batch" in m.summary, m.source
+    assert "count" in m.source.split("def finalize")[1].split("\n\n")[0], m.source
+
+
+@pytest.mark.parametrize(
+    ("forward", "init", "why"),
+    [
+        ("x.amax((0, 2)) + x.sum(-1).sum(0)", "pass", "beside batch statistics"),
+        ("(x - x.mean((0, 2), keepdim=True)) * self.w", "self.w = nn.Parameter(torch.ones(32, 1))", "beside batch"),
+        ("x.mean((0, 2)).argmax()", "pass", ""),  # (a fold of the statistics: not this template's)
+    ],
+)
+def test_batch_statistics_the_template_does_not_take_say_why(forward: str, init: str, why: str, tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "bn", forward, "(16, 32, 512)", init))))
+    assert isinstance(m, patterns.NoMatch) and why in m.reason, m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "shape"), BATCH)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batch_statistics_are_right(what: str, forward: str, shape: str, dtype: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "bn", forward, shape[:-1] + f", dtype=torch.{dtype})"), dtype, tmp_path, 31)

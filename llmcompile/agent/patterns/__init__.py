@@ -11,8 +11,9 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
 - total: a whole tensor folded to a value (losses, a Frobenius norm and its rewrite), and the
   reduced losses whose rows come first (cross-entropy: the reference kernel's rows' losses;
   a triplet margin loss: the norm template's), folded by it;
-- norm: statistics of groups then a rewrite (BatchNorm with batch statistics, InstanceNorm,
-  GroupNorm, LayerNorm over trailing dims, x rewritten with a statistic of its last dim), or a
+- norm: statistics of groups then a rewrite (BatchNorm with batch statistics, as a module or
+  written out, InstanceNorm, GroupNorm, LayerNorm over trailing dims, x rewritten with a
+  statistic of its last dim), or a
   value a group (a matrix-vector product: rows folded against the vector; a sum, mean, max, min
   or norm of each row, and what the output makes of it);
 - pool: max and average pooling modules over 1-3 spatial dims;
@@ -27,7 +28,7 @@ candidate. Anything else is a `NoMatch` that says which node no template covers.
 graph.py reads the traced graph (decompose.py has written torch's shorthands out first: F.rms_norm
 as x * rsqrt(mean(x^2) + eps) * w) and emit.py writes its elementwise parts as CuTe-DSL code; each
 family above has its own module; `_match` below tries them in order (whole-graph calls of a known
-module first, then the rows, map, total, norm, scan and strided shapes).
+module first, then the rows, map, batch statistics, total, norm, scan and strided shapes).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from llmcompile.agent.patterns.graph import (
     trace,
 )
 from llmcompile.agent.patterns.maps import match_map
-from llmcompile.agent.patterns.norm import match_gemv, match_norm_module, match_norm_of_rows
+from llmcompile.agent.patterns.norm import match_batch_statistics, match_gemv, match_norm_module, match_norm_of_rows
 from llmcompile.agent.patterns.pool import match_pool
 from llmcompile.agent.patterns.rows import match_rowop
 from llmcompile.agent.patterns.scan import match_scan
@@ -99,6 +100,9 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             ctx = {**m, "kinds_repr": repr(tuple(m["kinds"])), **outs}
             what = ", ".join(m["ops"]) or "copy"
             return _rendered("map", f"elementwise ({what}) over {', '.join(m['kinds'])} inputs", spec, params, ctx)
+        b = match_batch_statistics(spec, gm, given, shapes)
+        if b:
+            return _rendered("norm", b["what"], spec, params, {**b, **outs})
         w = match_total(spec, gm, given, shapes)
         if w:
             ctx = {**w, **outs}

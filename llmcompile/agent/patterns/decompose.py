@@ -116,6 +116,38 @@ def _aminmax(g: fx.Graph, x: Any, *, dim: Any = None, keepdim: Any = False) -> t
     return g.call_function(torch.amin, (x,), dims), g.call_function(torch.amax, (x,), dims)
 
 
+def _unsqueezes(index: Any) -> list[int] | None:
+    """Where `t[index]` inserts dims, as the unsqueeze positions that make the same view one after
+    another (from the left before an Ellipsis, from the right after it), where the index only
+    inserts dims (None among full slices and one Ellipsis: t[:, None], t[..., None], t[None]);
+    else None."""
+    items = index if isinstance(index, tuple) else (index,)
+    full = slice(None, None, None)
+    if not any(i is None for i in items) or any(i is not None and i is not Ellipsis and i != full for i in items):
+        return None
+    if sum(i is Ellipsis for i in items) > 1:
+        return None
+    cut = items.index(Ellipsis) if Ellipsis in items else len(items)
+    at, left = [], 0
+    for i in items[:cut]:
+        if i is None:
+            at.append(left)
+        left += 1
+    right = 0
+    for i in reversed(items[cut + 1 :]):
+        if i is None:
+            at.append(-right - 1)
+        right += 1
+    return at
+
+
+def _index_view(g: fx.Graph, x: Any, index: Any) -> fx.Node:
+    """t[:, None] (an index that only inserts dims) as the unsqueezes it is."""
+    for at in _unsqueezes(index) or []:
+        x = g.call_method("unsqueeze", (x, at))
+    return x
+
+
 _FUNCTIONS: dict[Any, Callable[..., fx.Node]] = {
     F.rms_norm: _rms_norm,
     F.layer_norm: _layer_norm,
@@ -168,6 +200,8 @@ def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | Non
 
 def _rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:
     if n.op == "call_function":
+        if n.target is operator.getitem and _unsqueezes(n.args[1]) is not None:
+            return _index_view
         return _field if n.target is getattr and n.args[1] in _FIELDS else _FUNCTIONS.get(n.target)
     if n.op == "call_method":
         return _METHODS.get(str(n.target))

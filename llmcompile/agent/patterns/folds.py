@@ -215,19 +215,43 @@ def stat_name(gm: fx.GraphModule, red: Op, carrier: fx.Node) -> str:
     return kind if kind in NORMALIZERS else red.kind.replace("_and_index", " and its index")
 
 
-def find_reductions(gm: fx.GraphModule, calls: list[fx.Node], shapes: dict) -> list[tuple[Op, fx.Node, int, int]]:
+def find_reductions(
+    gm: fx.GraphModule, calls: list[fx.Node], shapes: dict, batch: bool = False
+) -> list[tuple[Op, fx.Node, int, int]]:
     """The graph's reductions, each as its op, the node carrying its result (a getitem of
     max/min's pair), the first reduced dim of its input, and how many dims from there it
     reduces (several adjacent dims are one run of memory: (1, 2) of (B, C, L) is C * L). A
-    softmax or log_softmax is the log-sum-exp of its dim, carried by the softmax node."""
-    return [_reduction(gm, op, shapes) for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS | NORMALIZERS]
+    softmax or log_softmax is the log-sum-exp of its dim, carried by the softmax node. With
+    `batch`, each is over the batch dim and a trailing block (`batch_block`), named by the block."""
+    found = [op_of(gm, n) for n in calls]
+    return [_reduction(gm, op, shapes, batch) for op in found if op.kind in REDUCTIONS | NORMALIZERS]
 
 
-def _reduction(gm: fx.GraphModule, r: Op, shapes: dict) -> tuple[Op, fx.Node, int, int]:
+def batch_block(r: Op, shapes: dict) -> int | None:
+    """The first dim of the trailing block a reduction over the batch dim and that block reduces,
+    with at least one dim kept between ((0, 2, 3) of (N, C, H, W): 2; batch statistics); None for
+    any other dims."""
+    dim = reduce_dim(r)
+    if not isinstance(dim, (list, tuple)) or not isinstance(r.args[0], fx.Node) or r.args[0] not in shapes:
+        return None
+    rank = len(shapes[r.args[0]])
+    dims = sorted({d % rank for d in dim})
+    if len(dims) < 2 or dims[0] != 0 or dims[1] < 2 or dims[1:] != list(range(dims[1], rank)):
+        return None
+    return dims[1]
+
+
+def _reduction(gm: fx.GraphModule, r: Op, shapes: dict, batch: bool = False) -> tuple[Op, fx.Node, int, int]:
     dim = reduce_dim(r)
     x = r.args[0]
     rank = len(shapes[x])
     span = 1
+    if batch:  # (the batch dim's elements count too: its segments are in the group)
+        if (block := batch_block(r, shapes)) is None:
+            over = "the whole tensor" if dim is None else dim
+            raise Unsupported(f"`{r.kind}` over {over} beside batch statistics (each over the batch and the same dims)")
+        exact_count(r, shapes[x][0] * math.prod(shapes[x][block:]))
+        return r, r.node, block, rank - block
     if isinstance(dim, (list, tuple)):
         dims = sorted({d % rank for d in dim})
         if dims != list(range(dims[0], dims[0] + len(dims))):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
@@ -13,6 +14,7 @@ from torch import fx, nn
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.folds import (
     PAIRED,
+    batch_block,
     find_reductions,
     fold_together,
     is_reduction,
@@ -26,6 +28,7 @@ from llmcompile.agent.patterns.graph import (
     Unsupported,
     depends_on,
     only_module,
+    op_of,
     param_names,
     results_of,
     split_nodes,
@@ -132,10 +135,51 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     }
 
 
+@dataclass(frozen=True)
+class Groups:
+    """How x's elements fall into the template's groups: its mode, the groups a batch item holds,
+    a segment's length, the values one statistic a group makes over x, what a fold's statistic
+    divides by (a literal, or the template's run-time `count`), the shape a model's parameter read
+    along a group has (None: none is taken), and a group in words."""
+
+    mode: str
+    per_item: int
+    seg: int
+    values: int
+    length: int | str
+    row: tuple | None
+    each: str
+    noun: str = "row"
+
+    @staticmethod
+    def rows(shape: tuple, dim: int) -> Groups:
+        """A group a row of the trailing dims from `dim` (one run of memory)."""
+        seg = math.prod(shape[dim:])
+        rows = math.prod(shape) // seg
+        return Groups("groups", math.prod(shape[1:dim]), seg, rows, seg, shape[dim:], f"{seg} elements a row")
+
+    @staticmethod
+    def batch(shape: tuple, dim: int) -> Groups:
+        """A group a channel (the dims between the batch dim and `dim`) over the batch and the
+        trailing dims from `dim`: batch statistics, whose count grows with the batch."""
+        c, seg = math.prod(shape[1:dim]), math.prod(shape[dim:])
+        return Groups("segments", c, seg, c, "count", None, f"a channel over the batch x {seg}", "channel")
+
+
 def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """A statistic of x's last dim (or its trailing dims together), groups of a row: x rewritten
     with it (x / mean(|x|), x / ||x||), or the statistic itself, a value a row (a sum, a mean, a
     max, a norm, a variance, a log-sum-exp of each row, and what the output makes of it alone)."""
+    return _norm_of_groups(spec, gm, given, shapes, batch=False)
+
+
+def match_batch_statistics(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
+    """The same over the batch dim and the trailing dims together, a group a channel (batch
+    statistics: x.mean((0, 2, 3)), torch.var_mean(x, (0, 2)), a BatchNorm written out)."""
+    return _norm_of_groups(spec, gm, given, shapes, batch=True)
+
+
+def _norm_of_groups(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict, batch: bool) -> dict | None:
     ph, calls, (out,) = split_nodes(gm)
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
     if not tens or len(tens) != len(given) or not any(is_reduction(gm, n) for n in calls):
@@ -146,38 +190,44 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
     others = [n for n, _ in tens[1:]]
     if any(tuple(shapes[n]) != shape for n in others):
         return None
-    reds = find_reductions(gm, calls, shapes)
+    if batch != any(batch_block(op_of(gm, n), shapes) is not None for n in calls if is_reduction(gm, n)):
+        return None  # (batch statistics are this matcher's, and only they)
+    reds = find_reductions(gm, calls, shapes, batch)
     red, carrier, dim, span = reds[0]
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
         return None  # (several along another dim: the strided or leading template's, if anyone's)
-    seg = math.prod(shape[dim:])  # (trailing dims reduced together: one run of memory)
+    grp = Groups.batch(shape, dim) if batch else Groups.rows(shape, dim)
+    if batch and (others or red.kind in PAIRED or red.kind in ("argmax", "argmin")):
+        beside = " beside other inputs" if others else ""
+        raise Unsupported(f"batch statistics with `{red.kind}`{beside} (values of the batch alone are taken)")
     if others and (red.kind in PAIRED or len(reds) > 1):
         raise Unsupported(f"{len(tens)} inputs beside `{red.kind}` (one reduction of several inputs is taken)")
     results = results_of(out)
     if red.kind in PAIRED:
-        return _values_and_indices(spec, gm, shapes, red, carrier, results, xnode, shape, dim, seg)
+        return _values_and_indices(spec, gm, shapes, red, carrier, results, xnode, grp)
     if len(reds) > 1:
-        return _joint_of_rows(spec, gm, shapes, reds, xnode, results, seg)
+        return _joint_of_rows(spec, gm, shapes, reds, xnode, results, grp)
     side = depends_on(gm, {xnode, *others}, carrier)
-    if _all_values(shapes, side, results, math.prod(shape) // seg) and not others:
-        combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+    if _all_values(shapes, side, results, grp.values) and not others:
+        combine, identity, prologue, stat = reduction_parts(gm, red, xnode, grp.length)
         parts = {"prologue": prologue, "combine": combine, "identity": identity}
-        return _values_of_rows(spec, gm, parts, {carrier: stat}, [red], results, shape, dim, seg)
-    elements, values, written = _outputs(spec, shapes, side, xnode, results, seg)
+        return _values_of_rows(spec, gm, parts, {carrier: stat}, [red], results, grp)
+    elements, values, written = _outputs(spec, shapes, side, xnode, results, grp.values)
     res = elements[0]
-    weights = _weights(gm, shapes, shape[dim:])
+    weights = _weights(gm, shapes, grp.row)
     if others and weights:
         raise Unsupported(f"{len(tens)} inputs and a model's parameters beside a reduction of each row")
     penv = {n: f"p[{i}]" for i, n in enumerate(others)}
     penv.update(_as_stored(gm, spec, results, elements, {xnode: "x", **weights, **penv}))
-    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg, penv)
+    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, grp.length, penv)
     env = {**rewrite_env(gm, xnode, carrier), **weights, **penv}  # (what a rewrite reads)
     if values or len(elements) > 1:  # x rewritten (several ways), values of its rows beside it
         if red.kind in ("argmax", "argmin") or stat_name(gm, red, carrier) != red.kind:  # (an index, a softmax)
             raise Unsupported(f"`{stat_name(gm, red, carrier)}` with several outputs beside it")
         rewrites = "x rewritten" if len(elements) == 1 else f"{len(elements)} rewrites of x"
-        beside = {0: "", 1: ", and a value a row beside it"}.get(len(values), f", and {len(values)} values a row")
-        what = f"{rewrites} with its rows' {red.kind}{beside} ({seg} elements a row)"
+        a = f"a {grp.noun}"
+        beside = {0: "", 1: f", and a value {a} beside it"}.get(len(values), f", and {len(values)} values {a}")
+        what = f"{rewrites} with its {grp.noun}s' {red.kind}{beside} ({grp.each})"
         parts = {
             "prologue": prologue,
             "finalize": stat,
@@ -187,18 +237,18 @@ def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: di
             "per_group": ", ".join(Emitter(gm, {carrier: "s[0]"}, vector=False).expr(v) for v in values),
             "element_outputs": len(elements),
         }
-        ctx = {**_rows_context(spec, what, parts, weights, shape, dim, seg, False), "written": written}
+        ctx = {**_rows_context(spec, what, parts, weights, grp, False), "written": written}
         return {**ctx, **_full_inputs(spec, given, ph, others)}
     if side.get(res) == {"x", "r"}:  # x rewritten with its rows' statistic
-        what = f"x rewritten with its rows' {stat_name(gm, red, carrier)} ({seg} elements a row)"
+        what = f"x rewritten with its {grp.noun}s' {stat_name(gm, red, carrier)} ({grp.each})"
         finalize, apply = stat, Emitter(gm, env, vector=False).expr(res)
     elif side.get(res) == {"r"}:  # a value a row: what the output makes of the statistic
-        what = f"the {red.kind} of each row ({seg} elements a row)"
+        what = f"the {red.kind} of each {grp.noun} ({grp.each})"
         finalize, apply = Emitter(gm, {carrier: f"({stat})"}, vector=False).expr(res), None
     else:
         raise Unsupported("a reduction along the last dim whose output is neither x rewritten nor its statistic")
     parts = {"prologue": prologue, "finalize": finalize, "combine": combine, "identity": identity, "apply": apply}
-    ctx = _rows_context(spec, what, parts, weights, shape, dim, seg, red.kind in ("argmax", "argmin"))
+    ctx = _rows_context(spec, what, parts, weights, grp, red.kind in ("argmax", "argmin"))
     return {**ctx, **_full_inputs(spec, given, ph, others)} if others else ctx
 
 
@@ -219,19 +269,17 @@ def _values_and_indices(
     carrier: fx.Node,
     results: list,
     xnode: fx.Node,
-    shape: tuple,
-    dim: int,
-    seg: int,
+    grp: Groups,
 ) -> dict:
     """torch.max(x, dim=-1) (or min) returned whole: each row's value and its index, both from
     one fold of (value, index) pairs, written to the two outputs."""
     paired_outputs(red, carrier, results)
-    if _weights(gm, shapes, shape[dim:]):
+    if _weights(gm, shapes, grp.row):
         raise Unsupported(f"`{red.kind.split('_')[0]}` with values and indices beside a model's parameters")
-    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, seg)
+    combine, identity, prologue, stat = reduction_parts(gm, red, xnode, grp.length)
     parts = {"prologue": prologue, "finalize": stat, "combine": combine, "identity": identity, "apply": None}
-    what = f"the {red.kind.split('_')[0]} of each row and its index ({seg} elements a row)"
-    return {**_rows_context(spec, what, parts, {}, shape, dim, seg, True), "written": [t.name for t in spec.outputs]}
+    what = f"the {red.kind.split('_')[0]} of each row and its index ({grp.each})"
+    return {**_rows_context(spec, what, parts, {}, grp, True), "written": [t.name for t in spec.outputs]}
 
 
 def _all_values(shapes: dict, side: dict, results: list, rows: int) -> bool:
@@ -249,31 +297,29 @@ def _values_of_rows(
     stats: dict,
     ops: list,
     results: list,
-    shape: tuple,
-    dim: int,
-    seg: int,
+    grp: Groups,
 ) -> dict:
     """`_all_values`' kernel: the fold's finalize writes each output from the statistics (`stats`:
     each reduction's carrier node and its statistic of `acc`), x is not rewritten."""
     finalize = ", ".join(Emitter(gm, {c: f"({st})" for c, st in stats.items()}, vector=False).expr(r) for r in results)
-    what = f"{len(results)} values of each row from its {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+    what = f"{len(results)} values of each {grp.noun} from its {' and '.join(r.kind for r in ops)} ({grp.each})"
     with_index = len(ops) == 1 and ops[0].kind in ("argmax", "argmin")
-    ctx = _rows_context(spec, what, {**parts, "finalize": finalize, "apply": None}, {}, shape, dim, seg, with_index)
+    ctx = _rows_context(spec, what, {**parts, "finalize": finalize, "apply": None}, {}, grp, with_index)
     return {**ctx, "written": [t.name for t in spec.outputs]}
 
 
 def _outputs(
-    spec: OpSpec, shapes: dict, side: dict, xnode: fx.Node, results: list, seg: int
+    spec: OpSpec, shapes: dict, side: dict, xnode: fx.Node, results: list, rows: int
 ) -> tuple[list[fx.Node], list[fx.Node], list[str]]:
     """The graph's outputs as the template writes them: x rewritten (several ways: a residual
     sum and its rows normalized), then values of its rows beside a rewrite (the normalized rows
     and their statistic); with the outputs' names in that order. One output is a rewrite or a
-    value a row, as the caller decides. `side`: depends_on's of the graph."""
+    value a row, as the caller decides. `side`: depends_on's of the graph; `rows`: the values one
+    statistic a row makes."""
     names = [t.name for t in spec.outputs]
     if len(results) == 1:
         return [results[0]], [], names
     shape = tuple(shapes[xnode])
-    rows = math.prod(shape) // seg
     rewrite = [
         i for i, r in enumerate(results) if side.get(r) in ({"x", "r"}, {"x"}) and tuple(shapes.get(r, ())) == shape
     ]
@@ -306,28 +352,28 @@ def _as_stored(
     return stored
 
 
-def _weights(gm: fx.GraphModule, shapes: dict, row: tuple) -> dict[fx.Node, str]:
+def _weights(gm: fx.GraphModule, shapes: dict, row: tuple | None) -> dict[fx.Node, str]:
     """A model's parameters a rewrite reads, one value an element of a row (an affine weight, a
-    bias), as the template names them."""
+    bias), as the template names them (`row` None: none is taken)."""
     weights = {}
     for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
+        if row is None:
+            raise Unsupported(f"a parameter `{n.target}` beside batch statistics")
         if tuple(shapes.get(n, ())) != row:
             raise Unsupported(f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside rows of {row}")
         weights[n] = f"p[{len(weights)}]"
     return weights
 
 
-def _rows_context(
-    spec: OpSpec, what: str, parts: dict, weights: dict, shape: tuple, dim: int, seg: int, with_index: bool
-) -> dict:
+def _rows_context(spec: OpSpec, what: str, parts: dict, weights: dict, grp: Groups, with_index: bool) -> dict:
     return {
         "what": what,
         "moments": False,
         "with_index": with_index,  # the prologue's (x, r): r the index in the row
         **parts,
-        "mode": "groups",
-        "groups_per_item": math.prod(shape[1:dim]),
-        "seg_len": seg,
+        "mode": grp.mode,
+        "groups_per_item": grp.per_item,
+        "seg_len": grp.seg,
         "param_mul": 0,
         "param_div": 1,
         "norm_params": [str(n.target).replace(".", "_") for n in weights],
@@ -339,7 +385,7 @@ STATS = 3  # statistics a group holds (reference_kernels/norm.py's MAX_ARITY)
 
 
 def _joint_of_rows(
-    spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, seg: int
+    spec: OpSpec, gm: fx.GraphModule, shapes: dict, reds: list, xnode: fx.Node, results: list, grp: Groups
 ) -> dict:
     """Several statistics of each row folded together: of the same values (a mean and a standard
     deviation: a LayerNorm written out), or each its own fold side by side (`joint_fold`); x
@@ -347,36 +393,35 @@ def _joint_of_rows(
     ops = [r for r, _, _, _ in reds]
     if len({(d, sp) for _, _, d, sp in reds}) != 1 or len(ops) > STATS:
         raise Unsupported(f"{len(ops)} reductions ({', '.join(sorted({r.kind for r in ops}))}) of different dims")
-    combine, identity, prologue, stats = fold_together(gm, ops, xnode, seg)
+    combine, identity, prologue, stats = fold_together(gm, ops, xnode, grp.length)
     parts = {"prologue": prologue, "combine": combine, "identity": identity}
     carriers = tuple(c for _, c, _, _ in reds)
     sides = depends_on(gm, {xnode}, carriers)
-    shape, dim = tuple(shapes[xnode]), reds[0][2]
-    if _all_values(shapes, sides, results, math.prod(shape) // seg):
-        return _values_of_rows(spec, gm, parts, dict(zip(carriers, stats)), ops, results, shape, dim, seg)
-    elements, values, written = _outputs(spec, shapes, sides, xnode, results, seg)
+    if _all_values(shapes, sides, results, grp.values):
+        return _values_of_rows(spec, gm, parts, dict(zip(carriers, stats)), ops, results, grp)
+    elements, values, written = _outputs(spec, shapes, sides, xnode, results, grp.values)
     if len(elements) > 1:
         raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")
     res = elements[0]
     side = sides.get(res)
-    weights = _weights(gm, shapes, shape[dim:])
+    weights = _weights(gm, shapes, grp.row)
     if side == {"x", "r"}:
         env = {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}, **weights}
         finalize, apply = ", ".join(stats), Emitter(gm, env, vector=False).expr(res)
         stat_env = Emitter(gm, {c: f"s[{i}]" for i, c in enumerate(carriers)}, vector=False)
         per_group = ", ".join(stat_env.expr(v) for v in values)
-        what = f"x rewritten with its rows' {' and '.join(r.kind for r in ops)} ({seg} elements a row)"
+        what = f"x rewritten with its {grp.noun}s' {' and '.join(r.kind for r in ops)} ({grp.each})"
         if values:
-            what += f", and {len(values)} value{'s' * (len(values) > 1)} a row beside it"
+            what += f", and {len(values)} value{'s' * (len(values) > 1)} a {grp.noun} beside it"
     elif side == {"r"}:
         finalize = Emitter(gm, {c: f"({st})" for c, st in zip(carriers, stats)}, vector=False).expr(res)
-        apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each row make ({seg} elements a row)"
+        apply, what = None, f"what the {' and '.join(r.kind for r in ops)} of each {grp.noun} make ({grp.each})"
     else:
         raise Unsupported("reductions along the last dim whose output is neither x rewritten nor their statistics")
     parts.update(finalize=finalize, apply=apply)
     if values:
         return {
-            **_rows_context(spec, what, {**parts, "per_group": per_group}, weights, shape, dim, seg, False),
+            **_rows_context(spec, what, {**parts, "per_group": per_group}, weights, grp, False),
             "written": written,
         }
-    return _rows_context(spec, what, parts, weights, shape, dim, seg, False)
+    return _rows_context(spec, what, parts, weights, grp, False)

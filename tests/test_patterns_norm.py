@@ -393,14 +393,21 @@ BATCH = [
     ("a channel's range", "x.amax((0, 2)) - x.amin((0, 2))", "(16, 32, 512)"),
     ("BatchNorm written out", BN, "(16, 32, 8, 64)"),
     ("two channel dims kept", "x.std(dim=(0, 3), keepdim=True)", "(16, 4, 8, 256)"),
+    (
+        "BatchNorm written out, affine",
+        f"{BN} * self.w[None, :, None, None] + self.b.view(1, -1, 1, 1)",
+        "(16, 32, 8, 64)",
+    ),
 ]
+AFFINE_C = "self.w = nn.Parameter(torch.rand(32)); self.b = nn.Parameter(torch.rand(32))"
 
 
 @pytest.mark.parametrize(("what", "forward", "shape"), BATCH)
 def test_batch_statistics_are_a_channels_segments(what: str, forward: str, shape: str, tmp_path: Path) -> None:
     """Reduced over the batch dim and the trailing dims, kept between: the norm template's
     segments mode, counting the batch's elements at run time (its size changes between calls)."""
-    m, _ = compiled_match(problem_file(tmp_path, "bn", forward, shape), "float32", tmp_path, "norm")
+    init = AFFINE_C if "self." in forward else "pass"
+    m, _ = compiled_match(problem_file(tmp_path, "bn", forward, shape, init), "float32", tmp_path, "norm")
     assert '"segments",' in m.source and "a channel over the batch" in m.summary, m.source
     assert "count" in m.source.split("def finalize")[1].split("\n\n")[0], m.source
 
@@ -409,7 +416,8 @@ def test_batch_statistics_are_a_channels_segments(what: str, forward: str, shape
     ("forward", "init", "why"),
     [
         ("x.amax((0, 2)) + x.sum(-1).sum(0)", "pass", "beside batch statistics"),
-        ("(x - x.mean((0, 2), keepdim=True)) * self.w", "self.w = nn.Parameter(torch.ones(32, 1))", "beside batch"),
+        # (a weight along the trailing dim, not one a channel)
+        ("(x - x.mean((0, 2), keepdim=True)) * self.w", "self.w = nn.Parameter(torch.ones(512))", "not one a channel"),
         ("x.mean((0, 2)).argmax()", "pass", ""),  # (a fold of the statistics: not this template's)
     ],
 )
@@ -422,4 +430,6 @@ def test_batch_statistics_the_template_does_not_take_say_why(forward: str, init:
 @pytest.mark.parametrize(("what", "forward", "shape"), BATCH)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_batch_statistics_are_right(what: str, forward: str, shape: str, dtype: str, tmp_path: Path) -> None:
-    right_on_gpu(problem_file(tmp_path, "bn", forward, shape[:-1] + f", dtype=torch.{dtype})"), dtype, tmp_path, 31)
+    init = AFFINE_C if "self." in forward else "pass"
+    src = problem_file(tmp_path, "bn", forward, shape[:-1] + f", dtype=torch.{dtype})", init)
+    right_on_gpu(src, dtype, tmp_path, 31)

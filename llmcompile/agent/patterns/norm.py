@@ -24,6 +24,7 @@ from llmcompile.agent.patterns.folds import (
     stat_name,
 )
 from llmcompile.agent.patterns.graph import (
+    VIEWS,
     Op,
     Unsupported,
     depends_on,
@@ -139,31 +140,70 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
 class Groups:
     """How x's elements fall into the template's groups: its mode, the groups a batch item holds,
     a segment's length, the values one statistic a group makes over x, what a fold's statistic
-    divides by (a literal, or the template's run-time `count`), the shape a model's parameter read
-    along a group has (None: none is taken), and a group in words."""
+    divides by (a literal, or the template's run-time `count`), x's shape and the first dim of a
+    group's segment, a group in words, and how a model's parameter is indexed (the template's
+    param_mul, param_div: one value an element of a row, or one a channel)."""
 
     mode: str
     per_item: int
     seg: int
     values: int
     length: int | str
-    row: tuple | None
+    shape: tuple
+    dim: int
     each: str
     noun: str = "row"
+    param_mul: int = 0
+    param_div: int = 1
+
+    def takes(self, gm: fx.GraphModule, n: fx.Node, shapes: dict) -> bool:
+        """Whether a model's parameter `n` is one value an element of a row (its shape the row's);
+        for batch statistics, one a channel: broadcast over the batch and the trailing dims
+        wherever the graph reads it (through views: w[None, :, None, None], w.view(1, -1, 1, 1))."""
+        if self.mode == "groups":
+            return tuple(shapes.get(n, ())) == self.shape[self.dim :]
+        lead, rank = self.shape[1 : self.dim], len(self.shape)
+        for e in _view_ends(gm, n):
+            got = tuple(shapes.get(e, ()))
+            got = (1,) * (rank - len(got)) + got
+            if len(got) != rank or got[1 : self.dim] != lead or any(d != 1 for d in got[:1] + got[self.dim :]):
+                return False
+        return True
 
     @staticmethod
     def rows(shape: tuple, dim: int) -> Groups:
         """A group a row of the trailing dims from `dim` (one run of memory)."""
         seg = math.prod(shape[dim:])
         rows = math.prod(shape) // seg
-        return Groups("groups", math.prod(shape[1:dim]), seg, rows, seg, shape[dim:], f"{seg} elements a row")
+        return Groups("groups", math.prod(shape[1:dim]), seg, rows, seg, shape, dim, f"{seg} elements a row")
 
     @staticmethod
     def batch(shape: tuple, dim: int) -> Groups:
         """A group a channel (the dims between the batch dim and `dim`) over the batch and the
         trailing dims from `dim`: batch statistics, whose count grows with the batch."""
         c, seg = math.prod(shape[1:dim]), math.prod(shape[dim:])
-        return Groups("segments", c, seg, c, "count", None, f"a channel over the batch x {seg}", "channel")
+        each = f"a channel over the batch x {seg}"
+        return Groups("segments", c, seg, c, "count", shape, dim, each, "channel", param_mul=1, param_div=seg)
+
+
+def _view_ends(gm: fx.GraphModule, n: fx.Node) -> list[fx.Node]:
+    """The nodes a value reaches through views alone (itself where nothing views it): what the
+    graph's other calls read it as."""
+    ends, todo = [], [n]
+    while todo:
+        v = todo.pop()
+        views = [u for u in v.users if _is_view(gm, u)]
+        todo += views
+        if len(views) < len(v.users):
+            ends.append(v)
+    return ends
+
+
+def _is_view(gm: fx.GraphModule, u: fx.Node) -> bool:
+    try:
+        return u.op in ("call_method", "call_function") and op_of(gm, u).kind in VIEWS
+    except Unsupported:  # (a call no template knows: not a view, and the matcher names it)
+        return False
 
 
 def match_norm_of_rows(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
@@ -214,7 +254,7 @@ def _norm_of_groups(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict,
         return _values_of_rows(spec, gm, parts, {carrier: stat}, [red], results, grp)
     elements, values, written = _outputs(spec, shapes, side, xnode, results, grp.values)
     res = elements[0]
-    weights = _weights(gm, shapes, grp.row)
+    weights = _weights(gm, shapes, grp)
     if others and weights:
         raise Unsupported(f"{len(tens)} inputs and a model's parameters beside a reduction of each row")
     penv = {n: f"p[{i}]" for i, n in enumerate(others)}
@@ -274,7 +314,7 @@ def _values_and_indices(
     """torch.max(x, dim=-1) (or min) returned whole: each row's value and its index, both from
     one fold of (value, index) pairs, written to the two outputs."""
     paired_outputs(red, carrier, results)
-    if _weights(gm, shapes, grp.row):
+    if _weights(gm, shapes, grp):
         raise Unsupported(f"`{red.kind.split('_')[0]}` with values and indices beside a model's parameters")
     combine, identity, prologue, stat = reduction_parts(gm, red, xnode, grp.length)
     parts = {"prologue": prologue, "finalize": stat, "combine": combine, "identity": identity, "apply": None}
@@ -352,15 +392,14 @@ def _as_stored(
     return stored
 
 
-def _weights(gm: fx.GraphModule, shapes: dict, row: tuple | None) -> dict[fx.Node, str]:
+def _weights(gm: fx.GraphModule, shapes: dict, grp: Groups) -> dict[fx.Node, str]:
     """A model's parameters a rewrite reads, one value an element of a row (an affine weight, a
-    bias), as the template names them (`row` None: none is taken)."""
+    bias) or for batch statistics one a channel (`Groups.takes`), as the template names them."""
     weights = {}
     for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
-        if row is None:
-            raise Unsupported(f"a parameter `{n.target}` beside batch statistics")
-        if tuple(shapes.get(n, ())) != row:
-            raise Unsupported(f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside rows of {row}")
+        if not grp.takes(gm, n, shapes):
+            where = f"rows of {grp.shape[grp.dim :]}" if grp.mode == "groups" else "batch statistics, not one a channel"
+            raise Unsupported(f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside {where}")
         weights[n] = f"p[{len(weights)}]"
     return weights
 
@@ -374,8 +413,8 @@ def _rows_context(spec: OpSpec, what: str, parts: dict, weights: dict, grp: Grou
         "mode": grp.mode,
         "groups_per_item": grp.per_item,
         "seg_len": grp.seg,
-        "param_mul": 0,
-        "param_div": 1,
+        "param_mul": grp.param_mul,
+        "param_div": grp.param_div,
         "norm_params": [str(n.target).replace(".", "_") for n in weights],
         "x": spec.tensors[0].name,
     }
@@ -404,7 +443,7 @@ def _joint_of_rows(
         raise Unsupported(f"{len(elements)} rewrites of x beside {len(ops)} statistics of its rows")
     res = elements[0]
     side = sides.get(res)
-    weights = _weights(gm, shapes, grp.row)
+    weights = _weights(gm, shapes, grp)
     if side == {"x", "r"}:
         env = {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}, **weights}
         finalize, apply = ", ".join(stats), Emitter(gm, env, vector=False).expr(res)

@@ -404,8 +404,7 @@ AFFINE_C = "self.w = nn.Parameter(torch.rand(32)); self.b = nn.Parameter(torch.r
 
 @pytest.mark.parametrize(("what", "forward", "shape"), BATCH)
 def test_batch_statistics_are_a_channels_segments(what: str, forward: str, shape: str, tmp_path: Path) -> None:
-    """Reduced over the batch dim and the trailing dims, kept between: the norm template's
-    segments mode, counting the batch's elements at run time (its size changes between calls)."""
+    """The norm template's segments mode, counting the batch at run time (it changes between calls)."""
     init = AFFINE_C if "self." in forward else "pass"
     m, _ = compiled_match(problem_file(tmp_path, "bn", forward, shape, init), "float32", tmp_path, "norm")
     assert '"segments",' in m.source and "a channel over the batch" in m.summary, m.source

@@ -187,9 +187,8 @@ CALM_STEP_S = 0.25
 
 
 def disturbance(copy_tbs: float | None, elems: int = 1 << 27) -> str | None:
-    """What is wrong with timing on this GPU now, seen on a kernel known to be honest (torch's
-    copy of 2 x 256 MB, random bf16), timed as a candidate is: its wall clock above CALM_WALL x
-    its events, or its rate below CALM_FRACTION of `copy_tbs`. None: it times as it should."""
+    """What is wrong with timing on this GPU now, seen on a kernel known to be honest (torch's copy
+    of 2 x 256 MB, random bf16) timed as a candidate is (`probe_says`); None: nothing."""
     src = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
     dst = torch.empty_like(src)
     t = time_calls([lambda: dst.copy_(src)], reps=5)

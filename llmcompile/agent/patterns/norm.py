@@ -138,11 +138,9 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
 
 @dataclass(frozen=True)
 class Groups:
-    """How x's elements fall into the template's groups: its mode, the groups a batch item holds,
-    a segment's length, the values one statistic a group makes over x, what a fold's statistic
-    divides by (a literal, or the template's run-time `count`), x's shape and the first dim of a
-    group's segment, a group in words, and how a model's parameter is indexed (the template's
-    param_mul, param_div: one value an element of a row, or one a channel)."""
+    """How x's elements fall into the template's groups: mode, groups a batch item, segment length,
+    values one statistic makes, what a fold divides by (a literal, or the run-time `count`), x's
+    shape and a segment's first dim, a group in words, how a parameter is indexed (param_mul, _div)."""
 
     mode: str
     per_item: int
@@ -157,9 +155,8 @@ class Groups:
     param_div: int = 1
 
     def takes(self, gm: fx.GraphModule, n: fx.Node, shapes: dict) -> bool:
-        """Whether a model's parameter `n` is one value an element of a row (its shape the row's);
-        for batch statistics, one a channel: broadcast over the batch and the trailing dims
-        wherever the graph reads it (through views: w[None, :, None, None], w.view(1, -1, 1, 1))."""
+        """Whether a model's parameter `n` is one value an element of a row; for batch statistics,
+        one a channel wherever the graph reads it (through views: w[None, :, None, None])."""
         if self.mode == "groups":
             return tuple(shapes.get(n, ())) == self.shape[self.dim :]
         lead, rank = self.shape[1 : self.dim], len(self.shape)
@@ -187,8 +184,7 @@ class Groups:
 
 
 def _view_ends(gm: fx.GraphModule, n: fx.Node) -> list[fx.Node]:
-    """The nodes a value reaches through views alone (itself where nothing views it): what the
-    graph's other calls read it as."""
+    """The nodes a value reaches through views alone: what the graph's other calls read it as."""
     ends, todo = [], [n]
     while todo:
         v = todo.pop()

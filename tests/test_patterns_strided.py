@@ -77,6 +77,38 @@ def test_the_other_reductions_of_a_middle_dim_are_right(what: str, forward: str,
 
 
 # The map template's functions on one value, around a reduction (patterns/emit.py's scalar forms)
+# x rewritten with several statistics of a dim but the last: each statistic s[i] of one fold
+STANDARDIZED = [
+    ("standardized, middle dim", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)", "strided"),
+    ("min-max scaled, middle dim", "(x - x.amin(1, keepdim=True)) / (x.amax(1, keepdim=True) - x.amin(1, keepdim=True))",
+     "strided"),
+    ("less its nanmean, middle dim", "x - torch.nanmean(x, dim=1, keepdim=True)", "strided"),
+    ("standardized over the batch", "(x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5)", "leading"),
+    ("a range over the batch", "(x - x.amin(0)) / (x.amax(0) - x.amin(0))", "leading"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "forward", "pattern"), STANDARDIZED)
+def test_x_rewritten_with_several_statistics_of_a_dim_compiles_for_sm90a(
+    what: str, forward: str, pattern: str, tmp_path: Path
+) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "std", forward, "(64, 32, 256)"), "float32", tmp_path, pattern)
+    assert "s[1]" in m.source.split("def rewrite")[1], m.source
+    assert ("stats=2" in m.source) == (pattern == "leading"), m.source
+    soft = problem_file(tmp_path, "soft", "torch.softmax(x, 1) * x.mean(1, keepdim=True)", "(64, 32, 256)")
+    assert "one a softmax" in patterns.match(get_op(str(soft))).reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "pattern"), STANDARDIZED)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_x_rewritten_with_several_statistics_of_a_dim_is_right(
+    what: str, forward: str, pattern: str, dtype: str, tmp_path: Path
+) -> None:
+    src = problem_file(tmp_path, "std", forward, f"(256, 32, 256, dtype=torch.{dtype})")
+    right_on_gpu(src, dtype, tmp_path, 37)
+
+
 AROUND = [
     ("relu, middle dim", "torch.mean(torch.relu(x), dim=1)"),
     ("gelu, last dim", "torch.sum(nn.functional.gelu(x), dim=-1)"),

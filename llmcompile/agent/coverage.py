@@ -69,6 +69,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("an epilogue: x / ||x||_2, last dim", "x / torch.norm(x, p=2, dim=-1, keepdim=True)"),
     ("an epilogue: x / ||x||_2, middle dim", "x / torch.norm(x, p=2, dim=1, keepdim=True)"),
     ("an epilogue: (x - mean) / std, last dim", "(x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)"),
+    ("an epilogue: (x - mean) / std, middle dim", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)"),
     ("an epilogue through an index: x - x.mean(1)[:, None], middle dim", "x - x.mean(1)[:, None]"),
     ("two outputs: x / rms and rms, last dim", "x / torch.sqrt((x * x).mean(-1, keepdim=True)), "
      "torch.sqrt((x * x).mean(-1, keepdim=True))"),

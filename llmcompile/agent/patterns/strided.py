@@ -57,11 +57,15 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
     r_len = math.prod(shape[dim : dim + span])
     env, _, _ = param_names(spec, given, ph)
     length = "r" if lead else r_len
+    n_stats = 1
     if len(reds) > 1:  # several folded together (a nanmean's sum and count): the outputs made of them
         ops = [r for r, *_ in reds]
         combine, identity, prologue, stats = fold_together(gm, ops, xnode, length)
-        epilogue = joint_outputs(gm, {xnode}, reds, stats, out, shapes, "along a dim other than the last")
         red, rewrite = Op(carrier, " and ".join(r.kind for r in ops), red.args), None
+        if (joint := _joint_rewrite(gm, xnode, reds, out, shapes)) is not None:  # x standardized along a dim
+            epilogue, rewrite, n_stats = ", ".join(stats), joint, len(stats)
+        else:
+            epilogue = joint_outputs(gm, {xnode}, reds, stats, out, shapes, "along a dim other than the last")
     else:
         combine, identity, prologue, epi = reduction_parts(gm, red, xnode, length)
         side = depends_on(gm, {xnode}, carrier)
@@ -89,6 +93,20 @@ def match_strided(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -
         "prologue": prologue,
         "epilogue": epilogue,
         "rewrite": rewrite,
+        "stats": n_stats,
         "reduction": stat_name(gm, red, carrier),
         "x": env[xnode],
     }
+
+
+def _joint_rewrite(gm: fx.GraphModule, xnode: fx.Node, reds: list, out: fx.Node, shapes: dict) -> str | None:
+    """The one output as x rewritten with several statistics of its dim ((x - mean) / std, a min-max
+    scaling), reading statistic i as s[i]; None where the output is not such a rewrite."""
+    carriers = tuple(c for _, c, *_ in reds)
+    results = results_of(out)
+    side = depends_on(gm, {xnode}, carriers)
+    if len(results) != 1 or side.get(results[0]) != {"x", "r"}:
+        return None
+    if any(side.get(c) != {"r"} for c in carriers) or tuple(shapes.get(results[0], ())) != tuple(shapes[xnode]):
+        raise Unsupported(f"x rewritten with {len(reds)} reductions along a dim other than the last, one a softmax")
+    return Emitter(gm, {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}}, vector=False).expr(results[0])

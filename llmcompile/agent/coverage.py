@@ -63,6 +63,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("softmax, first dim", "torch.softmax(x, dim=0)"),
     ("log_softmax, last dim", "torch.log_softmax(x, dim=-1)"),
     ("log_softmax, middle dim", "torch.log_softmax(x, dim=1)"),
+    ("softmax written out, middle dim", "torch.exp(x - x.amax(1, keepdim=True)) / "
+     "torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True)"),
     ("a prologue: sum of x * x, last dim", "torch.sum(x * x, dim=-1)"),
     ("a prologue: mean of relu(x), middle dim", "torch.mean(torch.relu(x), dim=1)"),
     ("an epilogue: x / amax(|x|) * 127, last dim", "x / torch.amax(torch.abs(x), dim=-1, keepdim=True) * 127.0"),

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from llmcompile.agent.patterns.decompose import Refused, decompose
+from llmcompile.agent.patterns.idioms import fold_idioms
 from llmcompile.specs import OpSpec
 
 
@@ -231,6 +232,8 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
     merge_repeats(gm)
     try:
         ShapeProp(gm).propagate(*given)
+        if fold_idioms(gm):  # (its new nodes' shapes)
+            ShapeProp(gm).propagate(*given)
     except Exception as e:  # noqa: BLE001
         raise Unsupported(f"shapes do not propagate on the meta device ({type(e).__name__}: {e})") from None
     shapes = {n: tm.shape for n in gm.graph.nodes if hasattr(tm := n.meta.get("tensor_meta"), "shape")}

@@ -36,6 +36,7 @@ def test_a_softmax_written_out_is_one_fold(what: str, forward: str, d: str, patt
         "torch.exp(x - x.amax(1, keepdim=True)).sum(2)",  # (another dim's sum)
         "torch.exp(x - x.amax(1)).sum(1)",  # (the max not kept: (256, 256) broadcast over the first dim)
         "torch.exp(x - x.mean(1, keepdim=True)).sum(1)",  # (not a max)
+        "torch.exp(x - x.amax(1, keepdim=True)).sum(1, dtype=torch.float64).float()",  # (another dtype)
     ],
 )
 def test_a_sum_that_only_looks_like_it_is_left_as_written(forward: str, tmp_path: Path) -> None:

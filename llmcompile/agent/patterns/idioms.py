@@ -50,6 +50,8 @@ def fold_idioms(gm: fx.GraphModule) -> bool:
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):
             continue
+        if set(n.kwargs) - {"dim", "keepdim"} or len(n.args) > 3 or len(e.args) != 1 or len(d.args) != 2 or d.kwargs:
+            continue  # (a sum to another dtype, an out=, sub's alpha: not the idiom as written)
         meta = n.args[0].meta.get("tensor_meta")
         red = _reduced(n, len(meta.shape)) if meta is not None else None
         m = _max_of(d.args[1], len(meta.shape)) if red is not None else None

@@ -50,3 +50,26 @@ def test_a_sum_that_only_looks_like_it_is_left_as_written(forward: str, tmp_path
 def test_a_softmax_written_out_is_right(what: str, forward: str, d: str, pattern: str, dtype: str, tmp_path: Path):
     src = problem_file(tmp_path, "w", forward.format(d=d).replace("{d}", d), f"(64, 32, 256, dtype=torch.{dtype})")
     right_on_gpu(src, dtype, tmp_path, 41)
+
+
+@pytest.mark.parametrize(("what", "forward", "d", "pattern"), WRITTEN)
+def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward: str, d: str, pattern: str) -> None:
+    """The rewrite is torch's own algebra: the folded graph, run in float64 on the CPU, gives the
+    model's values (spikes included, where a sum of exponentials without the max would overflow)."""
+    import torch
+    from torch import fx, nn
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from llmcompile.agent.patterns.idioms import fold_idioms
+
+    body = forward.format(d=d).replace("{d}", d)
+
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return eval(body, {"torch": torch}, {"x": x})
+
+    x = torch.randn(4, 8, 64, dtype=torch.float64) * 30.0
+    gm = fx.symbolic_trace(Model())
+    ShapeProp(gm).propagate(x)
+    assert fold_idioms(gm)
+    assert torch.allclose(gm(x), Model()(x), rtol=1e-12, atol=1e-12)

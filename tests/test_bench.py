@@ -180,8 +180,7 @@ def test_the_wall_clock_is_the_fastest_of_several_runs(monkeypatch: pytest.Monke
 
 
 def test_the_gpu_is_calm_only_after_several_clean_probes_in_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One clean look can fall in a gap of another process's work: calm takes CALM_RUNS in a row,
-    and the judge gives up (says what was wrong) after its time."""
+    """Calm takes CALM_RUNS clean looks in a row; after its time the judge says what was wrong."""
     from llmcompile.bench import timing
 
     monkeypatch.setattr(timing.time, "sleep", lambda s: None)

@@ -430,7 +430,7 @@ print("unchanged" if torch.equal(t, x) else "CHANGED")
 
 
 def _rows(*notes: str) -> Callable[[], list]:
-    """A shape's timings, one note a timing, in order (ours first; what `grid.bench_one` returns)."""
+    """A shape's timings, one note each (what `grid.bench_one` returns, ours first)."""
     from llmcompile.bench.grid import BenchRow
 
     left = list(notes)

@@ -321,8 +321,7 @@ for line in sys.stdin:
 
 
 def test_a_job_the_judge_could_not_judge_says_so_and_keeps_its_process(tmp_path: Path) -> None:
-    """A worker ends a job with the judge's own trouble (a GPU something else is using) on a sound
-    process: the outcome names it, so the judge raises JudgeFailure, not a crash on the candidate."""
+    """The judge's own trouble on a sound process: named (a JudgeFailure), not a crash, process kept."""
     (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
     ch = Channel("fake_worker", Sandbox(Layers(), unsafe=True), env={"PYTHONPATH": f"{tmp_path}:{ROOT}"})
     try:

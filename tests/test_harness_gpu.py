@@ -61,17 +61,12 @@ def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
 
 
 # another process copying on the judge's GPU all along (docs/judge.md, a GPU not the judge's alone)
-HOG = """
-import torch
+HOG = """import torch
 x = torch.randn(1 << 28, device="cuda")
-y = torch.empty_like(x)
-y.copy_(x)
-torch.cuda.synchronize()
+y = x.clone()
 print("ready", flush=True)
 while True:
-    for _ in range(50):
-        y.copy_(x)
-    torch.cuda.synchronize()
+    [y.copy_(x) for _ in range(50)] and torch.cuda.synchronize()
 """
 
 
@@ -88,9 +83,9 @@ def test_a_gpu_something_else_is_using_gets_no_verdict_on_the_candidate(judge: J
         except JudgeFailure as e:
             _record(f"| reference {op}, GPU shared | {op} | {dtype} | no verdict | JudgeFailure | {str(e)[:160]} |")
             assert "cannot time honestly" in str(e)
-        else:
-            _record(f"| reference {op}, GPU shared | {op} | {dtype} | no verdict | {v.status} | {v.message[:160]} |")
-            assert v.status == PROFILED, v.message
+            return
+        _record(f"| reference {op}, GPU shared | {op} | {dtype} | no verdict | {v.status} | {v.message[:160]} |")
+        assert v.status == PROFILED, v.message
     finally:
         hog.kill()
         hog.wait()

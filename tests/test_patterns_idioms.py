@@ -1,6 +1,4 @@
-"""patterns/idioms.py: the stable softmax written out by hand folds its max and its sum of
-exponentials into one fold, on every template (the kernels compiled for sm_90a; on the GPU against
-float64), and a sum that only looks like one is left as it is."""
+"""patterns/idioms.py: a softmax written out by hand is one fold on every template."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ def test_a_softmax_written_out_is_right(what: str, forward: str, d: str, pattern
 
 @pytest.mark.parametrize(("what", "forward", "d", "pattern"), WRITTEN)
 def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward: str, d: str, pattern: str) -> None:
-    """The rewrite is torch's own algebra: the folded graph, run in float64 on the CPU, gives the
-    model's values (spikes included, where a sum of exponentials without the max would overflow)."""
+    """The folded graph, in float64 on the CPU, gives the model's values (spikes included)."""
     import torch
     from torch import fx, nn
     from torch.fx.passes.shape_prop import ShapeProp

@@ -72,7 +72,6 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("an epilogue: x / ||x||_2, middle dim", "x / torch.norm(x, p=2, dim=1, keepdim=True)"),
     ("an epilogue: (x - mean) / std, last dim", "(x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)"),
     ("an epilogue: (x - mean) / std, middle dim", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)"),
-    ("an epilogue through an index: x - x.mean(1)[:, None], middle dim", "x - x.mean(1)[:, None]"),
     ("two outputs: x / rms and rms, last dim", "x / torch.sqrt((x * x).mean(-1, keepdim=True)), "
      "torch.sqrt((x * x).mean(-1, keepdim=True))"),
     ("two outputs: x + y and its norm, last dim", "x + y, torch.norm(x + y, dim=-1)"),
@@ -80,7 +79,6 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: min and its index, middle dim", "torch.min(x, dim=1)"),
     ("two outputs: var and mean, torch.var_mean, last dim", "torch.var_mean(x, dim=-1)"),
     ("two outputs: var and mean, torch.var_mean, first dim", "torch.var_mean(x, dim=0)"),
-    ("two outputs: var and mean over the batch and the last dim", "torch.var_mean(x, dim=(0, 2))"),
     ("BatchNorm written out: (x - mean) / sqrt(var + eps) over (0, 2)",
      "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),

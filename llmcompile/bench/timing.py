@@ -189,7 +189,8 @@ CALM_STEP_S = 0.25
 def disturbance(copy_tbs: float | None, elems: int = 1 << 27) -> str | None:
     """What is wrong with timing on this GPU now, seen on a kernel known to be honest (torch's copy
     of 2 x 256 MB, random bf16) timed as a candidate is (`probe_says`); None: nothing."""
-    src = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
+    # (made in bf16: no fp32 temporary, the same 512 MB as settle's probe, which the profile plans for)
+    src = torch.randn(elems // 4096, 4096, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     t = time_calls([lambda: dst.copy_(src)], reps=5)
     return probe_says(t, tbs(2 * src.nbytes, t.median_ms), copy_tbs)

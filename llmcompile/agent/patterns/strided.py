@@ -107,6 +107,8 @@ def _joint_rewrite(gm: fx.GraphModule, xnode: fx.Node, reds: list, out: fx.Node,
     side = depends_on(gm, {xnode}, carriers)
     if len(results) != 1 or side.get(results[0]) != {"x", "r"}:
         return None
-    if any(side.get(c) != {"r"} for c in carriers) or tuple(shapes.get(results[0], ())) != tuple(shapes[xnode]):
+    if any(side.get(c) != {"r"} for c in carriers):
         raise Unsupported(f"x rewritten with {len(reds)} reductions along a dim other than the last, one a softmax")
+    if tuple(shapes.get(results[0], ())) != tuple(shapes[xnode]):
+        raise Unsupported(f"an output of shape {tuple(shapes.get(results[0], ()))} made of x {tuple(shapes[xnode])}")
     return Emitter(gm, {xnode: "x", **{c: f"s[{i}]" for i, c in enumerate(carriers)}}, vector=False).expr(results[0])

@@ -182,7 +182,7 @@ CALM_FRACTION = 0.85  # of the copy rate the worker measured: below it, somethin
 # GPU calm under the same load in the judge's worker, and honest kernels were suspicious again.
 CALM_WALL = 1.25
 CALM_RUNS = 3  # clean probes in a row: a single clean look can fall in a gap of the other's work
-CALM_S = 30.0  # how long the judge waits for the GPU to time honestly before it gives up
+CALM_S = 30.0  # how long one profile waits, in all, for the GPU to time honestly before it gives up
 CALM_STEP_S = 0.25
 
 

@@ -660,6 +660,14 @@ def profile_candidate(
         if remeasure is not None:
             ceil["copy"], ceil["read"] = remeasure()
 
+    waited = [0.0]  # (CALM_S over the whole profile: its stage deadline is never the GPU's doing)
+
+    def calm() -> str | None:
+        t = time.perf_counter()
+        why = timing.wait_calm(_BANDWIDTH.get("copy"), max(0.0, timing.CALM_S - waited[0]))
+        waited[0] += time.perf_counter() - t
+        return why
+
     scalars = list(spec.scalars.values())
     out: list[ShapeTiming] = []
     flags: list[str] = []
@@ -673,7 +681,7 @@ def profile_candidate(
         known = (cached or {}).get((m, n), {})
         rows = timed_fairly(
             functools.partial(_time_shape, spec, timed, dtype, ceil, [b for b in baselines if b not in known], sets),
-            lambda: timing.wait_calm(_BANDWIDTH.get("copy")),
+            calm,
             measure_again,
         )
         mine = rows[0]

@@ -138,26 +138,53 @@ def match_gemv(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
 
 @dataclass(frozen=True)
 class Groups:
-    """How x's elements fall into the template's groups: mode, groups a batch item, segment length,
-    values one statistic makes, what a fold divides by (a literal, or the run-time `count`), x's
-    shape and a segment's first dim, a group in words, how a parameter is indexed (param_mul, _div)."""
+    """How x (of `shape`) falls into the template's groups, a segment being the dims from `dim`:
+    a group a row (mode "groups"), or with `batch` a channel over the batch (mode "segments":
+    batch statistics, whose count grows with the batch). The rest follows from these."""
 
-    mode: str
-    per_item: int
-    seg: int
-    values: int
-    length: int | str
     shape: tuple
     dim: int
-    each: str
-    noun: str = "row"
-    param_mul: int = 0
-    param_div: int = 1
+    batch: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "segments" if self.batch else "groups"
+
+    @property
+    def per_item(self) -> int:
+        return math.prod(self.shape[1 : self.dim])
+
+    @property
+    def seg(self) -> int:
+        return math.prod(self.shape[self.dim :])
+
+    @property
+    def values(self) -> int:
+        """The values one statistic a group makes over x."""
+        return self.per_item if self.batch else math.prod(self.shape) // self.seg
+
+    @property
+    def length(self) -> int | str:
+        """What a fold's statistic divides by: the segment, or the template's run-time `count`."""
+        return "count" if self.batch else self.seg
+
+    @property
+    def noun(self) -> str:
+        return "channel" if self.batch else "row"
+
+    @property
+    def each(self) -> str:
+        return f"a channel over the batch x {self.seg}" if self.batch else f"{self.seg} elements a row"
+
+    @property
+    def param_index(self) -> tuple[int, int]:
+        """The template's param_mul and param_div: one value an element of a row, or one a channel."""
+        return (1, self.seg) if self.batch else (0, 1)
 
     def takes(self, gm: fx.GraphModule, n: fx.Node, shapes: dict) -> bool:
         """Whether a model's parameter `n` is one value an element of a row; for batch statistics,
         one a channel wherever the graph reads it (through views: w[None, :, None, None])."""
-        if self.mode == "groups":
+        if not self.batch:
             return tuple(shapes.get(n, ())) == self.shape[self.dim :]
         lead, rank = self.shape[1 : self.dim], len(self.shape)
         for e in _view_ends(gm, n):
@@ -166,21 +193,6 @@ class Groups:
             if len(got) != rank or got[1 : self.dim] != lead or any(d != 1 for d in got[:1] + got[self.dim :]):
                 return False
         return True
-
-    @staticmethod
-    def rows(shape: tuple, dim: int) -> Groups:
-        """A group a row of the trailing dims from `dim` (one run of memory)."""
-        seg = math.prod(shape[dim:])
-        rows = math.prod(shape) // seg
-        return Groups("groups", math.prod(shape[1:dim]), seg, rows, seg, shape, dim, f"{seg} elements a row")
-
-    @staticmethod
-    def batch(shape: tuple, dim: int) -> Groups:
-        """A group a channel (the dims between the batch dim and `dim`) over the batch and the
-        trailing dims from `dim`: batch statistics, whose count grows with the batch."""
-        c, seg = math.prod(shape[1:dim]), math.prod(shape[dim:])
-        each = f"a channel over the batch x {seg}"
-        return Groups("segments", c, seg, c, "count", shape, dim, each, "channel", param_mul=1, param_div=seg)
 
 
 def _view_ends(gm: fx.GraphModule, n: fx.Node) -> list[fx.Node]:
@@ -232,7 +244,7 @@ def _norm_of_groups(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict,
     red, carrier, dim, span = reds[0]
     if dim + span != len(shape) or dim == 0 or len(shape) < 2:
         return None  # (several along another dim: the strided or leading template's, if anyone's)
-    grp = Groups.batch(shape, dim) if batch else Groups.rows(shape, dim)
+    grp = Groups(shape, dim, batch)
     if batch and (others or red.kind in PAIRED or red.kind in ("argmax", "argmin")):
         beside = " beside other inputs" if others else ""
         raise Unsupported(f"batch statistics with `{red.kind}`{beside} (values of the batch alone are taken)")
@@ -394,7 +406,7 @@ def _weights(gm: fx.GraphModule, shapes: dict, grp: Groups) -> dict[fx.Node, str
     weights = {}
     for n in (n for n in gm.graph.nodes if n.op == "get_attr"):
         if not grp.takes(gm, n, shapes):
-            where = f"rows of {grp.shape[grp.dim :]}" if grp.mode == "groups" else "batch statistics, not one a channel"
+            where = "batch statistics, not one a channel" if grp.batch else f"rows of {grp.shape[grp.dim :]}"
             raise Unsupported(f"a parameter `{n.target}` of shape {tuple(shapes.get(n, ()))} beside {where}")
         weights[n] = f"p[{len(weights)}]"
     return weights
@@ -409,8 +421,8 @@ def _rows_context(spec: OpSpec, what: str, parts: dict, weights: dict, grp: Grou
         "mode": grp.mode,
         "groups_per_item": grp.per_item,
         "seg_len": grp.seg,
-        "param_mul": grp.param_mul,
-        "param_div": grp.param_div,
+        "param_mul": grp.param_index[0],
+        "param_div": grp.param_index[1],
         "norm_params": [str(n.target).replace(".", "_") for n in weights],
         "x": spec.tensors[0].name,
     }

@@ -61,3 +61,18 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     assert tl["stages"]["compile"] == 11.0 and tl["stages"]["gpu_wait"] == 10.0 and tl["stages"]["baselines"] == 8.5
     assert "| first kernel at the target % of SOL | 20.0 |" in timeline_table(tl)
     assert timeline_of(store, 99.5)["to_target_s"] is None
+
+
+def test_the_report_says_which_baselines_are_cached_or_may_be_slow() -> None:
+    from llmcompile.agent.report import _ages
+    from llmcompile.harness.verdict import ProfileResult, ShapeTiming, Verdict
+
+    shape = ShapeTiming(
+        4096, 4096, 0.05, 2.7, 90.0, True, {"eager": 2.0}, {"eager": 0.07}, baseline_age_s={"eager": 7200.0}
+    )
+    v = Verdict(
+        "profiled", "", "softmax", "bfloat16", "h100", "0" * 64, profile=ProfileResult(True, 3.0, shapes=[shape])
+    )
+    assert "baseline cache: eager (2.0 h ago)" in _ages(v) and "may be slow" not in _ages(v)
+    v.profile.disturbed = "the judge's own copy ran at 1.20 TB/s, 40% of the 3.00 it measured"
+    assert "may be slow" in _ages(v) and "40% of the 3.00" in _ages(v) and "not kept" in _ages(v)

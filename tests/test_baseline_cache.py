@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from llmcompile.harness.baseline_cache import BaselineCache, NoBaselineCache, key
+from llmcompile.harness.judge import Judge
 
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0", "cuda": "13.0", "triton": "3.6.0", "quack": "0.6.5"}
 
@@ -45,3 +48,40 @@ def test_an_unreadable_cache_is_empty_and_an_unwritable_one_is_no_error(tmp_path
     blocked = tmp_path / "file"
     blocked.write_text("")
     BaselineCache(blocked / "b.json").store({"k": {"ms": 1.0, "tbs": 1.0, "t": 0.0}})  # a file where a dir should be
+
+
+def _stored(tmp_path: Path, profile: dict) -> dict:
+    """What the judge keeps of `profile`'s baselines (Judge._store_baselines, without a GPU worker)."""
+    cache = BaselineCache(tmp_path / f"{len(list(tmp_path.iterdir()))}.json")  # (a new cache each call)
+    judge = SimpleNamespace(
+        baselines=cache,
+        _baseline_keys=lambda spec, dtype, m, n, names: {b: key(H100, "softmax", dtype, m, n, b) for b in names},
+    )
+    Judge._store_baselines(judge, None, "bfloat16", profile, ["eager", "compile"])
+    return json.loads(cache.path.read_text()) if cache.path.exists() else {}
+
+
+def _shape(**extra: dict) -> dict:
+    return {
+        "m": 4096,
+        "n": 4096,
+        "baselines": {"eager": 2.1, "compile": 2.5},
+        "baseline_ms": {"eager": 0.1, "compile": 0.08},
+        **extra,
+    }
+
+
+def test_only_baselines_timed_soundly_here_are_kept(tmp_path: Path) -> None:
+    assert len(_stored(tmp_path, {"shapes": [_shape()]})) == 2
+    # one taken from the cache is not stored again; one whose own timing was flagged is not kept
+    kept = _stored(tmp_path, {"shapes": [_shape(baseline_age_s={"compile": 60.0})]})
+    assert [json.loads(k)[-1] for k in kept] == ["eager"]
+    kept = _stored(
+        tmp_path, {"shapes": [_shape(baseline_notes={"eager": "TIMER MISMATCH: events 0.1 ms vs wall clock 0.3 ms"})]}
+    )
+    assert [json.loads(k)[-1] for k in kept] == ["compile"]
+
+
+def test_baselines_timed_while_the_gpu_was_not_the_judges_alone_are_not_kept(tmp_path: Path) -> None:
+    why = "the judge's own copy: events 0.1276 ms vs wall clock 0.2720 ms a call"
+    assert _stored(tmp_path, {"shapes": [_shape()], "disturbed": why}) == {}

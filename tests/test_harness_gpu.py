@@ -3,6 +3,7 @@ with the right verdict. Writes the verdict table to $LLMCOMPILE_RESULTS_DIR when
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmcompile.harness import PROFILED, Judge, JudgeOptions
+from llmcompile.harness.baseline_cache import BaselineCache
 from llmcompile.harness.worker import JudgeFailure
 from llmcompile.specs import BUILTIN, get_op
 from llmcompile.specs.targets import DEFAULT_TARGET, target_here
@@ -89,6 +91,35 @@ def test_a_gpu_something_else_is_using_gets_no_verdict_on_the_candidate(judge: J
     finally:
         hog.kill()
         hog.wait()
+
+
+def test_baselines_timed_beside_another_process_are_not_cached(judge: Judge, tmp_path: Path) -> None:
+    """Baselines timed while another process copies on the GPU: shown (the profile says the GPU
+    was not the judge's alone) or no verdict at all; never kept in the baseline cache, where they
+    would stand for a week. Alone, the same baselines are kept."""
+    spec, source = get_op("softmax"), (REF / "softmax.py").read_text()
+    opts = JudgeOptions(baselines=["eager"], profile_shapes=[(8192, 8192)], verify_ns=[8192])
+    mine, judge.baselines = judge.baselines, BaselineCache(tmp_path / "b.json")
+    hog = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
+        try:
+            v = judge.evaluate(source, spec, "bfloat16", opts)
+            assert v.status == PROFILED and v.profile and v.profile.disturbed, v.message
+            said = f"profiled; {v.profile.disturbed[:120]}"
+        except JudgeFailure as e:
+            assert "cannot time honestly" in str(e)
+            said = f"JudgeFailure: {str(e)[:120]}"
+        finally:
+            hog.kill()
+            hog.wait()
+        _record(f"| reference softmax, baselines beside another process | softmax | bfloat16 | not cached | {said} | |")
+        assert not judge.baselines.path.exists()
+        v = judge.evaluate(source, spec, "bfloat16", opts)
+        assert v.status == PROFILED and v.profile and not v.profile.disturbed, v.message
+        assert len(json.loads(judge.baselines.path.read_text())) == 1
+    finally:
+        judge.baselines = mine
 
 
 def test_gpu_worker_never_imports_candidate_python(judge: Judge) -> None:

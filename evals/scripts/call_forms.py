@@ -8,24 +8,46 @@ the same tensors.
 
 At 8 x 1024 a kernel takes a few microseconds, so what is measured is the host's time per call:
 the median over `--repeats` batches of `--calls` back-to-back calls, the implementations'
-batches interleaved (evals.scripts.host_overhead.interleaved_us).
+batches interleaved (`interleaved_us`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from evals.scripts.host_overhead import interleaved_us
 from llmcompile import kernels
 
 Form = dict[str, Callable[[], object]]
+
+
+def interleaved_us(fns: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per call of each function, their batches interleaved (each repeat
+    times every function once, in a rotated order), so that the host's slow spells, which on
+    a shared machine last seconds, fall on all of them alike rather than on whichever ran then."""
+    for fn in fns.values():
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) * 1e6 / calls)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _quack() -> object | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from evals.scripts.host_overhead import interleaved_us
+from evals.scripts.call_forms import interleaved_us
 from llmcompile import kernels
 
 

@@ -28,7 +28,10 @@ def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> grid.BenchResult | 
         res.rows.append(grid.BenchRow(spec.name, dtype, s.m, s.n, "llmcompile", s.ms, s.tbs, s.pct_sol, "", p.unit))
         for impl, tbs in s.baselines.items():
             ms = s.baseline_ms.get(impl)
-            res.rows.append(grid.BenchRow(spec.name, dtype, s.m, s.n, impl, ms, tbs, 100 * tbs / p.sol_tbs, "", p.unit))
+            note = s.baseline_notes.get(impl, "")
+            res.rows.append(
+                grid.BenchRow(spec.name, dtype, s.m, s.n, impl, ms, tbs, 100 * tbs / p.sol_tbs, note, p.unit)
+            )
     return res
 
 
@@ -175,15 +178,22 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
 
 
 def _ages(v: Verdict) -> str:
-    """A line naming the baselines taken from the judge's cache, and how old they are."""
+    """Lines naming the baselines taken from the judge's cache, and how old they are; and those
+    timed while the GPU was not the judge's alone (not cached)."""
     ages: dict[str, float] = {}
     for sh in v.profile.shapes if v.profile else []:
         for b, age in sh.baseline_age_s.items():
             ages[b] = max(ages.get(b, 0.0), age)
-    if not ages:
-        return ""
-    said = ", ".join(f"{b} ({_age(a)} ago)" for b, a in sorted(ages.items()))
-    return f"\n\nTimed earlier on this machine by the same software, taken from the judge's baseline cache: {said}."
+    out = ""
+    if ages:
+        said = ", ".join(f"{b} ({_age(a)} ago)" for b, a in sorted(ages.items()))
+        out = f"\n\nTimed earlier on this machine by the same software, taken from the judge's baseline cache: {said}."
+    if v.profile and v.profile.disturbed:
+        out += (
+            "\n\nThe baselines timed here may be slow: right after them the GPU was not the judge's alone "
+            f"({v.profile.disturbed}); they were not kept in the baseline cache."
+        )
+    return out
 
 
 def _age(seconds: float) -> str:

@@ -697,6 +697,7 @@ def profile_candidate(
             {**{b: e["tbs"] for b, e in known.items()}, **{r.impl: r.tbs for r in rows[1:] if r.tbs}},
             {**{b: e["ms"] for b, e in known.items()}, **{r.impl: r.ms for r in rows[1:] if r.ms}},
             baseline_age_s={b: e["age_s"] for b, e in known.items()},
+            baseline_notes={r.impl: r.note for r in rows[1:] if r.tbs and any(w in r.note for w in TIMING_FLAGS)},
         )
         for word in ("IMPOSSIBLE", "TIMER MISMATCH", "WRONG TIMED OUTPUT"):
             if word in mine.note:
@@ -723,6 +724,10 @@ def profile_candidate(
             )
     for st in out:  # (against the ceiling as last measured: the same for every shape)
         st.pct_sol = 100 * st.tbs / ceil["copy"]
+    # (one look, where baselines were timed here: a baseline timed beside another process would be
+    # cached for a week; a false alarm costs only their timing again next time)
+    fresh = any(st.baselines.keys() - st.baseline_age_s.keys() for st in out)
+    disturbed = (timing.disturbance(ceil["copy"]) or "") if fresh else ""
     return ProfileResult(
         not flags,
         ceil["copy"],
@@ -734,6 +739,7 @@ def profile_candidate(
         kb.as_dict(),
         spec.unit,
         checks,
+        disturbed,
     )
 
 

@@ -295,14 +295,16 @@ class Judge:
         return out
 
     def _store_baselines(self, spec: OpSpec, dtype: str, profile: dict[str, Any] | None, names: list[str]) -> None:
-        """Keep the baselines this profile timed (not those it took from the cache)."""
-        if not profile or not names:
+        """Keep the baselines this profile timed (not those it took from the cache), where their
+        timing was sound: none flagged, and the GPU the judge's alone right after them."""
+        if not profile or not names or profile.get("disturbed"):
             return
         entries = {}
         for sh in profile.get("shapes", []):
             keys = self._baseline_keys(spec, dtype, sh["m"], sh["n"], names)
+            skip = sh.get("baseline_age_s", {}).keys() | sh.get("baseline_notes", {}).keys()
             for b, k in keys.items():
-                if b in sh["baselines"] and b not in sh.get("baseline_age_s", {}):
+                if b in sh["baselines"] and b not in skip:
                     entries[k] = {"ms": sh["baseline_ms"][b], "tbs": sh["baselines"][b], "t": time.time()}
         self.baselines.store(entries)
 

@@ -129,6 +129,9 @@ class ShapeTiming:
     # impl -> seconds since a baseline was timed, for those taken from the judge's baseline cache
     # (harness/baseline_cache.py) rather than timed beside this candidate
     baseline_age_s: dict[str, float] = field(default_factory=dict)
+    # impl -> the flag a baseline's own timing carried (TIMER MISMATCH, IMPOSSIBLE): its number is
+    # shown with it and never kept in the cache, where it would stand for a week unflagged
+    baseline_notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +149,9 @@ class ProfileResult:
     unit: str = "TB/s"
     # what each shape's timed outputs were checked against (verify.check_method)
     checks: list[str] = field(default_factory=list)
+    # what the judge's own copy showed right after the baselines were timed, where the GPU was not
+    # its alone then ("" where it was): those baselines are shown and not cached
+    disturbed: str = ""
 
     @property
     def limit(self) -> str:

@@ -28,7 +28,9 @@ def _record(line: str) -> None:
     ROWS.append(line)
     out = os.environ.get("LLMCOMPILE_RESULTS_DIR")
     if out:
-        Path(out, "harness-verdicts.md").write_text(
+        # (one table a pytest-xdist worker: the workers would overwrite one file)
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        Path(out, f"harness-verdicts{'-' + worker if worker else ''}.md").write_text(
             "| kernel | op | dtype | expected | verdict | detail |\n|---|---|---|---|---|---|\n"
             + "\n".join(ROWS)
             + "\n"

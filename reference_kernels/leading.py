@@ -72,7 +72,7 @@ def resolve_tiling(knobs: LeadingKnobs, width_bits: int, inner: int, arity: int,
     splits = knobs.splits or max(1, min(T.LEADING_MAX_SPLITS, math.ceil(T.LEADING_TARGET_CTAS / col_tiles)))
     if not 1 <= splits <= fits:
         raise ValueError(f"splits={splits}: the workspace holds {fits} partials a column")
-    return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits)
+    return LeadingTiling(0, inner, vec, tr, threads, max(1, knobs.unroll), splits=splits)
 
 
 class LeadingReduce(StridedReduce):

@@ -12,7 +12,8 @@ its index along R to a tuple, `combine` merges two tuples, `identity` is the tup
 element, and `epilogue(acc)` turns a column's total into its output values. So sum, mean,
 max, min, argmax and argmin are the same kernel with another combine. With `rewrite`, each
 thread keeps its share of the column in registers and writes `rewrite(x, stats)` back for
-every element (a norm over a middle dim: one read, one write).
+every element (a norm over a middle dim: one read, one write; where a share does not fit the
+registers, x is read again to be rewritten).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class StridedTiling:
     threads_r: int
     num_threads: int
     unroll: int
+    # with rewrite: the thread's column share stays in registers until rewritten (x read once);
+    # where it does not fit, x is read again to be rewritten (three passes, not two)
+    hold: bool = False
 
     @property
     def threads_inner(self) -> int:
@@ -74,16 +78,21 @@ def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rew
     tr = knobs.threads_r or pick(T.THREADS_R_SCALAR if scalar else T.THREADS_R, r)
     if tr & (tr - 1) or threads % (32 * tr) or not 32 <= threads <= 1024:
         raise ValueError(f"threads_r={tr} must be a power of two and num_threads={threads} a multiple of 32*{tr}")
+    hold = False
     if rewrite:
-        # the column share stays in registers until it is rewritten
-        while vec > 1 and math.ceil(r / tr) * vec > T.REGISTER_VALUES:
-            vec //= 2
-        if math.ceil(r / tr) * vec > T.REGISTER_VALUES:
-            raise ValueError(f"R={r} over {tr} threads is {math.ceil(r / tr)} values a thread: raise threads_r")
+        # held in registers where the share fits: more threads along R (a warp still along inner,
+        # its loads whole lines), then narrower loads; else x is read again (`hold` False)
+        h_tr, h_vec = tr, vec
+        while knobs.threads_r is None and math.ceil(r / h_tr) > T.REGISTER_VALUES and 64 * h_tr <= threads:
+            h_tr *= 2
+        while h_vec > 1 and math.ceil(r / h_tr) * h_vec > T.REGISTER_VALUES:
+            h_vec //= 2
+        if hold := math.ceil(r / h_tr) * h_vec <= T.REGISTER_VALUES:
+            tr, vec = h_tr, h_vec
     # narrow columns: fewer threads along inner, more along R, so a CTA is not mostly idle
     while knobs.threads_r is None and tr < 32 and threads // (2 * tr) * vec >= inner * 2 and tr * 2 <= r:
         tr *= 2
-    return StridedTiling(r, inner, vec, tr, threads, max(1, min(knobs.unroll, math.ceil(r / tr))))
+    return StridedTiling(r, inner, vec, tr, threads, max(1, min(knobs.unroll, math.ceil(r / tr))), hold)
 
 
 class StridedReduce:
@@ -130,7 +139,7 @@ class StridedReduce:
         held = []  # with rewrite: the thread's column share, as (row, in bounds, registers)
         # Rows tr, tr + threads_r, ...: batches of `unroll` loads issued before folding.
         batches = const_expr(math.ceil(t.per_thread / t.unroll))
-        if const_expr(self.rewrite is None):
+        if const_expr(not t.hold):
             for b in cutlass.range(batches, unroll=1):
                 acc = self._fold(self._load(mX, base, b, tr, col_ok, 0, t.r), acc)
         else:
@@ -150,12 +159,22 @@ class StridedReduce:
                     cute.autovec_copy(reg, _at(outs[i], out_base, t.vec))
         else:
             stats = [self.epilogue(acc[j]) for j in range(t.vec)]
-            for rr, ok, reg in held:
-                if ok:
-                    res = cute.make_rmem_tensor(t.vec, outs[0].element_type)
-                    for j in cutlass.range_constexpr(t.vec):
-                        res[j] = outs[0].element_type(self.rewrite(Float32(reg[j]), stats[j]))
-                    cute.autovec_copy(res, _at(outs[0], base + Int64(rr) * t.inner, t.vec))
+            if const_expr(t.hold):
+                self._rewrite(outs[0], base, held, stats)
+            else:
+                for b in cutlass.range(batches, unroll=1):
+                    self._rewrite(outs[0], base, self._load(mX, base, b, tr, col_ok, 0, t.r), stats)
+
+    @cute.jit
+    def _rewrite(self, mO: cute.Tensor, base: Int64, regs: list, stats: list) -> None:
+        """`rewrite(x, stats)` of the loads `regs` written to mO where they were in bounds."""
+        t = self.tiling
+        for rr, ok, reg in regs:
+            if ok:
+                res = cute.make_rmem_tensor(t.vec, mO.element_type)
+                for j in cutlass.range_constexpr(t.vec):
+                    res[j] = mO.element_type(self.rewrite(Float32(reg[j]), stats[j]))
+                cute.autovec_copy(res, _at(mO, base + Int64(rr) * t.inner, t.vec))
 
     @cute.jit
     def _load(self, mX: cute.Tensor, base: Int64, b, tr: Int32, col_ok, first, end) -> list:

@@ -31,6 +31,12 @@ def test_tiling() -> None:
     assert (scalar.vec, scalar.num_threads, scalar.threads_r) == (1, T.SCALAR_THREADS, 8)
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 4095, rewrite=True).num_threads == 256
     assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4096, rewrite=False).threads_r == 4
+    # a rewrite holds its column share while 64 values a thread fit: up to 8 threads along R of 256,
+    # fp32 loads; past that x is read again, with the plain reduction's tiling
+    held = [R.resolve_tiling(R.StridedKnobs(), 32, r, 1024, rewrite=True) for r in (128, 256, 512, 513, 4096)]
+    assert [(t.hold, t.threads_r, t.vec) for t in held] == [
+        (True, 2, 1), (True, 4, 1), (True, 8, 1), (False, 4, 4), (False, 4, 4)
+    ]  # fmt: skip
 
 
 def test_an_l1_norm_over_a_middle_dim_is_a_plain_sum(tmp_path: Path) -> None:
@@ -107,6 +113,34 @@ def test_x_rewritten_with_several_statistics_of_a_dim_is_right(
 ) -> None:
     src = problem_file(tmp_path, "std", forward, f"(256, 32, 256, dtype=torch.{dtype})")
     right_on_gpu(src, dtype, tmp_path, 37)
+
+
+# x rewritten along a middle dim longer than a thread's registers hold at 2 threads along R
+LONG_MIDDLE = [
+    ("softmax, R 256: held over 4 threads", "torch.softmax(x, dim=1)", "(4, 256, 512)"),
+    ("standardized, R 512: held over 8 threads", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)", "(2, 512, 256)"),
+    ("l2-normalized, R 1000: read again", "x / torch.norm(x, dim=1, keepdim=True)", "(3, 1000, 264)"),
+    ("log_softmax by hand, R 4096: read again",
+     "x - x.max(1, keepdim=True)[0] - torch.log(torch.exp(x - x.max(1, keepdim=True)[0]).sum(1, keepdim=True))",
+     "(2, 4096, 128)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "forward", "shape"), LONG_MIDDLE)
+def test_a_rewrite_along_a_long_middle_dim_compiles_for_sm90a(
+    what: str, forward: str, shape: str, tmp_path: Path
+) -> None:
+    """It raised "R=256 over 2 threads is 128 values a thread: raise threads_r" for any R past 128."""
+    compiled_match(problem_file(tmp_path, "long", forward, shape), "float32", tmp_path, "strided")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("what", "forward", "shape"), LONG_MIDDLE)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_rewrite_along_a_long_middle_dim_is_right(
+    what: str, forward: str, shape: str, dtype: str, tmp_path: Path
+) -> None:
+    right_on_gpu(problem_file(tmp_path, "long", forward, f"{shape[:-1]}, dtype=torch.{dtype})"), dtype, tmp_path, 5)
 
 
 AROUND = [

@@ -76,3 +76,15 @@ def test_the_report_says_which_baselines_are_cached_or_may_be_slow() -> None:
     assert "baseline cache: eager (2.0 h ago)" in _ages(v) and "may be slow" not in _ages(v)
     v.profile.disturbed = "the judge's own copy ran at 1.20 TB/s, 40% of the 3.00 it measured"
     assert "may be slow" in _ages(v) and "40% of the 3.00" in _ages(v) and "not kept" in _ages(v)
+
+
+def test_the_report_names_verifications_slowest_cases() -> None:
+    from llmcompile.agent.report import _slowest_cases
+    from llmcompile.harness.verdict import Verdict, VerifyResult
+
+    v = Verdict("verified", "", "softmax", "bfloat16", "h100", "0" * 64)
+    assert _slowest_cases(v) == ""
+    v.verify = VerifyResult(
+        True, case_seconds={"64x256 random/0": 0.4, "64x256 spikes/200": 6.1, "1x256 random/0": 0.1}
+    )
+    assert "64x256 spikes/200 6.10 s, 64x256 random/0 0.40 s, 1x256 random/0" in _slowest_cases(v)

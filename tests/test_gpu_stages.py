@@ -50,6 +50,12 @@ def test_honest_kernels_pass_every_case() -> None:
     assert v.ok, v.failure
     assert v.runs >= len(SHAPES) + 4 * 2 + 5  # random seeds, special and generic cases, repeats
     assert _verify(rmsnorm, RMSNORM).ok
+    # each case's seconds, where a slow verify went (the run report names the slowest)
+    m, n = max(SHAPES)
+    ran = {k.split("/")[0] for k in v.case_seconds}
+    assert {"1x64 random", f"{m}x{n} random", f"{m}x{n} spikes", f"{m}x{n} integers"} <= ran, ran
+    assert all(s >= 0 for s in v.case_seconds.values())
+    assert sum(v.case_seconds.values()) <= v.seconds + 5e-4 * len(v.case_seconds)  # (each rounded to 1 ms)
 
 
 def test_a_problem_whose_own_torch_program_raises_is_judged_by_float64_alone() -> None:

@@ -268,6 +268,7 @@ class _Run:
     runs: int = 0
     notes: list[str] = field(default_factory=list)
     kb: verify.KernelBenchTally = field(default_factory=verify.KernelBenchTally)
+    seconds: dict[str, float] = field(default_factory=dict)  # each case's, by "MxN case/seed"
 
 
 def _fair(spec: OpSpec, dtype: str, inputs: list[torch.Tensor], scalars: dict, exact: str = "") -> str | None:
@@ -312,7 +313,15 @@ def verify_candidate(
         if st.kb.torch_failed:
             st.notes.append(f"{st.kb.torch_failed}: KernelBench's check was not made, nor torch's error measured")
         return VerifyResult(
-            failure is None, st.runs, shapes, failure, st.notes, time.perf_counter() - t0, st.kb.as_dict(), ro
+            failure is None,
+            st.runs,
+            shapes,
+            failure,
+            st.notes,
+            time.perf_counter() - t0,
+            st.kb.as_dict(),
+            ro,
+            st.seconds,
         )
 
     for m, n in shapes:
@@ -321,7 +330,9 @@ def verify_candidate(
                 continue  # special values once per N, on the large shape
             progress(m, n, case.name)
             again = case.name == "random" and case.seed == 0 and m == largest[n]
+            t = time.perf_counter()
             failure = _verify_case(fns[n], spec, dtype, m, n, case, base_seed, repeats if again else 0, ro, st, device)
+            st.seconds[f"{m}x{n} {case.name}/{case.seed}"] = round(time.perf_counter() - t, 3)
             if failure is not None:
                 return result(failure)
     return result(None)

@@ -113,6 +113,7 @@ class VerifyResult:
     # KernelBench's own verdict on the same outputs (verify.KernelBenchTally.as_dict)
     kernelbench: dict[str, Any] = field(default_factory=dict)
     read_only: bool = False  # the inputs were in read-only device memory during every call
+    case_seconds: dict[str, float] = field(default_factory=dict)  # "MxN case/seed" -> its seconds
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""patterns/idioms.py: a softmax written out by hand is one fold on every template."""
+"""patterns/idioms.py: a softmax written out by hand is torch's, and a sum of exp(x - max) one fold,
+on every template."""
 
 from __future__ import annotations
 
@@ -11,21 +12,65 @@ from llmcompile.specs import get_op
 from tests.level1 import compiled_match, problem_file, right_on_gpu
 
 E = "torch.exp(x - x.amax({d}, keepdim=True))"
-WRITTEN = [
-    ("softmax, last dim", f"{E} / {E}.sum({{d}}, keepdim=True)", "-1", "norm"),
-    ("softmax through max(...)[0], middle dim", "(lambda e: e / e.sum(1, keepdim=True))"
-     "(torch.exp(x - x.max(1, keepdim=True)[0]))", "1", "strided"),
-    ("log_softmax, first dim", f"x - x.amax({{d}}, keepdim=True) - torch.log({E}.sum({{d}}, keepdim=True))", "0",
-     "leading"),
-    ("logsumexp, last dims", f"{E}.sum({{d}}).log() + x.amax({{d}})", "(1, 2)", "norm"),
-]  # fmt: skip
+# (what, forward with {d}, d, template, torch's op it is)
+WHOLE = [
+    ("softmax, last dim", f"{E} / {E}.sum({{d}}, keepdim=True)", "-1", "rows", "softmax"),
+    (
+        "softmax through max(...)[0], middle dim",
+        "(lambda e: e / e.sum(1, keepdim=True))(torch.exp(x - x.max(1, keepdim=True)[0]))",
+        "1",
+        "strided",
+        "softmax",
+    ),
+    (
+        "log_softmax, first dim",
+        f"x - x.amax({{d}}, keepdim=True) - torch.log({E}.sum({{d}}, keepdim=True))",
+        "0",
+        "leading",
+        "log_softmax",
+    ),
+    ("x - logsumexp, last dim", "x - torch.logsumexp(x, {d}, keepdim=True)", "-1", "rows", "log_softmax"),
+    (
+        "exp(x - logsumexp), middle dim",
+        "torch.exp(x - torch.logsumexp(x, dim={d}, keepdim=True))",
+        "1",
+        "strided",
+        "softmax",
+    ),
+]
+PART = [("logsumexp, last dims", f"{E}.sum({{d}}).log() + x.amax({{d}})", "(1, 2)", "norm", "")]
+WRITTEN = WHOLE + PART  # fmt: skip
 
 
-@pytest.mark.parametrize(("what", "forward", "d", "pattern"), WRITTEN)
-def test_a_softmax_written_out_is_one_fold(what: str, forward: str, d: str, pattern: str, tmp_path: Path) -> None:
-    src = problem_file(tmp_path, "w", forward.format(d=d).replace("{d}", d), "(16, 32, 256)")
-    m, _ = compiled_match(src, "float32", tmp_path, pattern)
+def _body(forward: str, d: str) -> str:
+    return forward.format(d=d).replace("{d}", d)
+
+
+@pytest.mark.parametrize(("what", "forward", "d", "pattern", "op"), WHOLE)
+def test_a_whole_softmax_written_out_is_torchs(what: str, forward: str, d: str, pattern: str, op: str, tmp_path: Path):
+    """(Written out, it had run at 84% of copy on the norm template, H200.)"""
+    m, _ = compiled_match(problem_file(tmp_path, "w", _body(forward, d), "(16, 32, 256)"), "float32", tmp_path, pattern)
+    assert m.summary.startswith(f"{op} "), m.summary
+
+
+@pytest.mark.parametrize(("what", "forward", "d", "pattern", "op"), PART)
+def test_a_sum_of_exp_written_out_is_one_fold(what: str, forward: str, d: str, pattern: str, op: str, tmp_path: Path):
+    m, _ = compiled_match(problem_file(tmp_path, "w", _body(forward, d), "(16, 32, 256)"), "float32", tmp_path, pattern)
     assert m.source.count("S.max_sumexp") == 1 and "logsumexp" in m.summary, m.source
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        f"{E.format(d=1)} / {E.format(d=1)}.sum(2, keepdim=True)",  # (another dim's sum)
+        f"{E.format(d=-1)} / ({E.format(d=-1)}.sum(-1, keepdim=True) + 1.0)",  # (not the sum alone)
+        "x - x.amax(-1, keepdim=True) - torch.log(torch.exp(x - x.amin(-1, keepdim=True)).sum(-1, keepdim=True))",
+        "x - torch.logsumexp(x, (1, 2), keepdim=True)",  # (two dims: no torch op is that)
+    ],
+)
+def test_a_normalizer_that_only_looks_like_one_is_left_as_written(forward: str, tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "w", forward, "(16, 32, 256)"))))
+    assert not getattr(m, "summary", "").startswith(("softmax ", "log_softmax ")), m
 
 
 @pytest.mark.parametrize(
@@ -43,15 +88,15 @@ def test_a_sum_that_only_looks_like_it_is_left_as_written(forward: str, tmp_path
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("what", "forward", "d", "pattern"), WRITTEN)
+@pytest.mark.parametrize(("what", "forward", "d", "pattern", "op"), WRITTEN)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_softmax_written_out_is_right(what: str, forward: str, d: str, pattern: str, dtype: str, tmp_path: Path):
-    src = problem_file(tmp_path, "w", forward.format(d=d).replace("{d}", d), f"(64, 32, 256, dtype=torch.{dtype})")
+def test_a_softmax_written_out_is_right(what: str, forward: str, d: str, pattern: str, op: str, dtype: str, tmp_path):
+    src = problem_file(tmp_path, "w", _body(forward, d), f"(64, 32, 256, dtype=torch.{dtype})")
     right_on_gpu(src, dtype, tmp_path, 41)
 
 
-@pytest.mark.parametrize(("what", "forward", "d", "pattern"), WRITTEN)
-def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward: str, d: str, pattern: str) -> None:
+@pytest.mark.parametrize(("what", "forward", "d", "pattern", "op"), WRITTEN)
+def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward: str, d: str, pattern: str, op: str):
     """The folded graph, in float64 on the CPU, gives the model's values (spikes included)."""
     import torch
     from torch import fx, nn
@@ -59,7 +104,7 @@ def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward:
 
     from llmcompile.agent.patterns.idioms import fold_idioms
 
-    body = forward.format(d=d).replace("{d}", d)
+    body = _body(forward, d)
 
     class Model(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""Idioms written by hand, folded back into a reduction the templates take: the stable softmax's
-sum(exp(x - max(x))) is exp(logsumexp(x) - max(x)). As written, the sum reads the max's result (a
-second pass over x); folded, the max and the log-sum-exp are one fold (folds.SAME_VALUES)."""
+"""Idioms written by hand, folded back into what the templates take: a whole softmax or
+log_softmax written out (through max or logsumexp) is torch's, so the softmax kernels serve it; the
+stable softmax's sum(exp(x - max(x))) elsewhere is exp(logsumexp(x) - max(x)). As written, the sum
+reads the max's result (a second pass over x); folded, the max and the log-sum-exp are one fold
+(folds.SAME_VALUES)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ _SUMS = {torch.sum, "sum"}
 _EXPS = {torch.exp, "exp"}
 _SUBS = {operator.sub, torch.sub, "sub"}
 _MAXES = {torch.amax: "amax", "amax": "amax", torch.max: "max", "max": "max"}
+_DIVS = {operator.truediv, torch.div, "div"}
+_LOGS = {torch.log, "log"}
+_LSES = {torch.logsumexp, "logsumexp"}
 
 
 def _call(n: Any, targets: set | dict) -> bool:
@@ -42,11 +47,68 @@ def _max_of(n: Any, rank: int) -> tuple[fx.Node, tuple[int, ...], bool] | None:
     return None if red is None else (n.args[0], *red)
 
 
+def _plain(n: Any, targets: set, args: int = 1) -> bool:
+    """A call of `targets` with `args` positional arguments and no keywords, as written."""
+    return _call(n, targets) and len(n.args) == args and not n.kwargs
+
+
+def _shifted(d: Any, rank: int) -> tuple[fx.Node, int, str] | None:
+    """(x, dim, "max" or "lse") where `d` is x less its max or its log-sum-exp, kept over one dim."""
+    if not _plain(d, _SUBS, 2):
+        return None
+    x, m = d.args
+    got, by = _max_of(m, rank), "max"
+    if got is None and _call(m, _LSES) and not set(m.kwargs) - {"dim", "keepdim"} and (red := _reduced(m, rank)):
+        got, by = (m.args[0], *red), "lse"
+    ok = got is not None and got[0] is x and len(got[1]) == 1 and got[2]
+    return (x, got[1][0], by) if ok else None
+
+
+def _sum_of(s: Any, e: Any, sh: tuple | None, rank: int) -> bool:
+    """`s` is the sum of `e`, exp(x - max), over the max's dim, kept, as written (no dtype, no out=)."""
+    if sh is None or sh[2] != "max" or not _call(s, _SUMS) or s.args[0] is not e or set(s.kwargs) - {"dim", "keepdim"}:
+        return False
+    return _reduced(s, rank) == ((sh[1],), True)
+
+
+def _normalizer(n: fx.Node, rank: int) -> tuple[Any, fx.Node, int] | None:
+    """(torch.softmax or torch.log_softmax, x, dim) where `n` computes one of them as written."""
+    found = None
+    if (sh := _shifted(n, rank)) is not None and sh[2] == "lse":  # x - logsumexp(x)
+        found = torch.log_softmax, sh
+    elif _plain(n, _EXPS) and (sh := _shifted(n.args[0], rank)) is not None and sh[2] == "lse":  # exp(x - lse)
+        found = torch.softmax, sh
+    elif _plain(n, _DIVS, 2) and _plain(e := n.args[0], _EXPS):  # exp(x - max) / sum(exp(x - max))
+        sh = _shifted(e.args[0], rank)
+        found = (torch.softmax, sh) if _sum_of(n.args[1], e, sh, rank) else None
+    elif _plain(n, _SUBS, 2) and _plain(lg := n.args[1], _LOGS) and _call(s := lg.args[0], _SUMS):
+        sh, e = _shifted(n.args[0], rank), s.args[0]  # x - max - log(sum(exp(x - max)))
+        ok = _plain(e, _EXPS) and e.args[0] is n.args[0] and _sum_of(s, e, sh, rank)
+        found = (torch.log_softmax, sh) if ok else None
+    return None if found is None else (found[0], found[1][0], found[1][1])
+
+
+def _fold_normalizers(gm: fx.GraphModule) -> bool:
+    """Each softmax or log_softmax written out made torch's, outermost first (exp(x - lse) is the
+    exp's softmax, not its argument's log_softmax)."""
+    changed = False
+    for n in reversed(list(gm.graph.nodes)):
+        meta = n.meta.get("tensor_meta")
+        if (found := _normalizer(n, len(meta.shape)) if hasattr(meta, "shape") else None) is None:
+            continue
+        with gm.graph.inserting_before(n):
+            n.replace_all_uses_with(gm.graph.call_function(found[0], (found[1],), {"dim": found[2]}))
+        gm.graph.erase_node(n)
+        changed = True
+    return changed
+
+
 def fold_idioms(gm: fx.GraphModule) -> bool:
     """Each sum(exp(x - m)) over the dims m = max(x) was kept over (keepdim) replaced by
-    exp(logsumexp(x) - amax(x)) over the same dims; returns whether any was. Needs the graph's
-    shapes (ShapeProp's tensor_meta), for the dims' rank."""
-    changed = False
+    exp(logsumexp(x) - amax(x)) over the same dims, after each whole softmax written out is made
+    torch's (`_fold_normalizers`); returns whether any was. Needs the graph's shapes (ShapeProp's
+    tensor_meta), for the dims' rank."""
+    changed = _fold_normalizers(gm)
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):
             continue

@@ -48,8 +48,7 @@ class StridedTiling:
     threads_r: int
     num_threads: int
     unroll: int
-    # with rewrite: the thread's column share stays in registers until rewritten (x read once);
-    # where it does not fit, x is read again to be rewritten (three passes, not two)
+    # with rewrite: the column share held in registers (x read once), else x read again
     hold: bool = False
 
     @property

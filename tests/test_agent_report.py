@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llmcompile.agent.report import summary_table
+from llmcompile.agent.report import _ages, summary_table
+from llmcompile.harness.verdict import ProfileResult, ShapeTiming, Verdict
 
 
 def _summary(unit: str | None) -> dict:
@@ -64,27 +65,10 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
 
 
 def test_the_report_says_which_baselines_are_cached_or_may_be_slow() -> None:
-    from llmcompile.agent.report import _ages
-    from llmcompile.harness.verdict import ProfileResult, ShapeTiming, Verdict
-
-    shape = ShapeTiming(
-        4096, 4096, 0.05, 2.7, 90.0, True, {"eager": 2.0}, {"eager": 0.07}, baseline_age_s={"eager": 7200.0}
-    )
+    shape = ShapeTiming(8, 8, 0.05, 2.7, 90.0, True, {"eager": 2.0}, {"eager": 0.07}, baseline_age_s={"eager": 7200.0})
     v = Verdict(
         "profiled", "", "softmax", "bfloat16", "h100", "0" * 64, profile=ProfileResult(True, 3.0, shapes=[shape])
     )
     assert "baseline cache: eager (2.0 h ago)" in _ages(v) and "may be slow" not in _ages(v)
     v.profile.disturbed = "the judge's own copy ran at 1.20 TB/s, 40% of the 3.00 it measured"
     assert "may be slow" in _ages(v) and "40% of the 3.00" in _ages(v) and "not kept" in _ages(v)
-
-
-def test_the_report_names_verifications_slowest_cases() -> None:
-    from llmcompile.agent.report import _slowest_cases
-    from llmcompile.harness.verdict import Verdict, VerifyResult
-
-    v = Verdict("verified", "", "softmax", "bfloat16", "h100", "0" * 64)
-    assert _slowest_cases(v) == ""
-    v.verify = VerifyResult(
-        True, case_seconds={"64x256 random/0": 0.4, "64x256 spikes/200": 6.1, "1x256 random/0": 0.1}
-    )
-    assert "64x256 spikes/200 6.10 s, 64x256 random/0 0.40 s, 1x256 random/0" in _slowest_cases(v)

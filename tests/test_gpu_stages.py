@@ -50,7 +50,7 @@ def test_honest_kernels_pass_every_case() -> None:
     assert v.ok, v.failure
     assert v.runs >= len(SHAPES) + 4 * 2 + 5  # random seeds, special and generic cases, repeats
     assert _verify(rmsnorm, RMSNORM).ok
-    # each case's seconds, where a slow verify went (the run report names the slowest)
+    # each case's seconds: where a slow verify went
     m, n = max(SHAPES)
     ran = {k.split("/")[0] for k in v.case_seconds}
     assert {"1x64 random", f"{m}x{n} random", f"{m}x{n} spikes", f"{m}x{n} integers"} <= ran, ran

@@ -96,9 +96,7 @@ def test_a_gpu_something_else_is_using_gets_no_verdict_on_the_candidate(judge: J
 
 
 def test_baselines_timed_beside_another_process_are_not_cached(judge: Judge, tmp_path: Path) -> None:
-    """Baselines timed while another process copies on the GPU: shown (the profile says the GPU
-    was not the judge's alone) or no verdict at all; never kept in the baseline cache, where they
-    would stand for a week. Alone, the same baselines are kept."""
+    """Beside a copying process: no verdict, or baselines shown as disturbed; never cached. Alone: cached."""
     spec, source = get_op("softmax"), (REF / "softmax.py").read_text()
     opts = JudgeOptions(baselines=["eager"], profile_shapes=[(8192, 8192)], verify_ns=[8192])
     mine, judge.baselines = judge.baselines, BaselineCache(tmp_path / "b.json")

@@ -119,10 +119,9 @@ def test_x_rewritten_with_several_statistics_of_a_dim_is_right(
 LONG_MIDDLE = [
     ("softmax, R 256: held over 4 threads", "torch.softmax(x, dim=1)", "(4, 256, 512)"),
     ("standardized, R 512: held over 8 threads", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)", "(2, 512, 256)"),
-    ("l2-normalized, R 1000: read again", "x / torch.norm(x, dim=1, keepdim=True)", "(3, 1000, 264)"),
-    ("log_softmax by hand, R 4096: read again",
+    ("log_softmax by hand, R 1000: read again",
      "x - x.max(1, keepdim=True)[0] - torch.log(torch.exp(x - x.max(1, keepdim=True)[0]).sum(1, keepdim=True))",
-     "(2, 4096, 128)"),
+     "(3, 1000, 264)"),
 ]  # fmt: skip
 
 
@@ -130,7 +129,7 @@ LONG_MIDDLE = [
 def test_a_rewrite_along_a_long_middle_dim_compiles_for_sm90a(
     what: str, forward: str, shape: str, tmp_path: Path
 ) -> None:
-    """It raised "R=256 over 2 threads is 128 values a thread: raise threads_r" for any R past 128."""
+    """(It raised "R=256 over 2 threads is 128 values a thread" past R = 128.)"""
     compiled_match(problem_file(tmp_path, "long", forward, shape), "float32", tmp_path, "strided")
 
 

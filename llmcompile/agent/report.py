@@ -159,7 +159,7 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
             f"Provider: {cfg.provider}{' (no LLM was used)' if cfg.provider != 'openai' else ''}. "
             f"Stopped: {result.stop_reason}. {result.judged} candidates judged in {result.wall_s:.0f} s.\n\n"
             f"Verdict: {final.status}: {final.message}\n\n{table}{_ages(final)}\n\n"
-            f"## Where the time went\n\n{timeline_table(summary['timeline'])}\n{_slowest_cases(b.verdict)}"
+            f"## Where the time went\n\n{timeline_table(summary['timeline'])}\n"
         )
         summary["best"] = {
             "id": b.id,
@@ -194,15 +194,6 @@ def _ages(v: Verdict) -> str:
             f"({v.profile.disturbed}); they were not kept in the baseline cache."
         )
     return out
-
-
-def _slowest_cases(v: Verdict, top: int = 5) -> str:
-    """A line naming the verification cases that took longest (where a slow verify went)."""
-    cases = sorted((v.verify.case_seconds if v.verify else {}).items(), key=lambda kv: -kv[1])[:top]
-    if not cases:
-        return ""
-    said = ", ".join(f"{k} {sec:.2f} s" for k, sec in cases)
-    return f"\nVerification's slowest cases (shape, case/seed): {said}.\n"
 
 
 def _age(seconds: float) -> str:

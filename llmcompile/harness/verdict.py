@@ -130,8 +130,7 @@ class ShapeTiming:
     # impl -> seconds since a baseline was timed, for those taken from the judge's baseline cache
     # (harness/baseline_cache.py) rather than timed beside this candidate
     baseline_age_s: dict[str, float] = field(default_factory=dict)
-    # impl -> the flag a baseline's own timing carried (TIMER MISMATCH, IMPOSSIBLE): its number is
-    # shown with it and never kept in the cache, where it would stand for a week unflagged
+    # impl -> the flag a baseline's own timing carried (shown with it, never cached)
     baseline_notes: dict[str, str] = field(default_factory=dict)
 
 
@@ -150,8 +149,8 @@ class ProfileResult:
     unit: str = "TB/s"
     # what each shape's timed outputs were checked against (verify.check_method)
     checks: list[str] = field(default_factory=list)
-    # what the judge's own copy showed right after the baselines were timed, where the GPU was not
-    # its alone then ("" where it was): those baselines are shown and not cached
+    # what the judge's own copy showed right after the baselines were timed on a GPU not its alone
+    # ("" where it was its alone): those baselines are shown, not cached
     disturbed: str = ""
 
     @property

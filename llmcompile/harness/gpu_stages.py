@@ -710,7 +710,7 @@ def profile_candidate(
             baseline_age_s={b: e["age_s"] for b, e in known.items()},
             baseline_notes={r.impl: r.note for r in rows[1:] if r.tbs and any(w in r.note for w in TIMING_FLAGS)},
         )
-        for word in ("IMPOSSIBLE", "TIMER MISMATCH", "WRONG TIMED OUTPUT"):
+        for word in (*TIMING_FLAGS, "WRONG TIMED OUTPUT"):
             if word in mine.note:
                 st.flags.append(mine.note)
                 flags.append(f"M={m} N={n}: {mine.note}")
@@ -738,7 +738,7 @@ def profile_candidate(
     # (one look, where baselines were timed here: a baseline timed beside another process would be
     # cached for a week; a false alarm costs only their timing again next time)
     fresh = any(st.baselines.keys() - st.baseline_age_s.keys() for st in out)
-    disturbed = (timing.disturbance(ceil["copy"]) or "") if fresh else ""
+    disturbed = (timing.disturbance(_BANDWIDTH.get("copy")) or "") if fresh else ""  # (as calm(): TB/s)
     return ProfileResult(
         not flags,
         ceil["copy"],

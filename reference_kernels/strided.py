@@ -34,7 +34,7 @@ from reference_kernels.tuning import strided as T
 
 @dataclass(frozen=True)
 class StridedKnobs:
-    num_threads: int | None = None  # None: 256, or T.SCALAR_THREADS for scalar loads without rewrite
+    num_threads: int | None = None  # None: T.NUM_THREADS's, or T.SCALAR_THREADS for scalar loads without rewrite
     threads_r: int | None = None  # None: T.THREADS_R's value (T.THREADS_R_SCALAR's for scalar loads)
     vec_bits: int = 128
     unroll: int = 4  # loads along R in flight per thread (8 ran 5-10% slower on the H100)
@@ -73,7 +73,7 @@ def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rew
     vec = vector_elems(knobs.vec_bits, width_bits, inner)
     # a rewriting thread holds its column share: 1024 of them would not fit the register file
     scalar = vec == 1 and not rewrite
-    threads = knobs.num_threads or (T.SCALAR_THREADS if scalar else 256)
+    threads = knobs.num_threads or (T.SCALAR_THREADS if scalar else pick(T.NUM_THREADS, r))
     tr = knobs.threads_r or pick(T.THREADS_R_SCALAR if scalar else T.THREADS_R, r)
     if tr & (tr - 1) or threads % (32 * tr) or not 32 <= threads <= 1024:
         raise ValueError(f"threads_r={tr} must be a power of two and num_threads={threads} a multiple of 32*{tr}")
@@ -81,10 +81,11 @@ def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rew
     if rewrite:
         # held in registers where the share fits: more threads along R (a warp still along inner,
         # its loads whole lines), then narrower loads; else x is read again (`hold` False)
+        least = 1 if r <= T.NARROW_HOLD_MAX_R else max(1, min(vec, 32 // width_bits))
         h_tr, h_vec = tr, vec
-        while knobs.threads_r is None and math.ceil(r / h_tr) > T.REGISTER_VALUES and 64 * h_tr <= threads:
+        while knobs.threads_r is None and math.ceil(r / h_tr) * least > T.REGISTER_VALUES and 64 * h_tr <= threads:
             h_tr *= 2
-        while h_vec > 1 and math.ceil(r / h_tr) * h_vec > T.REGISTER_VALUES:
+        while h_vec > least and math.ceil(r / h_tr) * h_vec > T.REGISTER_VALUES:
             h_vec //= 2
         if hold := math.ceil(r / h_tr) * h_vec <= T.REGISTER_VALUES:
             tr, vec = h_tr, h_vec

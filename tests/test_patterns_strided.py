@@ -30,13 +30,16 @@ def test_tiling() -> None:
     scalar = R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4095, rewrite=False)  # an odd inner dim
     assert (scalar.vec, scalar.num_threads, scalar.threads_r) == (1, T.SCALAR_THREADS, 8)
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 4095, rewrite=True).num_threads == 256
-    assert R.resolve_tiling(R.StridedKnobs(), 32, 4096, 4096, rewrite=False).threads_r == 4
-    # a rewrite holds its column share while 64 values a thread fit: up to 8 threads along R of 256,
-    # fp32 loads; past that x is read again, with the plain reduction's tiling
-    held = [R.resolve_tiling(R.StridedKnobs(), 32, r, 1024, rewrite=True) for r in (128, 256, 512, 513, 4096)]
+    long = R.resolve_tiling(R.StridedKnobs(), 16, 4096, 4096, rewrite=False)  # 16 x 512: enough CTAs
+    assert (long.threads_r, long.num_threads, long.vec) == (16, 512, 8)
+    # a rewrite holds its share while 64 values a thread fit (32-bit loads at least past R = 128):
+    # up to 8 threads along R of 256, 16 of 512 past R = 512; else x is read again
+    held = [R.resolve_tiling(R.StridedKnobs(), 32, r, 1024, rewrite=True) for r in (128, 256, 512, 513, 1024, 1025)]
     assert [(t.hold, t.threads_r, t.vec) for t in held] == [
-        (True, 2, 1), (True, 4, 1), (True, 8, 1), (False, 4, 4), (False, 4, 4)
+        (True, 2, 1), (True, 4, 1), (True, 8, 1), (True, 16, 1), (True, 16, 1), (False, 16, 4)
     ]  # fmt: skip
+    bf16 = [R.resolve_tiling(R.StridedKnobs(), 16, r, 1024, rewrite=True) for r in (128, 256, 512, 1024)]
+    assert [(t.hold, t.threads_r, t.vec) for t in bf16] == [(True, 2, 1), (True, 8, 2), (False, 2, 8), (False, 16, 8)]
 
 
 def test_an_l1_norm_over_a_middle_dim_is_a_plain_sum(tmp_path: Path) -> None:
@@ -119,9 +122,10 @@ def test_x_rewritten_with_several_statistics_of_a_dim_is_right(
 LONG_MIDDLE = [
     ("softmax, R 256: held over 4 threads", "torch.softmax(x, dim=1)", "(4, 256, 512)"),
     ("standardized, R 512: held over 8 threads", "(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)", "(2, 512, 256)"),
-    ("log_softmax by hand, R 1000: read again",
+    ("log_softmax by hand, R 1000: held over 16 threads (fp32), read again (bf16)",
      "x - x.max(1, keepdim=True)[0] - torch.log(torch.exp(x - x.max(1, keepdim=True)[0]).sum(1, keepdim=True))",
      "(3, 1000, 264)"),
+    ("softmax, R 1500: read again", "torch.softmax(x, dim=1)", "(2, 1500, 136)"),
 ]  # fmt: skip
 
 

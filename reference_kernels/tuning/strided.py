@@ -3,13 +3,19 @@ reference_kernels.strided and reference_kernels.leading at trace time. Each says
 
 # Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
 # step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
-THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 4))
+# Past 512, 16 of 512: at 4 of 256, a sum over dim 1 of (16, 4096, 4096) bf16 had 128 CTAs and ran
+# at 60% of copy (109 now), an amax over 16384 at 49 (108); H200
+THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 16))
+NUM_THREADS: tuple[tuple[int | None, int], ...] = ((512, 256), (None, 512))
 # Scalar loads (an odd inner dim: rows are not vector-aligned) want wide CTAs: a warp's load
 # is only 128 bytes, and 1024 threads over 8 rows of R moved a 128 x 4096 x 4095 fp32 sum from
 # 83% to 97% of the copy bandwidth on the H100 (evals/sweep_problem.py).
 SCALAR_THREADS = 1024
 THREADS_R_SCALAR: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 4), (None, 8))
 REGISTER_VALUES = 64  # values of a column share a rewriting thread holds (more costs residency)
+# Past this R a held share loads 32 bits at least (a bf16 softmax over 256: 77% of copy, not 64;
+# 512: 66, not 60), up to it narrower (64, 128: 87, 85, not 82); H200
+NARROW_HOLD_MAX_R = 128
 
 # The leading-dim variant (reference_kernels/leading.py: a reduction over the batch dim, R known
 # only at run time, split over CTAs through a workspace).

@@ -331,6 +331,17 @@ def _llm_args(s: argparse.ArgumentParser, choices: str) -> None:
     s.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL, else OpenAI)")
 
 
+def _at_least(low: int):
+    """An argparse type: an integer >= `low` (0 rounds or -1 samples is a typo, not a run)."""
+
+    def parse(text: str) -> int:
+        if not text.lstrip("-").isdigit() or int(text) < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}")
+        return int(text)
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llmcompile", description="An agent that writes CuTe-DSL GPU kernels near the memory speed of light."
@@ -351,10 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", help="default: bfloat16 where the op takes it")
     _llm_args(s, "auto (default), openai, offline or replay")
     s.add_argument("--replay", help="RUN_DIR whose transcript answers (with --llm replay)")
-    s.add_argument("--samples", type=int, default=run.samples, help="candidates per round")
-    s.add_argument("--rounds", type=int, default=run.rounds)
-    s.add_argument("--max-tokens", type=int, default=run.max_tokens, help="token budget for the whole run (0: none)")
-    s.add_argument("--max-tokens-per-answer", type=int, default=run.max_tokens_per_answer)
+    s.add_argument("--samples", type=_at_least(1), default=run.samples, help="candidates per round")
+    s.add_argument("--rounds", type=_at_least(1), default=run.rounds)
+    s.add_argument(
+        "--max-tokens", type=_at_least(0), default=run.max_tokens, help="token budget for the whole run (0: none)"
+    )
+    s.add_argument("--max-tokens-per-answer", type=_at_least(1), default=run.max_tokens_per_answer)
     s.add_argument("--time", type=float, default=run.time, help="wall-time budget in seconds (0: none)")
     s.add_argument("--target-sol", type=float, default=run.target_sol, help="stop at this %% of SOL on every shape")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
@@ -411,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--rounds",
-        type=int,
+        type=_at_least(1),
         default=1,
         help="time the implementations in turn this many times and keep each one's median round",
     )
@@ -441,10 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("more", nargs="*", help="with compare: the two eval directories")
     _llm_args(s, "auto (default), openai or offline")
     s.add_argument("--target", help="run the suite for this target instead of the one it names")
-    s.add_argument("--samples", type=int, help="candidates per round (default: the suite's budget)")
-    s.add_argument("--rounds", type=int, help="rounds per problem (default: the suite's budget)")
+    s.add_argument("--samples", type=_at_least(1), help="candidates per round (default: the suite's budget)")
+    s.add_argument("--rounds", type=_at_least(1), help="rounds per problem (default: the suite's budget)")
     s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")
-    s.add_argument("--jobs", type=int, default=1, help="problems at once with --compile-only (no GPU)")
+    s.add_argument("--jobs", type=_at_least(1), default=1, help="problems at once with --compile-only (no GPU)")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--problems", help="a directory of KernelBench-format files, in place of the suite's `dir`")
     s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")

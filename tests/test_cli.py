@@ -89,3 +89,20 @@ def test_a_bad_op_is_said_before_anything_starts(op: str, said: str, capsys: pyt
     that is not there, is still the error the user sees (not the GPU check, not a judge start)."""
     assert main([op, "--target", "h100"]) == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--rounds", "0"], "'0' is not an integer >= 1"),
+        (["--samples", "two"], "'two' is not an integer >= 1"),
+        (["--shapes", "0x1024"], "M and N must be at least 1"),
+    ],
+)
+def test_a_bad_budget_or_shape_is_refused(flags: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """(0 rounds ended "no candidate passed"; a shape of 0 rows compiled.)"""
+    try:
+        rc = main(["softmax", "--target", "h100", "--compile-only", *flags])
+    except SystemExit as e:  # (argparse's own refusal)
+        rc = e.code
+    assert rc == 2 and said in capsys.readouterr().err

@@ -21,10 +21,12 @@ SMALL_N = (256, 512, 1024, 2048)
 def parse_shape(text: str) -> tuple[int, int]:
     """'32768x4096' -> (32768, 4096); OpError on anything else."""
     try:
-        m, n = str(text).lower().split("x")
-        return int(m), int(n)
+        m, n = (int(v) for v in str(text).lower().split("x"))
     except ValueError:
         raise OpError(f"bad shape {text!r}: write MxN, e.g. 32768x4096") from None
+    if m < 1 or n < 1:
+        raise OpError(f"bad shape {text!r}: M and N must be at least 1")
+    return m, n
 
 
 def bench_shapes(elems: int = BENCH_ELEMS) -> list[tuple[int, int]]:

@@ -74,7 +74,7 @@ def resolve_tiling(knobs: StridedKnobs, width_bits: int, r: int, inner: int, rew
     # a rewriting thread holds its column share: 1024 of them would not fit the register file
     scalar = vec == 1 and not rewrite
     threads = knobs.num_threads or (T.SCALAR_THREADS if scalar else pick(T.NUM_THREADS, r))
-    tr = knobs.threads_r or pick(T.THREADS_R_SCALAR if scalar else T.THREADS_R, r)
+    tr = knobs.threads_r or min(pick(T.THREADS_R_SCALAR if scalar else T.THREADS_R, r), threads // 32)
     if tr & (tr - 1) or threads % (32 * tr) or not 32 <= threads <= 1024:
         raise ValueError(f"threads_r={tr} must be a power of two and num_threads={threads} a multiple of 32*{tr}")
     hold = False

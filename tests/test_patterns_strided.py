@@ -32,6 +32,7 @@ def test_tiling() -> None:
     assert R.resolve_tiling(R.StridedKnobs(), 32, 64, 4095, rewrite=True).num_threads == 256
     long = R.resolve_tiling(R.StridedKnobs(), 16, 4096, 4096, rewrite=False)  # 16 x 512: enough CTAs
     assert (long.threads_r, long.num_threads, long.vec) == (16, 512, 8)
+    assert R.resolve_tiling(R.StridedKnobs(num_threads=128), 16, 4096, 4096, False).threads_r == 4
     # a rewrite holds its share while 64 values a thread fit (32-bit loads at least past R = 128):
     # up to 8 threads along R of 256, 16 of 512 past R = 512; else x is read again
     held = [R.resolve_tiling(R.StridedKnobs(), 32, r, 1024, rewrite=True) for r in (128, 256, 512, 513, 1024, 1025)]

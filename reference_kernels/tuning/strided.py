@@ -3,8 +3,8 @@ reference_kernels.strided and reference_kernels.leading at trace time. Each says
 
 # Threads along R, by R: short reductions keep whole columns in one thread (no shared-memory
 # step); long ones split so that a CTA's columns finish without one thread reading 4K rows.
-# Past 512, 16 of 512: at 4 of 256, a sum over dim 1 of (16, 4096, 4096) bf16 had 128 CTAs and ran
-# at 60% of copy (109 now), an amax over 16384 at 49 (108); H200
+# Past 512, 16 of 512: at 4 of 256 a sum over dim 1 of (16, 4096, 4096) bf16 had 128 CTAs, ran at
+# 60% of copy (109 now), an amax over 16384 at 49 (108); H200
 THREADS_R: tuple[tuple[int | None, int], ...] = ((64, 1), (512, 2), (None, 16))
 NUM_THREADS: tuple[tuple[int | None, int], ...] = ((512, 256), (None, 512))
 # Scalar loads (an odd inner dim: rows are not vector-aligned) want wide CTAs: a warp's load

@@ -462,7 +462,8 @@ def _count_mean_m2_block(terms: list) -> tuple:
 
 
 def _known(v, value: float) -> bool:
-    return getattr(v, "value", None) == value  # a literal of the prologue (a register's is an MLIR value)
+    c = getattr(v, "value", None)  # a literal: a float; a register: an MLIR value (`==` a DSL value)
+    return isinstance(c, float) and c == value
 
 
 def _unit_terms_block(terms: list) -> tuple:

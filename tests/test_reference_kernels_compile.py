@@ -8,7 +8,9 @@ import importlib
 import re
 from pathlib import Path
 
+import cutlass.cute as cute
 import pytest
+from cutlass import Float32, Int32
 
 from llmcompile.agent.offline import ATTENTION_KNOBS, knob_fields
 from llmcompile.specs import BUILTIN, contract
@@ -892,3 +894,17 @@ def test_ops_with_weights_compile_with_them_in_fp32_beside_bf16_rows(
         )
         spills = _spill_stores("".join(capfd.readouterr()))
         assert fn is not None and spills and max(spills) <= spill_budget(op, n), f"{op} N={n}: {spills}"
+
+
+def test_a_chan_block_sums_elements_only_where_counts_are_literals() -> None:
+    """(A register's `==` is a DSL value, once taken for True.)"""
+    from reference_kernels.reduce import _known
+
+    seen = []
+
+    @cute.jit
+    def probe(n: Int32) -> None:
+        seen.append((_known(Float32(n), 1.0), _known(Float32(1.0), 1.0), _known(Float32(0.0), 1.0)))
+
+    probe(Int32(1))
+    assert seen == [(False, True, False)]

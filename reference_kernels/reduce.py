@@ -472,12 +472,12 @@ def _unit_terms_block(terms: list) -> tuple:
     loads: dict[int, tuple] = {}
     for ok, t in terms:
         loads.setdefault(id(ok), (ok, []))[1].append(t[1])
-    add = functools.partial(functools.reduce, lambda a, b: a + b)
+    total = functools.partial(functools.reduce, lambda a, b: a + b)
     shift = masked(terms[0][0], terms[0][1][1], 0.0)
-    n = add([masked(ok, Float32(float(len(xs))), 0.0) for ok, xs in loads.values()])
-    s = add([masked(ok, add([x - shift for x in xs]), 0.0) for ok, xs in loads.values()])
+    n = total([masked(ok, Float32(float(len(xs))), 0.0) for ok, xs in loads.values()])
+    s = total([masked(ok, total([x - shift for x in xs]), 0.0) for ok, xs in loads.values()])
     mean = shift + s * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
-    m2 = add([masked(ok, add([(x - mean) * (x - mean) for x in xs]), 0.0) for ok, xs in loads.values()])
+    m2 = total([masked(ok, total([(x - mean) * (x - mean) for x in xs]), 0.0) for ok, xs in loads.values()])
     return (n, mean, m2)
 
 

@@ -29,8 +29,9 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels import reduce as R
-from reference_kernels.reduce import WARP, block_fold, vector_elems
+from reference_kernels.reduce import WARP, block_fold, pick, vector_elems
 from reference_kernels.reduce import vector_at as _at
+from reference_kernels.tuning import total as T
 
 KINDS = ("full", "col")
 MAX_CTAS = 2048
@@ -54,7 +55,7 @@ def row_values_and_partials(mW: cute.Tensor, rows) -> tuple[cute.Tensor, cute.Te
 @dataclass(frozen=True)
 class TotalKnobs:
     num_threads: int = 256
-    ctas: int = 1056  # 132 SMs x 8 CTAs of 256 threads: the H100 full at once
+    ctas: int | None = None  # None: T.CTAS's, by the fold's arity
     vec_bits: int = 128
     unroll: int = 4  # vectors per thread per input in flight
     # Each CTA walks its own contiguous range instead of striding with the grid. None: only where a
@@ -77,18 +78,21 @@ class TotalTiling:
         return self.ctas * self.num_threads
 
 
-def resolve_tiling(knobs: TotalKnobs, widest_bits: int, last: int, kinds: tuple[str, ...] = ("full",)) -> TotalTiling:
+def resolve_tiling(
+    knobs: TotalKnobs, widest_bits: int, last: int, kinds: tuple[str, ...] = ("full",), arity: int = 1
+) -> TotalTiling:
     """Vectors as wide as the knobs allow while a run of the last dim starts aligned to them
     (so a "col" operand's vector is contiguous)."""
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
-    if not 1 <= knobs.ctas <= MAX_CTAS:
-        raise ValueError(f"ctas={knobs.ctas} must be 1..{MAX_CTAS} (the workspace holds that many partials)")
+    ctas = pick(T.CTAS, arity) if knobs.ctas is None else knobs.ctas
+    if not 1 <= ctas <= MAX_CTAS:
+        raise ValueError(f"ctas={ctas} must be 1..{MAX_CTAS} (the workspace holds that many partials)")
     if not 1 <= knobs.unroll <= 16:
         raise ValueError(f"unroll={knobs.unroll} must be 1..16")
     vec = vector_elems(knobs.vec_bits, widest_bits, last)
     contiguous = "col" in kinds if knobs.contiguous is None else knobs.contiguous
-    return TotalTiling(vec, knobs.num_threads, knobs.ctas, knobs.unroll, contiguous)
+    return TotalTiling(vec, knobs.num_threads, ctas, knobs.unroll, contiguous)
 
 
 class TotalReduce:
@@ -122,7 +126,7 @@ class TotalReduce:
         inner = const_expr(math.prod(ref.shape[1:]) if cute.rank(ref) > 1 else 1)
         last = const_expr(ref.shape[cute.rank(ref) - 1] if cute.rank(ref) > 1 else 1)
         widest = const_expr(max(t.element_type.width for t in ins))
-        self.tiling = resolve_tiling(self.knobs, widest, last, self.kinds)
+        self.tiling = resolve_tiling(self.knobs, widest, last, self.kinds, len(self.identity))
         t = self.tiling
         rows = Int64(ref.shape[0])
         total = rows * inner

@@ -39,6 +39,11 @@ def test_tiling() -> None:
     assert not T.resolve_tiling(T.TotalKnobs(contiguous=False), 32, 4096, ("full", "col")).contiguous
     with pytest.raises(ValueError):
         T.resolve_tiling(T.TotalKnobs(ctas=T.MAX_CTAS + 1), 32, 4096)
+    with pytest.raises(ValueError):
+        T.resolve_tiling(T.TotalKnobs(ctas=0), 32, 4096)
+    # the grid by the values a partial carries: a Chan merge's kernel holds fewer CTAs an SM
+    one, three = (T.resolve_tiling(T.TotalKnobs(), 32, 4096, arity=a).ctas for a in (1, 3))
+    assert three < one and T.resolve_tiling(T.TotalKnobs(ctas=528), 32, 4096, arity=3).ctas == 528
 
 
 @needs_level1

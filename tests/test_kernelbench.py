@@ -173,3 +173,35 @@ def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
     assert problem("exp", "torch.exp(x).sum(0)") == ""
     assert problem("middle", "(x / x.abs().sum(0)).sum(1)") == ""
     assert problem("scaled", "x * a[0]", "[torch.randn(16, 32), 3.14]") == ""
+
+
+def test_whole_inputs_are_made_on_a_gpu_only_where_it_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmcompile.specs import kernelbench
+
+    whole = [torch.empty(1024, 1024, dtype=torch.bfloat16, device="meta")]  # 2 MiB: 6 to make
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 3 << 20)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 1 << 20)  # 2 MiB cached
+    for free, room in ((4 << 20, True), ((4 << 20) - 1, False)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None, f=free: (f, 80 << 30))
+        assert kernelbench._room(whole, "cuda:1") is room
+    assert not kernelbench._room(whole, "cpu") and not kernelbench._room(whole, None)
+
+
+@pytest.mark.gpu
+def test_a_file_without_a_batch_variable_is_sliced_on_the_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmcompile.specs import kernelbench
+
+    f = tmp_path / "spelled.py"
+    f.write_text(
+        "from pathlib import Path\nimport torch\nfrom torch import nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.var(x)\n\ndef get_inputs():\n"
+        "    x = torch.randn(4096, 8192, dtype=torch.bfloat16)\n"
+        "    Path(__file__).with_suffix('.where').write_text(x.device.type)\n    return [x]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    spec = get_op(str(f))
+    for room, where in ((3, "cuda"), (1 << 40, "cpu")):  # (no GPU has room for 2^40 times 64 MiB)
+        monkeypatch.setattr(kernelbench, "WHOLE_ROOM", room)
+        (x,) = spec.make_inputs(3, 8192, "bfloat16", torch.Generator("cuda").manual_seed(0), "random", "cuda")
+        assert x.shape == (3, 8192) and x.is_cuda and float(x.float().std()) > 0.5
+        assert f.with_suffix(".where").read_text() == where

@@ -130,7 +130,9 @@ def test_the_checker_sees_function_level_and_from_imports(tmp_path: Path) -> Non
 
 
 ROOT = PKG.parent
-TRAVEL_LIMIT = 2_000_000  # bytes: the tree goes to the GPU with the 58 MiB device pack, under 64 MiB
+# bytes: the tree goes to the GPU with the device pack (60.7 MB) under 64 MiB (67.1 MB); 2.1 MB
+# leaves 4.3 MB for what a session carries beside them
+TRAVEL_LIMIT = 2_100_000
 
 
 def _tracked() -> list[Path]:
@@ -143,7 +145,7 @@ def _tracked() -> list[Path]:
     return [ROOT / p for p in out.decode().split("\0") if p]
 
 
-def test_the_tree_that_travels_to_the_gpu_is_under_2_mb() -> None:
+def test_the_tree_that_travels_to_the_gpu_fits_beside_the_device_pack() -> None:
     files = [p for p in _tracked() if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     biggest = sorted(files, key=lambda p: p.stat().st_size)[-5:]

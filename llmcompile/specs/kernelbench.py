@@ -97,9 +97,10 @@ BATCH_NAMES = ("batch_size", "M", "B", "batch")
 def _batched_inputs(mod, m: int, m0: int, path: Path, device: str | None = None) -> list:
     """`get_inputs()` at batch M: through the file's own batch variable where setting it changes
     the leading dim and nothing else (so a 17 GB problem is never made whole to verify a few
-    rows), else made whole (on the CPU where M is not the problem's own) and sliced. `device`:
-    where its tensors are made (KernelBench's files make them on the CPU, at several seconds a
-    GB: a GPU makes them in milliseconds)."""
+    rows), else made whole and sliced: on `device` where it has room for them (`_room`), else on
+    the CPU. `device`: where its tensors are made (KernelBench's files make them on the CPU, at
+    several seconds a GB: a GPU makes them in milliseconds; a file that spells its shapes out
+    cost a whole-tensor var's verify 57 s of CPU-made inputs, on an H200's host)."""
     on = torch.device(device) if device else contextlib.nullcontext()
     if m == m0:
         with on:
@@ -119,8 +120,27 @@ def _batched_inputs(mod, m: int, m0: int, path: Path, device: str | None = None)
         got = [(x.shape[0] == m, x.shape[1:], x.dtype) for x in xs if isinstance(x, torch.Tensor)]
         if got == want:
             return xs
-    xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
+    with on if _room(whole, device) else contextlib.nullcontext():
+        xs = _as_list(mod.get_inputs(), "get_inputs()", path, numbers=True)
     return [x[:m].contiguous() if isinstance(x, torch.Tensor) and x.dim() and x.shape[0] == m0 else x for x in xs]
+
+
+# The whole inputs made on a GPU take this many times their bytes (a file's own temporaries:
+# `torch.randn(...) * 3 + 1`, a cast after making them in fp32).
+WHOLE_ROOM = 3
+
+
+def _room(whole: list, device: str | None) -> bool:
+    """Whether the problem's whole inputs (`whole`: on the meta device) are made on `device`, a
+    GPU, rather than where the file makes them: where WHOLE_ROOM times their bytes fit what it
+    could give now (its free memory and torch's cached, unused blocks: the read-only mappings
+    take those back)."""
+    if not device or torch.device(device).type != "cuda":
+        return False
+    dev = torch.device(device)
+    need = WHOLE_ROOM * sum(x.numel() * x.element_size() for x in whole if isinstance(x, torch.Tensor))
+    cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+    return need <= torch.cuda.mem_get_info(dev)[0] + cached
 
 
 def _batchable(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor], path: Path) -> bool:

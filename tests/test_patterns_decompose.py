@@ -58,6 +58,9 @@ PAIRS = [
     ("x / x.sum(1)[:, None]", "x / x.sum(1).unsqueeze(1)", "pass"),
     ("x - x.mean((0, 2))[None, :, None]", "x - x.mean((0, 2)).unsqueeze(0).unsqueeze(2)", "pass"),
     ("torch.var_mean(x, dim=(0, 2))", "(x.var((0, 2)), x.mean((0, 2)))", "pass"),  # batch statistics
+    ("torch.var_mean(x)", "(torch.var(x), torch.mean(x))", "pass"),  # the whole tensor: one Chan fold
+    ("torch.std_mean(x, False)", "(x.std(correction=0), x.mean())", "pass"),  # (the bool is `unbiased`)
+    ("torch.var_mean(x, None, keepdim=True)", "(x.var(None, keepdim=True), x.mean(None, keepdim=True))", "pass"),
     ("self.ln(x) * 2.0",
      "((x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.ln.weight + self.ln.bias) * 2.0", "self.ln = nn.LayerNorm(1024)"),
@@ -92,6 +95,7 @@ def test_the_written_out_kernels_compile_for_sm90a(tmp_path: Path) -> None:
         ("torch.aminmax(x, dim=0)", "leading", "S.joint((S.fmin, (math.inf,)), (S.fmax, (-math.inf,)))"),
         ("torch.var_mean(x, dim=1)", "strided", "S.count_mean_m2, (0.0, 0.0, 0.0,)"),
         ("torch.std_mean(x, dim=(0, 1, 2))", "total", "S.count_mean_m2,\n    (0.0, 0.0, 0.0,)"),
+        ("torch.var_mean(x)", "total", "S.count_mean_m2,\n    (0.0, 0.0, 0.0,)"),
         ("torch.logsumexp(x, (0, 1, 2)) - x.mean()", "total", "S.joint((S.max_sumexp, (-math.inf, 0.0,)), (S.add"),
     ],
 )
@@ -126,7 +130,6 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
         (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
         ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm, or none)"),
         ("torch.linalg.norm(x[0], ord=1)", "ord=1 over dim=None"),
-        ("torch.var_mean(x)", "`var_mean` without a dim"),
         ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),
         ("torch.nansum(x, -1, dtype=torch.float32)", "`nansum` with a dtype"),
         ("x - torch.nanmean(x)", "x rewritten with 2 reductions of the whole tensor"),
@@ -178,6 +181,8 @@ def test_nansums_nan_test_survives_the_compiler(tmp_path: Path) -> None:
         "torch.var_mean(x, dim=0)",
         "x.std(1) / x.mean(1)",
         "torch.std_mean(x, dim=(0, 1, 2))",
+        "torch.var_mean(x)",
+        "torch.std_mean(x, False)",
     ],
 )
 def test_reductions_folded_together_are_right_on_the_gpu(forward: str, tmp_path: Path) -> None:

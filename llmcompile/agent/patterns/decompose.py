@@ -93,13 +93,14 @@ def _nan_reduction(mean: bool) -> Callable[..., fx.Node]:
 
 
 def _spread_and_mean(spread: Callable) -> Callable[..., tuple[fx.Node, fx.Node]]:
-    """torch.var_mean / std_mean: (var or std, mean), two nodes (`decompose` hands each on)."""
+    """torch.var_mean / std_mean: (var or std, mean), two nodes (`decompose` hands each on); without
+    a dim, of the whole tensor (`var_mean(x, False)`: the bool is `unbiased`)."""
 
     def rule(g: fx.Graph, x: Any, dim: Any = None, unbiased: Any = None, keepdim: Any = False, **kw: Any) -> tuple:
-        if dim is None or isinstance(dim, bool) or set(kw) - {"correction", "keepdim"}:
-            raise Refused(
-                f"`{spread.__name__}_mean` without a dim, or with {sorted(set(kw) - {'correction', 'keepdim'})}"
-            )
+        if set(kw) - {"correction", "keepdim"}:
+            raise Refused(f"`{spread.__name__}_mean` with {sorted(set(kw) - {'correction', 'keepdim'})}")
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
         keep = kw.get("keepdim", keepdim)
         c = kw.get("correction", 1 if unbiased is None or unbiased else 0)
         return (

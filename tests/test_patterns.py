@@ -47,6 +47,46 @@ def test_builtins_and_unmatched_say_so(tmp_path: Path) -> None:
     assert isinstance(m, patterns.NoMatch) and "sort" in m.reason
 
 
+@pytest.mark.parametrize(
+    "read, constant",
+    [
+        ("x.sum(-1) / x.shape[-1]", "x.sum(-1) / 1024"),
+        ("x.sum(1) / x.size(1)", "x.sum(1) / 16"),
+        (
+            "x.pow(2).mean(-1, keepdim=True) * x.size()[2] / (x.shape[1] * x.shape[2])",
+            "x.pow(2).mean(-1, keepdim=True) * 1024 / 16384",
+        ),
+        ("x.amax(-1) * x.dim() + x.ndim", "x.amax(-1) * 3 + 3"),
+        ("x.sum(-1) / self.w.shape[0]", "x.sum(-1) / 1024"),
+    ],
+)
+def test_a_shape_read_is_the_constant_it_is(read: str, constant: str, tmp_path: Path) -> None:
+    init = "self.w = nn.Parameter(torch.rand(1024))"
+    ms = []
+    for d, forward in (("a", read), ("b", constant)):
+        (tmp_path / d).mkdir()
+        ms.append(patterns.match(get_op(str(problem_file(tmp_path / d, "p", forward, "(8, 16, 1024)", init)))))
+    assert all(isinstance(m, patterns.Match) for m in ms) and ms[0].source == ms[1].source, ms
+
+
+@pytest.mark.parametrize(
+    "forward, reason",
+    [
+        ("x.sum(0) / x.shape[0]", "`x.shape[0]`: the batch dim's size, known only at run time"),
+        ("x.sum(-1) / x.size(0)", "the batch dim's size"),
+        ("x.sum(-1) * x.shape[:2][1]", "`x.shape[:2]`: the batch dim's size"),
+        # a view that regroups x: a template would read the view's dims as x's (it wrote a kernel
+        # of x.sum(1) for the first, of dim 3 of 3 for the second)
+        ("x.reshape(-1, 1024).sum(-1)", "`sum` of a view that regroups its input, (8, 16, 1024) as (128, 1024)"),
+        ("x.unsqueeze(1).sum(2)", "a view that regroups its input"),
+        ("torch.var_mean(x.view(8, 16, 32, 32), dim=(0, 2, 3))", "a view that regroups its input"),
+    ],
+)
+def test_what_a_template_would_misread_is_refused(forward: str, reason: str, tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(problem_file(tmp_path, "p", forward, "(8, 16, 1024)"))))
+    assert isinstance(m, patterns.NoMatch) and reason in m.reason, m
+
+
 def test_a_level1_run_out_of_gpu_memory_runs_again_alone() -> None:
     """The GPU tests share the GPU among workers: a run that found its memory taken by the
     others' runs again once, holding the lock they share, and its own failure still fails."""

@@ -26,6 +26,7 @@ PAIRS = [
     (f"{F}.layer_norm(x, (1024,), self.weight, self.bias)",
      "(x - torch.mean(x, dim=-1, keepdim=True)) * torch.rsqrt(torch.var(x, dim=-1, keepdim=True, correction=0)"
      " + 1e-05) * self.weight + self.bias", AFFINE),
+    (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", f"{F}.rms_norm(x, (1024,), eps=1e-6)", "pass"),
     (f"{F}.normalize(x)", "x / torch.clamp_min(torch.norm(x, 2.0, 1, keepdim=True), 1e-12)", "pass"),
     (f"{F}.softmin(x, dim=-1)", "torch.softmax(-x, -1)", "pass"),
     ("self.smin(x)", "torch.softmax(-x, 1)", "self.smin = nn.Softmin(dim=1)"),
@@ -127,7 +128,7 @@ def test_a_layernorm_module_alone_keeps_the_norm_modules_match(tmp_path: Path) -
     [
         (f"{F}.rms_norm(x, (1024,))", "`rms_norm` without eps"),
         (f"{F}.softmin(x)", "`softmin` without a dim"),
-        (f"{F}.rms_norm(x, x.shape[-1:], eps=1e-6)", "a norm over a shape computed in the model"),
+        (f"{F}.rms_norm(x, x.shape, eps=1e-6)", "a norm over a shape computed in the model"),
         ("torch.linalg.norm(x, ord='nuc', dim=(1, 2))", "(a matrix norm, or none)"),
         ("torch.linalg.norm(x[0], ord=1)", "ord=1 over dim=None"),
         ("torch.stack(torch.var_mean(x, -1))", "`var_mean`'s results used whole"),

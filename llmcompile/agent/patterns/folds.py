@@ -14,6 +14,7 @@ from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import (
     NORMALIZERS,
     REDUCTIONS,
+    VIEWS,
     Op,
     Unsupported,
     depends_on,
@@ -241,6 +242,28 @@ def batch_block(r: Op, shapes: dict) -> int | None:
     return dims[1]
 
 
+def regrouped(gm: fx.GraphModule, r: Op, shapes: dict) -> None:
+    """Refuse a reduction along dims of a view that reshapes the input's elements on the way to
+    it (`x.reshape(-1, N)`, `x.unsqueeze(1)`): a template reads the dims as the input's own, so
+    dim 2 of `x.unsqueeze(1)` would be x's dim 2. A view of a smaller tensor (a weight's, a
+    statistic's) only broadcasts it."""
+    size = math.prod(shapes[r.args[0]])
+    todo, seen = [r.args[0]], set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n.op not in ("call_function", "call_method"):
+            continue
+        seen.add(n)
+        src = n.args[0] if n.args else None
+        if op_of(gm, n).kind in VIEWS and src in shapes and n in shapes and shapes[src] != shapes[n]:
+            if math.prod(shapes[src]) == size:
+                raise Unsupported(
+                    f"`{r.kind}` of a view that regroups its input, {tuple(shapes[src])} as {tuple(shapes[n])}: "
+                    "the templates reduce the input's own dims"
+                )
+        todo.extend(n.all_input_nodes)
+
+
 def _reduction(gm: fx.GraphModule, r: Op, shapes: dict, batch: bool = False) -> tuple[Op, fx.Node, int, int]:
     dim = reduce_dim(r)
     x = r.args[0]
@@ -251,6 +274,7 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict, batch: bool = False) -> 
             over = "the whole tensor" if dim is None else dim
             raise Unsupported(f"`{r.kind}` over {over} beside batch statistics (each over the batch and the same dims)")
         exact_count(r, shapes[x][0] * math.prod(shapes[x][block:]))
+        regrouped(gm, r, shapes)
         return r, r.node, block, rank - block
     if isinstance(dim, (list, tuple)):
         dims = sorted({d % rank for d in dim})
@@ -259,6 +283,8 @@ def _reduction(gm: fx.GraphModule, r: Op, shapes: dict, batch: bool = False) -> 
         dim, span = dims[0], len(dims)
     if not isinstance(dim, int):
         raise Unsupported(f"`{r.kind}` over {dim!r}: the templates reduce one dim")
+    if span < rank:
+        regrouped(gm, r, shapes)
     carrier = r.node
     if r.kind in NORMALIZERS:
         r = Op(r.node, "logsumexp", r.args[:1], {"dim": dim})

@@ -226,6 +226,7 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
     from torch.fx.passes.shape_prop import ShapeProp
 
     try:
+        fold_shape_reads(gm, spec, given)
         decompose(gm)
     except Refused as e:
         raise Unsupported(str(e)) from None
@@ -238,6 +239,80 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
         raise Unsupported(f"shapes do not propagate on the meta device ({type(e).__name__}: {e})") from None
     shapes = {n: tm.shape for n in gm.graph.nodes if hasattr(tm := n.meta.get("tensor_meta"), "shape")}
     return gm, given, shapes
+
+
+def _dims(spec: OpSpec, given: list, gm: fx.GraphModule) -> dict[fx.Node, tuple[int | None, ...]]:
+    """Each input's and parameter's dims, None for the batch dim (M: its size varies between
+    calls, as the judge's verify shapes do)."""
+    dims: dict[fx.Node, tuple[int | None, ...]] = {}
+    descs = iter(spec.inputs)
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, g in zip(ph, given):
+        if isinstance(g, torch.Tensor):
+            d = next(descs)
+            dims[node] = tuple(None if k == "M" else s for k, s in zip(d.dims, g.shape))
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and isinstance(t := getattr(gm, str(node.target), None), torch.Tensor):
+            dims[node] = tuple(t.shape)
+    return dims
+
+
+def fold_shape_reads(gm: fx.GraphModule, spec: OpSpec, given: list) -> None:
+    """`x.shape[-1]`, `x.size(1)`, `x.size()[i]`, `x.dim()`, `x.ndim` of an input or a parameter,
+    made the constants they are (`x.sum(-1) / x.shape[-1]`: a mean); a read of the batch dim, whose
+    size the kernel would have to take at run time, is refused."""
+    dims = _dims(spec, given, gm)
+
+    def const(x: Any, i: Any) -> int | tuple[int, ...]:
+        if isinstance(i, slice):  # (F.rms_norm(x, x.shape[-1:]))
+            sizes = dims[x][i]
+            if None in sizes:
+                raise Refused(
+                    f"`{x.name}.shape[{i.start or ''}:{i.stop or ''}]`: the batch dim's size, known only at run time"
+                )
+            return tuple(s for s in sizes if s is not None)
+        if not isinstance(i, int) or not -len(dims[x]) <= i < len(dims[x]):
+            raise Refused(f"a read of `{x.name}`'s shape at {i!r}")
+        if (size := dims[x][i]) is None:
+            raise Refused(f"`{x.name}.shape[{i}]`: the batch dim's size, known only at run time")
+        return size
+
+    def is_shape(n: fx.Node) -> bool:  # x.shape, x.size()
+        getattr_shape = n.op == "call_function" and n.target is getattr and n.args[1:] == ("shape",)
+        return (getattr_shape or (n.op == "call_method" and n.target == "size" and len(n.args) == 1)) and (
+            n.args[0] in dims
+        )
+
+    for n in list(gm.graph.nodes):
+        x = n.args[0] if n.args else None
+        if n.op == "call_function" and n.target is operator.getitem and isinstance(x, fx.Node) and is_shape(x):
+            value: int | tuple[int, ...] | None = const(x.args[0], n.args[1])
+        elif n.op == "call_method" and n.target == "size" and len(n.args) == 2 and x in dims:
+            value = const(x, n.args[1])
+        elif x in dims and (n.op, n.target) in (("call_method", "dim"), ("call_function", getattr)):
+            value = len(dims[x]) if n.target == "dim" or n.args[1:] == ("ndim",) else None
+        else:
+            value = None
+        if value is not None:
+            _replace(gm, n, value)
+    for n in reversed(list(gm.graph.nodes)):  # (a parameter read only for its shape is not an input)
+        if not n.users and (is_shape(n) or n.op == "get_attr"):
+            gm.graph.erase_node(n)
+    for n in list(gm.graph.nodes):  # (`x.size(1) - 1` of a narrow: the number it is)
+        if n.op == "call_function" and n.target in _ARITHMETIC and not n.all_input_nodes:
+            _replace(gm, n, n.target(*n.args))
+    gm.recompile()
+
+
+_ARITHMETIC = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.neg)
+
+
+def _replace(gm: fx.GraphModule, n: fx.Node, value: Any) -> None:
+    """Node `n` made the constant `value` in every argument that reads it."""
+    for user in list(n.users):
+        user.args = fx.node.map_arg(user.args, lambda a: value if a is n else a)
+        user.kwargs = fx.node.map_arg(user.kwargs, lambda a: value if a is n else a)
+    gm.graph.erase_node(n)
 
 
 _IMPURE = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson")

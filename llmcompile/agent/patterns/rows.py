@@ -4,20 +4,11 @@ rows (its leading dims together)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from torch import fx
 
 from llmcompile.agent.patterns.graph import op_of, results_of, split_nodes
 from llmcompile.specs import OpSpec
-
-
-def is_len_minus_one(gm: fx.GraphModule, node: Any) -> bool:
-    """`x.size(d) - 1`, as traced."""
-    if not isinstance(node, fx.Node) or node.op == "placeholder" or op_of(gm, node).kind != "sub":
-        return False
-    size, one = node.args[:2]
-    return one == 1 and isinstance(size, fx.Node) and size.op == "call_method" and size.target == "size"
 
 
 def match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:

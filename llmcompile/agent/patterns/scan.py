@@ -9,7 +9,6 @@ from torch import fx
 
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import SCANS, Unsupported, one_result, op_of, param_names, split_nodes
-from llmcompile.agent.patterns.rows import is_len_minus_one
 from llmcompile.specs import OpSpec
 
 
@@ -27,7 +26,6 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         raise Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
     res = one_result(out, "scan")
     reverse = exclusive = False
-    n_len = shapes[src][-1]
 
     def is_last_flip(node: Any) -> bool:
         if not isinstance(node, fx.Node) or node not in ops or ops[node].kind != "flip":
@@ -51,7 +49,7 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
             nw = ops[src]
             start = nw.kw.get("start", nw.args[2] if len(nw.args) > 2 else None)
             length = nw.kw.get("length", nw.args[3] if len(nw.args) > 3 else None)
-            if start == 0 and (length == n_len - 1 or is_len_minus_one(gm, length)):
+            if start == 0 and length == shapes[nw.args[0]][-1] - 1:  # (x.size(d) - 1, folded: graph.fold_shape_reads)
                 exclusive, res, src = True, sc.node, nw.args[0]
     if res is not sc.node:
         return None

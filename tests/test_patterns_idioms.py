@@ -115,3 +115,68 @@ def test_the_folded_graph_computes_what_the_written_one_does(what: str, forward:
     ShapeProp(gm).propagate(x)
     assert fold_idioms(gm)
     assert torch.allclose(gm(x), Model()(x), rtol=1e-12, atol=1e-12)
+
+
+# (a reduction of a reduction of the same kind, the one reduction it is)
+CHAINS = [
+    ("x.mean(-1).mean(-1)", "x.mean((1, 2))"),
+    ("torch.mean(torch.mean(x, dim=2), dim=1)", "x.mean((1, 2))"),
+    ("x.amax(2, keepdim=True).amax(1, keepdim=True)", "x.amax((1, 2), keepdim=True)"),
+    ("x.sum(0).sum(0)", "x.sum((0, 1))"),
+    ("x.sum(-1).sum(-1).sum(-1)", "x.sum((0, 1, 2))"),
+    ("x.amin(1).amin()", "x.amin()"),
+]
+
+
+@pytest.mark.parametrize(("chain", "one"), CHAINS)
+def test_a_chain_of_reductions_is_the_one_reduction_it_is(chain: str, one: str, tmp_path: Path) -> None:
+    ms = []
+    for d, forward in (("a", chain), ("b", one)):
+        (tmp_path / d).mkdir()
+        ms.append(patterns.match(get_op(str(problem_file(tmp_path / d, "p", forward, "(16, 32, 256)")))))
+    assert all(isinstance(m, patterns.Match) for m in ms) and ms[0].source == ms[1].source, ms
+
+
+@pytest.mark.parametrize(
+    "forward",
+    ["x.mean(-1).sum(-1)", "x.mean(-1, keepdim=True).mean(-1)", "x.mean(-1) + x.mean(-1).mean(-1, keepdim=True)"],
+)
+def test_a_chain_of_other_kinds_or_keepdims_is_left_as_written(forward: str) -> None:
+    import torch
+    from torch import fx, nn
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from llmcompile.agent.patterns.idioms import fold_idioms
+
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return eval(forward, {"torch": torch}, {"x": x})
+
+    gm = fx.symbolic_trace(Model())
+    ShapeProp(gm).propagate(torch.randn(4, 8, 64))
+    assert not fold_idioms(gm)
+
+
+@pytest.mark.parametrize(("chain", "one"), CHAINS)
+def test_a_folded_chain_computes_what_the_written_one_does(chain: str, one: str) -> None:
+    import torch
+    from torch import fx, nn
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from llmcompile.agent.patterns.idioms import fold_idioms
+
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return eval(chain, {"torch": torch}, {"x": x})
+
+    x = torch.randn(4, 8, 64, dtype=torch.float64)
+    gm = fx.symbolic_trace(Model())
+    ShapeProp(gm).propagate(x)
+    assert fold_idioms(gm) and sum(n.op == "call_function" for n in gm.graph.nodes) == 1
+    assert torch.allclose(gm(x), Model()(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("chain", "one"), CHAINS)
+def test_a_chain_of_reductions_is_right(chain: str, one: str, tmp_path: Path) -> None:
+    right_on_gpu(problem_file(tmp_path, "w", chain, "(64, 32, 256, dtype=torch.bfloat16)"), "bfloat16", tmp_path, 7)

@@ -80,6 +80,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: var and mean, torch.var_mean, last dim", "torch.var_mean(x, dim=-1)"),
     ("two outputs: var and mean, torch.var_mean, first dim", "torch.var_mean(x, dim=0)"),
     ("two outputs: var and mean of the whole tensor, torch.var_mean(x)", "torch.var_mean(x)"),
+    ("a chain: a mean of means, x.mean(-1).mean(-1)", "x.mean(-1).mean(-1)"),
+    ("a shape read: x.sum(-1) / x.shape[-1]", "x.sum(-1) / x.shape[-1]"),
     ("BatchNorm written out: (x - mean) / sqrt(var + eps) over (0, 2)",
      "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),

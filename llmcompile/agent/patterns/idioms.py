@@ -103,12 +103,51 @@ def _fold_normalizers(gm: fx.GraphModule) -> bool:
     return changed
 
 
+# reductions that, applied again to their own result, are one reduction over the dims of both (a
+# mean of means: every group is the same size)
+_CHAINS = {torch.sum: "sum", "sum": "sum", torch.mean: "mean", "mean": "mean", torch.amax: "amax", "amax": "amax"}
+_CHAINS |= {torch.amin: "amin", "amin": "amin"}
+
+
+def _fold_chains(gm: fx.GraphModule) -> bool:
+    """Each reduction of a reduction of the same kind (`x.mean(-1).mean(-1)`, `x.sum(0).sum()`), both
+    keeping their dims or neither, made one over the dims of both: each alone is a kernel's trip
+    over the input, where the templates take one reduction."""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if not _call(n, _CHAINS) or not _call(r := n.args[0], _CHAINS) or _CHAINS[n.target] != _CHAINS[r.target]:
+            continue
+        if len(r.users) != 1 or (set(n.kwargs) | set(r.kwargs)) - {"dim", "keepdim"} or len(n.args) > 3:
+            continue
+        x = r.args[0]
+        rank = len(x.meta["tensor_meta"].shape) if hasattr(x, "meta") and "tensor_meta" in x.meta else None
+        first = _reduced(r, rank) if rank is not None else None
+        if first is None:
+            continue
+        dims, keep = first
+        if len(n.args) == 1 and not n.kwargs:  # (the result reduced whole: all of x)
+            made: tuple[tuple, dict] = ((x,), {})
+        else:
+            kept = list(range(rank)) if keep else [d for d in range(rank) if d not in dims]
+            second = _reduced(n, len(kept))
+            if second is None or second[1] != keep:
+                continue
+            made = ((x,), {"dim": tuple(sorted({*dims, *(kept[d] for d in second[0])})), "keepdim": keep})
+        target = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}[_CHAINS[n.target]]
+        with gm.graph.inserting_before(n):
+            n.replace_all_uses_with(gm.graph.call_function(target, *made))
+        gm.graph.erase_node(n)
+        gm.graph.erase_node(r)
+        changed = True
+    return changed
+
+
 def fold_idioms(gm: fx.GraphModule) -> bool:
     """Each sum(exp(x - m)) over the dims m = max(x) was kept over (keepdim) replaced by
     exp(logsumexp(x) - amax(x)) over the same dims, after each whole softmax written out is made
     torch's (`_fold_normalizers`); returns whether any was. Needs the graph's shapes (ShapeProp's
     tensor_meta), for the dims' rank."""
-    changed = _fold_normalizers(gm)
+    changed = _fold_normalizers(gm) | _fold_chains(gm)
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):
             continue

@@ -42,3 +42,19 @@ def test_the_same_values_take_the_one_fold_that_yields_them_all() -> None:
 def test_an_index_beside_another_fold_is_refused() -> None:
     with pytest.raises(Unsupported, match="no index"):
         joint_fold([ARGMAX, SUM], ["argmax", "sum"])
+
+
+def test_a_norm_of_any_positive_p_is_a_root_of_a_sum_of_powers() -> None:
+    from llmcompile.agent.patterns.folds import as_reduce, norm_as_sum
+    from llmcompile.agent.patterns.graph import Op
+
+    def norm(p: object) -> Op:
+        return Op(None, "norm", [None], {"p": p})  # type: ignore[arg-type]
+
+    a = "cute.math.abs({x})"
+    assert norm_as_sum(norm(3))[:2] == (f"({a} * {a} * {a})", "cute.math.pow({s}, Float32(0.3333333333333333))")
+    assert norm_as_sum(norm(0.5))[:2] == (f"(cute.math.pow({a}, Float32(0.5)))", "cute.math.pow({s}, Float32(2.0))")
+    assert as_reduce(norm(float("-inf"))) == ("amin", a, "{s}")
+    for p in (0, -1, float("nan")):  # (a count of nonzeros; a negative power; not a number)
+        with pytest.raises(Unsupported, match="norm p="):
+            norm_as_sum(norm(p))

@@ -82,6 +82,10 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
         return "({x} * {x})", "cute.math.sqrt({s})", p
     if p in (1, 1.0):
         return "cute.math.abs({x})", "{s}", p
+    if isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < math.inf:  # (ord=3, ord=0.5)
+        a = "cute.math.abs({x})"
+        power = " * ".join([a] * int(p)) if float(p).is_integer() and p <= 4 else f"cute.math.pow({a}, Float32({lit(p)}))"
+        return f"({power})", f"cute.math.pow({{s}}, Float32({lit(1.0 / p)}))", p
     raise Unsupported(f"norm p={p!r}")
 
 
@@ -119,6 +123,8 @@ def as_reduce(red: Op) -> tuple[str, str, str]:
         return red.kind, "{x}", "{s}"
     if norm_p(red) in (math.inf, "inf"):
         return "amax", "cute.math.abs({x})", "{s}"
+    if norm_p(red) in (-math.inf, "-inf"):
+        return "amin", "cute.math.abs({x})", "{s}"
     wrap, post, _ = norm_as_sum(red)
     return "sum", wrap, post
 

@@ -79,6 +79,7 @@ def test_a_shape_read_is_the_constant_it_is(read: str, constant: str, tmp_path: 
         # of x.sum(1) for the first, of dim 3 of 3 for the second)
         ("x.reshape(-1, 1024).sum(-1)", "`sum` of a view that regroups its input, (8, 16, 1024) as (128, 1024)"),
         ("x.unsqueeze(1).sum(2)", "a view that regroups its input"),
+        ("x.flatten(1).sum(-1, keepdim=True)", "a view that regroups its input"),
         ("torch.var_mean(x.view(8, 16, 32, 32), dim=(0, 2, 3))", "a view that regroups its input"),
     ],
 )

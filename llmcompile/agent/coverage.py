@@ -85,6 +85,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("two outputs: var and mean of the whole tensor, torch.var_mean(x)", "torch.var_mean(x)"),
     ("a chain: a mean of means, x.mean(-1).mean(-1)", "x.mean(-1).mean(-1)"),
     ("a shape read: x.sum(-1) / x.shape[-1]", "x.sum(-1) / x.shape[-1]"),
+    ("a flattened view: x.view(x.size(0), -1).amax(-1)", "x.view(x.size(0), -1).amax(-1)"),
     ("BatchNorm written out: (x - mean) / sqrt(var + eps) over (0, 2)",
      "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),

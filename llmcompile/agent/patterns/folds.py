@@ -84,7 +84,9 @@ def norm_as_sum(op: Op) -> tuple[str, str, Any]:
         return "cute.math.abs({x})", "{s}", p
     if isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < math.inf:  # (ord=3, ord=0.5)
         a = "cute.math.abs({x})"
-        power = " * ".join([a] * int(p)) if float(p).is_integer() and p <= 4 else f"cute.math.pow({a}, Float32({lit(p)}))"
+        power = (
+            " * ".join([a] * int(p)) if float(p).is_integer() and p <= 4 else f"cute.math.pow({a}, Float32({lit(p)}))"
+        )
         return f"({power})", f"cute.math.pow({{s}}, Float32({lit(1.0 / p)}))", p
     raise Unsupported(f"norm p={p!r}")
 

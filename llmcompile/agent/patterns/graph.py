@@ -3,6 +3,7 @@ as ops of a small vocabulary (elementwise functions, reductions, losses, scans, 
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,8 @@ _FUNCS: dict[Any, str] = {
     torch.narrow: "narrow",
     torch.select: "select",
     torch.unsqueeze: "unsqueeze",
+    torch.reshape: "reshape",
+    torch.flatten: "flatten",
     operator.getitem: "getitem",
     getattr: "getattr",  # x.dtype, read by a cast
     operator.gt: "gt",
@@ -171,7 +174,7 @@ LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
 
 SCANS = frozenset({"cumsum", "cumprod"})
 
-VIEWS = frozenset({"unsqueeze", "view", "reshape", "contiguous"})
+VIEWS = frozenset({"unsqueeze", "view", "reshape", "flatten", "contiguous"})
 
 # casts between floating dtypes: the templates compute in fp32 and round once, into the output
 CASTS = frozenset({"float", "to", "type_as", "bfloat16", "half"})
@@ -286,8 +289,12 @@ def fold_shape_reads(gm: fx.GraphModule, spec: OpSpec, given: list) -> None:
     for n in list(gm.graph.nodes):
         x = n.args[0] if n.args else None
         if n.op == "call_function" and n.target is operator.getitem and isinstance(x, fx.Node) and is_shape(x):
+            if _batch_kept(gm, n, x.args[0], n.args[1], dims):
+                continue
             value: int | tuple[int, ...] | None = const(x.args[0], n.args[1])
         elif n.op == "call_method" and n.target == "size" and len(n.args) == 2 and x in dims:
+            if _batch_kept(gm, n, x, n.args[1], dims):
+                continue
             value = const(x, n.args[1])
         elif x in dims and (n.op, n.target) in (("call_method", "dim"), ("call_function", getattr)):
             value = len(dims[x]) if n.target == "dim" or n.args[1:] == ("ndim",) else None
@@ -302,6 +309,31 @@ def fold_shape_reads(gm: fx.GraphModule, spec: OpSpec, given: list) -> None:
         if n.op == "call_function" and n.target in _ARITHMETIC and not n.all_input_nodes:
             _replace(gm, n, n.target(*n.args))
     gm.recompile()
+
+
+def _batch_kept(gm: fx.GraphModule, n: fx.Node, x: fx.Node, i: Any, dims: dict) -> bool:
+    """Where read `n` of x's batch dim is the first size of x's own view, `x.view(x.size(0), -1)`
+    or `x.reshape(x.shape[0], 16, 64)`: that view made one that keeps the batch dim whatever its
+    size (x.flatten(1), or -1 in its place). Returns whether it was."""
+    if not isinstance(i, int) or dims[x][i] is not None or len(n.users) != 1:
+        return False
+    (v,) = n.users
+    if not (v.op == "call_method" and v.target in ("view", "reshape") and v.args[0] is x):
+        return False
+    sizes = list(v.args[1] if len(v.args) == 2 and isinstance(v.args[1], (tuple, list)) else v.args[1:])
+    rest = dims[x][1:]
+    if not sizes or sizes[0] is not n or None in rest or any(not isinstance(s, int) for s in sizes[1:]):
+        return False
+    if sizes[1:] == [-1]:
+        with gm.graph.inserting_before(v):
+            v.replace_all_uses_with(gm.graph.call_function(torch.flatten, (x, 1)))
+        gm.graph.erase_node(v)
+    elif -1 not in sizes[1:] and math.prod(sizes[1:]) == math.prod(rest):
+        v.args = (x, -1, *sizes[1:])
+    else:
+        return False
+    gm.graph.erase_node(n)
+    return True
 
 
 _ARITHMETIC = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.neg)

@@ -6,6 +6,7 @@ reads the max's result (a second pass over x); folded, the max and the log-sum-e
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -142,12 +143,57 @@ def _fold_chains(gm: fx.GraphModule) -> bool:
     return changed
 
 
+_VIEWING = {"view", "reshape", "flatten", torch.reshape, torch.flatten}
+_BY_DIMS = {
+    torch.sum: torch.sum, "sum": torch.sum, torch.mean: torch.mean, "mean": torch.mean, torch.amax: torch.amax,
+    "amax": torch.amax, torch.amin: torch.amin, "amin": torch.amin, torch.logsumexp: torch.logsumexp,
+    "logsumexp": torch.logsumexp, torch.var: torch.var, "var": torch.var, torch.std: torch.std, "std": torch.std,
+}  # fmt: skip
+
+
+def _fold_views(gm: fx.GraphModule) -> bool:
+    """Each reduction over adjacent dims of x's view that only merges or splits the dims it
+    reduces (`x.view(x.size(0), -1).sum(-1)`, `x.flatten(1).amax(1)`: the result of the shape
+    written) made the reduction of x over the dims those were; a view that regroups dims kept
+    too (`x.reshape(-1, N).sum(-1)`) is left as written (`folds.regrouped` refuses it)."""
+    changed = False
+    for r in list(gm.graph.nodes):
+        if not _call(r, _BY_DIMS) or not _call(v := r.args[0], _VIEWING) or len(v.users) != 1:
+            continue
+        if len(r.args) > 2 or set(r.kwargs) - {"dim", "keepdim", "correction", "unbiased"}:
+            continue
+        x, view = v.args[0], v.meta.get("tensor_meta")
+        if not isinstance(x, fx.Node) or "tensor_meta" not in x.meta or view is None:
+            continue
+        xs, vs = tuple(x.meta["tensor_meta"].shape), tuple(view.shape)
+        red = _reduced(r, len(vs))
+        if red is None or red[1] or red[0] != tuple(range(red[0][0], red[0][-1] + 1)):
+            continue
+        a, b = red[0][0], red[0][-1] + 1
+        spans = [
+            (i, j)
+            for i in range(len(xs) + 1)
+            for j in range(i + 1, len(xs) + 1)
+            if xs[:i] + xs[j:] == vs[:a] + vs[b:] and math.prod(xs[i:j]) == math.prod(vs[a:b])
+        ]
+        if not spans:
+            continue
+        i, j = spans[0]
+        kw = {k: val for k, val in r.kwargs.items() if k != "dim"} | {"dim": tuple(range(i, j)), "keepdim": False}
+        with gm.graph.inserting_before(r):
+            r.replace_all_uses_with(gm.graph.call_function(_BY_DIMS[r.target], (x,), kw))
+        gm.graph.erase_node(r)
+        gm.graph.erase_node(v)
+        changed = True
+    return changed
+
+
 def fold_idioms(gm: fx.GraphModule) -> bool:
     """Each sum(exp(x - m)) over the dims m = max(x) was kept over (keepdim) replaced by
     exp(logsumexp(x) - amax(x)) over the same dims, after each whole softmax written out is made
     torch's (`_fold_normalizers`); returns whether any was. Needs the graph's shapes (ShapeProp's
     tensor_meta), for the dims' rank."""
-    changed = _fold_normalizers(gm) | _fold_chains(gm)
+    changed = _fold_normalizers(gm) | _fold_views(gm) | _fold_chains(gm)
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):
             continue

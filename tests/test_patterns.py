@@ -69,6 +69,23 @@ def test_a_shape_read_is_the_constant_it_is(read: str, constant: str, tmp_path: 
     assert all(isinstance(m, patterns.Match) for m in ms) and ms[0].source == ms[1].source, ms
 
 
+def test_a_problem_of_one_size_reads_its_batch_dim_as_that_size(tmp_path: Path) -> None:
+    import operator
+
+    from torch import fx
+
+    from llmcompile.agent.patterns.graph import fold_shape_reads
+    from llmcompile.specs.kernelbench import model_of
+
+    init = "self.w = nn.Parameter(torch.rand(8, 16, 1024))"  # (x * w: only at x's own batch of 8)
+    spec = get_op(str(problem_file(tmp_path, "p", "(x * self.w).sum(-1) / x.shape[0]", "(8, 16, 1024)", init)))
+    model, given = model_of(spec)
+    gm = fx.symbolic_trace(model)
+    fold_shape_reads(gm, spec, given)
+    (div,) = [n for n in gm.graph.nodes if n.target is operator.truediv]
+    assert not spec.batchable and div.args[1] == 8 and not any(n.target is getattr for n in gm.graph.nodes)
+
+
 @pytest.mark.parametrize(
     "forward, reason",
     [

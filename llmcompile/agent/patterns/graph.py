@@ -245,15 +245,16 @@ def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]
 
 
 def _dims(spec: OpSpec, given: list, gm: fx.GraphModule) -> dict[fx.Node, tuple[int | None, ...]]:
-    """Each input's and parameter's dims, None for the batch dim (M: its size varies between
-    calls, as the judge's verify shapes do)."""
+    """Each input's and parameter's dims, None for a batchable problem's batch dim (M: its size
+    varies between calls, as the judge's verify shapes do; a problem of one size is verified at
+    that size only)."""
     dims: dict[fx.Node, tuple[int | None, ...]] = {}
     descs = iter(spec.inputs)
     ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, g in zip(ph, given):
         if isinstance(g, torch.Tensor):
             d = next(descs)
-            dims[node] = tuple(None if k == "M" else s for k, s in zip(d.dims, g.shape))
+            dims[node] = tuple(None if k == "M" and spec.batchable else s for k, s in zip(d.dims, g.shape))
     for node in gm.graph.nodes:
         if node.op == "get_attr" and isinstance(t := getattr(gm, str(node.target), None), torch.Tensor):
             dims[node] = tuple(t.shape)
@@ -318,7 +319,8 @@ def _batch_kept(gm: fx.GraphModule, n: fx.Node, x: fx.Node, i: Any, dims: dict) 
     if not isinstance(i, int) or dims[x][i] is not None or len(n.users) != 1:
         return False
     (v,) = n.users
-    if not (v.op == "call_method" and v.target in ("view", "reshape") and v.args[0] is x):
+    method = v.op == "call_method" and v.target in ("view", "reshape")
+    if not (method or (v.op == "call_function" and v.target is torch.reshape)) or v.args[0] is not x:
         return False
     sizes = list(v.args[1] if len(v.args) == 2 and isinstance(v.args[1], (tuple, list)) else v.args[1:])
     rest = dims[x][1:]
@@ -329,7 +331,7 @@ def _batch_kept(gm: fx.GraphModule, n: fx.Node, x: fx.Node, i: Any, dims: dict) 
             v.replace_all_uses_with(gm.graph.call_function(torch.flatten, (x, 1)))
         gm.graph.erase_node(v)
     elif -1 not in sizes[1:] and math.prod(sizes[1:]) == math.prod(rest):
-        v.args = (x, -1, *sizes[1:])
+        v.args = (x, (-1, *sizes[1:]))
     else:
         return False
     gm.graph.erase_node(n)

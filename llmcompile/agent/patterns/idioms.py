@@ -191,8 +191,9 @@ def _fold_views(gm: fx.GraphModule) -> bool:
 def fold_idioms(gm: fx.GraphModule) -> bool:
     """Each sum(exp(x - m)) over the dims m = max(x) was kept over (keepdim) replaced by
     exp(logsumexp(x) - amax(x)) over the same dims, after each whole softmax written out is made
-    torch's (`_fold_normalizers`); returns whether any was. Needs the graph's shapes (ShapeProp's
-    tensor_meta), for the dims' rank."""
+    torch's (`_fold_normalizers`), each reduction of a view of x one of x (`_fold_views`) and each
+    of a reduction one (`_fold_chains`); returns whether any was. Needs the graph's shapes
+    (ShapeProp's tensor_meta), for the dims' rank."""
     changed = _fold_normalizers(gm) | _fold_views(gm) | _fold_chains(gm)
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):

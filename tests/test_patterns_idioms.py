@@ -136,7 +136,15 @@ CHAINS = [
 ]
 
 
-@pytest.mark.parametrize(("chain", "one"), CHAINS)
+# (a norm of a flattened view: its kernel is the norm's over x's dims, whose GPU tests are coverage's)
+NORM_VIEWS = [
+    ("x.view(x.size(0), -1).norm(dim=1)", "x.norm(dim=(1, 2))"),
+    ("torch.norm(x.flatten(1), 2, 1)", "torch.norm(x, 2, (1, 2))"),
+    ("torch.linalg.vector_norm(x.flatten(1), ord=1, dim=-1)", "torch.linalg.vector_norm(x, ord=1, dim=(1, 2))"),
+]
+
+
+@pytest.mark.parametrize(("chain", "one"), CHAINS + NORM_VIEWS)
 def test_a_chain_of_reductions_is_the_one_reduction_it_is(chain: str, one: str, tmp_path: Path) -> None:
     ms = []
     for d, forward in (("a", chain), ("b", one)):
@@ -171,7 +179,7 @@ def test_a_chain_of_other_kinds_or_keepdims_is_left_as_written(forward: str) -> 
     assert not fold_idioms(gm)
 
 
-@pytest.mark.parametrize(("chain", "one"), CHAINS)
+@pytest.mark.parametrize(("chain", "one"), CHAINS + NORM_VIEWS)
 def test_a_folded_chain_computes_what_the_written_one_does(chain: str, one: str) -> None:
     """Folded, the graph has the calls of the one reduction, and its values (float64, CPU)."""
     import torch

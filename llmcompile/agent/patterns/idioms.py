@@ -26,10 +26,11 @@ def _call(n: Any, targets: set | dict) -> bool:
     return isinstance(n, fx.Node) and n.op in ("call_function", "call_method") and n.target in targets
 
 
-def _reduced(n: fx.Node, rank: int) -> tuple[tuple[int, ...], bool] | None:
-    """The dims a reduction call names (normalized, sorted) and its keepdim; None without a dim."""
-    dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
-    keep = n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 else False)
+def _reduced(n: fx.Node, rank: int, at: int = 1) -> tuple[tuple[int, ...], bool] | None:
+    """The dims a reduction call names (normalized, sorted; positional at `at`, a norm's after
+    its p) and its keepdim; None without a dim."""
+    dim = n.kwargs.get("dim", n.args[at] if len(n.args) > at else None)
+    keep = n.kwargs.get("keepdim", n.args[at + 1] if len(n.args) > at + 1 else False)
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
     if dim is None or not all(isinstance(d, int) for d in dims) or not isinstance(keep, bool):
         return None
@@ -149,6 +150,7 @@ _BY_DIMS = {
     "amax": torch.amax, torch.amin: torch.amin, "amin": torch.amin, torch.logsumexp: torch.logsumexp,
     "logsumexp": torch.logsumexp, torch.var: torch.var, "var": torch.var, torch.std: torch.std, "std": torch.std,
 }  # fmt: skip
+_NORMS = {torch.norm: torch.norm, "norm": torch.norm, torch.linalg.vector_norm: torch.linalg.vector_norm}
 
 
 def _fold_views(gm: fx.GraphModule) -> bool:
@@ -158,15 +160,17 @@ def _fold_views(gm: fx.GraphModule) -> bool:
     too (`x.reshape(-1, N).sum(-1)`) is left as written (`folds.regrouped` refuses it)."""
     changed = False
     for r in list(gm.graph.nodes):
-        if not _call(r, _BY_DIMS) or not _call(v := r.args[0], _VIEWING) or len(v.users) != 1:
+        norm = _call(r, _NORMS)  # (p second: x.norm(p, dim), vector_norm(x, ord, dim))
+        if not (norm or _call(r, _BY_DIMS)) or not _call(v := r.args[0], _VIEWING) or len(v.users) != 1:
             continue
-        if len(r.args) > 2 or set(r.kwargs) - {"dim", "keepdim", "correction", "unbiased"}:
+        given = {k: a for k, a in r.kwargs.items() if not (k in ("out", "dtype") and a is None)}  # (torch.norm's)
+        if len(r.args) > (3 if norm else 2) or set(given) - {"dim", "keepdim", "correction", "unbiased", "p", "ord"}:
             continue
         x, view = v.args[0], v.meta.get("tensor_meta")
         if not isinstance(x, fx.Node) or "tensor_meta" not in x.meta or view is None:
             continue
         xs, vs = tuple(x.meta["tensor_meta"].shape), tuple(view.shape)
-        red = _reduced(r, len(vs))
+        red = _reduced(r, len(vs), at=2 if norm else 1)
         if red is None or red[1] or red[0] != tuple(range(red[0][0], red[0][-1] + 1)):
             continue
         a, b = red[0][0], red[0][-1] + 1
@@ -179,9 +183,10 @@ def _fold_views(gm: fx.GraphModule) -> bool:
         if not spans:
             continue
         i, j = spans[0]
-        kw = {k: val for k, val in r.kwargs.items() if k != "dim"} | {"dim": tuple(range(i, j)), "keepdim": False}
+        kw = {k: a for k, a in given.items() if k != "dim"} | {"dim": tuple(range(i, j)), "keepdim": False}
+        target, args = (_NORMS[r.target], (x, *r.args[1:2])) if norm else (_BY_DIMS[r.target], (x,))
         with gm.graph.inserting_before(r):
-            r.replace_all_uses_with(gm.graph.call_function(_BY_DIMS[r.target], (x,), kw))
+            r.replace_all_uses_with(gm.graph.call_function(target, args, kw))
         gm.graph.erase_node(r)
         gm.graph.erase_node(v)
         changed = True

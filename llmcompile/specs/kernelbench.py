@@ -100,7 +100,7 @@ def _batched_inputs(mod, m: int, m0: int, path: Path, device: str | None = None)
     rows), else made whole and sliced: on `device` where it has room for them (`_room`), else on
     the CPU. `device`: where its tensors are made (KernelBench's files make them on the CPU, at
     several seconds a GB: a GPU makes them in milliseconds; a file that spells its shapes out
-    cost a whole-tensor var's verify 57 s of CPU-made inputs, on an H200's host)."""
+    cost a whole-tensor std's verify 57 s of CPU-made inputs, on an H200's host)."""
     on = torch.device(device) if device else contextlib.nullcontext()
     if m == m0:
         with on:

@@ -105,10 +105,14 @@ def _fold_normalizers(gm: fx.GraphModule) -> bool:
     return changed
 
 
+def _as_written(*fns: Any) -> dict:
+    """Each torch function by itself and by its method's name, to the function."""
+    return {k: f for f in fns for k in (f, f.__name__)}
+
+
 # reductions that, applied again to their own result, are one reduction over the dims of both (a
 # mean of means: every group is the same size)
-_CHAINS = {torch.sum: "sum", "sum": "sum", torch.mean: "mean", "mean": "mean", torch.amax: "amax", "amax": "amax"}
-_CHAINS |= {torch.amin: "amin", "amin": "amin"}
+_CHAINS = _as_written(torch.sum, torch.mean, torch.amax, torch.amin)
 
 
 def _fold_chains(gm: fx.GraphModule) -> bool:
@@ -117,7 +121,7 @@ def _fold_chains(gm: fx.GraphModule) -> bool:
     over the input, where the templates take one reduction."""
     changed = False
     for n in list(gm.graph.nodes):
-        if not _call(n, _CHAINS) or not _call(r := n.args[0], _CHAINS) or _CHAINS[n.target] != _CHAINS[r.target]:
+        if not _call(n, _CHAINS) or not _call(r := n.args[0], _CHAINS) or _CHAINS[n.target] is not _CHAINS[r.target]:
             continue
         if len(r.users) != 1 or (set(n.kwargs) | set(r.kwargs)) - {"dim", "keepdim"} or len(n.args) > 3:
             continue
@@ -135,9 +139,8 @@ def _fold_chains(gm: fx.GraphModule) -> bool:
             if second is None or second[1] != keep:
                 continue
             made = ((x,), {"dim": tuple(sorted({*dims, *(kept[d] for d in second[0])})), "keepdim": keep})
-        target = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}[_CHAINS[n.target]]
         with gm.graph.inserting_before(n):
-            n.replace_all_uses_with(gm.graph.call_function(target, *made))
+            n.replace_all_uses_with(gm.graph.call_function(_CHAINS[n.target], *made))
         gm.graph.erase_node(n)
         gm.graph.erase_node(r)
         changed = True
@@ -145,12 +148,8 @@ def _fold_chains(gm: fx.GraphModule) -> bool:
 
 
 _VIEWING = {"view", "reshape", "flatten", torch.reshape, torch.flatten}
-_BY_DIMS = {
-    torch.sum: torch.sum, "sum": torch.sum, torch.mean: torch.mean, "mean": torch.mean, torch.amax: torch.amax,
-    "amax": torch.amax, torch.amin: torch.amin, "amin": torch.amin, torch.logsumexp: torch.logsumexp,
-    "logsumexp": torch.logsumexp, torch.var: torch.var, "var": torch.var, torch.std: torch.std, "std": torch.std,
-}  # fmt: skip
-_NORMS = {torch.norm: torch.norm, "norm": torch.norm, torch.linalg.vector_norm: torch.linalg.vector_norm}
+_BY_DIMS = _CHAINS | _as_written(torch.logsumexp, torch.var, torch.std)
+_NORMS = _as_written(torch.norm) | {torch.linalg.vector_norm: torch.linalg.vector_norm}
 
 
 def _fold_views(gm: fx.GraphModule) -> bool:
@@ -163,8 +162,8 @@ def _fold_views(gm: fx.GraphModule) -> bool:
         norm = _call(r, _NORMS)  # (p second: x.norm(p, dim), vector_norm(x, ord, dim))
         if not (norm or _call(r, _BY_DIMS)) or not _call(v := r.args[0], _VIEWING) or len(v.users) != 1:
             continue
-        given = {k: a for k, a in r.kwargs.items() if not (k in ("out", "dtype") and a is None)}  # (torch.norm's)
-        if len(r.args) > (3 if norm else 2) or set(given) - {"dim", "keepdim", "correction", "unbiased", "p", "ord"}:
+        kwargs = {k: a for k, a in r.kwargs.items() if not (k in ("out", "dtype") and a is None)}  # (torch.norm's)
+        if len(r.args) > (3 if norm else 2) or set(kwargs) - {"dim", "keepdim", "correction", "unbiased", "p", "ord"}:
             continue
         x, view = v.args[0], v.meta.get("tensor_meta")
         if not isinstance(x, fx.Node) or "tensor_meta" not in x.meta or view is None:
@@ -183,7 +182,7 @@ def _fold_views(gm: fx.GraphModule) -> bool:
         if not spans:
             continue
         i, j = spans[0]
-        kw = {k: a for k, a in given.items() if k != "dim"} | {"dim": tuple(range(i, j)), "keepdim": False}
+        kw = {k: a for k, a in kwargs.items() if k != "dim"} | {"dim": tuple(range(i, j)), "keepdim": False}
         target, args = (_NORMS[r.target], (x, *r.args[1:2])) if norm else (_BY_DIMS[r.target], (x,))
         with gm.graph.inserting_before(r):
             r.replace_all_uses_with(gm.graph.call_function(target, args, kw))

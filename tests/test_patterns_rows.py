@@ -5,6 +5,7 @@ other softmax, on the reduction template of its dim."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,10 @@ NORMALIZED = [
     ("softmax, middle dim", "torch.softmax(x, dim=1)", "(64, 32, 256)", "strided"),
     ("log_softmax, middle dim", "nn.functional.log_softmax(x, dim=1)", "(64, 32, 256)", "strided"),
     ("softmax, batch dim", "torch.softmax(x, dim=0)", "(64, 32)", "leading"),
+    # a flattened view's rows are x's (patterns/lift.py); a result returned in another shape is
+    # the same rows in the same memory
+    ("softmax of x.view(-1, N)", "x.view(-1, x.size(-1)).softmax(-1)", "(64, 32, 256)", "rows"),
+    ("log_softmax returned flat", "torch.log_softmax(x, dim=-1).view(-1)", "(64, 256)", "rows"),
 ]
 
 
@@ -45,7 +50,9 @@ def test_a_softmax_along_any_dim_compiles_for_sm90a(
 ) -> None:
     m, _ = compiled_match(problem_file(tmp_path, "sm", forward, shape), "bfloat16", tmp_path, pattern)
     if pattern == "rows":
-        assert "K.launch(_rows(in0), _rows(out), stream)" in m.source
+        # (the output's rows are x's, whatever shape the output is returned in)
+        assert "K.launch(_rows(in0, rows), _rows(out, rows), stream)" in m.source
+        assert f"rows = in0.shape[0] * {math.prod(eval(shape)[1:-1])}" in m.source
     else:
         assert ("cute.math.exp(" in m.source) == what.startswith("softmax")
 

@@ -72,3 +72,60 @@ def test_statistics_of_a_whole_tensor_compile_for_sm90a(what: str, forward: str,
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_statistics_of_a_whole_tensor_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "whole", forward, f"(1024, 32, 256, dtype=torch.{dtype})"), dtype, tmp_path, 17)
+
+
+def _loss_file(tmp_path: Path, loss: str, logits: str, targets: str) -> Path:
+    """A language model's loss as users write it: logits (B, S, V), targets (B, S), a batch of B;
+    `self.loss` is nn.CrossEntropyLoss with the options `loss` gives it after a `#`."""
+    loss, _, options = loss.partition("  # ")
+    f = tmp_path / "lm_loss.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+        f"    def __init__(self):\n        super().__init__()\n        self.loss = nn.CrossEntropyLoss({options})\n\n"
+        f"    def forward(self, logits, targets):\n        return {loss}\n\n\nbatch_size = 16\n\n\n"
+        f"def get_inputs():\n    return [torch.randn({logits}), torch.randint(0, 1000, {targets})]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
+# (the loss, the logits' shape, the targets')
+FLATTENED = [
+    ("F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))", "batch_size, 64, 1000", "(batch_size, 64)"),
+    ("F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction='sum')", "batch_size, 64, 1000", "(batch_size, 64)"),
+    ("F.cross_entropy(logits.reshape(-1, 1000), targets.reshape(-1), ignore_index=-1)", "batch_size, 4, 8, 1000", "(batch_size, 4, 8)"),
+    ("self.loss(logits.view(-1, 1000), targets.view(-1))  # ignore_index=-1", "batch_size, 64, 1000", "(batch_size, 64)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("loss", "logits", "targets"), FLATTENED)
+def test_a_cross_entropy_of_flattened_logits_is_of_their_rows(loss: str, logits: str, targets: str, tmp_path: Path):
+    """The rows are (B, ..., V)'s, in the order (B, ...) flattens: the kernel views them so."""
+    m, _ = compiled_match(_loss_file(tmp_path, loss, logits, targets), "float32", tmp_path, "total")
+    lead = " * ".join(f"in0.shape[{d}]" for d in range(logits.count(",")))
+    assert f"rows = cutlass.min({lead}, T.MAX_ROWS)" in m.source, m.source
+    assert ("IGNORE_INDEX = -1\n" in m.source) == ("ignore_index=-1" in loss)
+
+
+@pytest.mark.parametrize(
+    ("loss", "targets"),
+    [
+        ("F.cross_entropy(logits.view(-1, 1000), targets.view(-1, 2)[:, 0])", "(batch_size, 128)"),
+        ("F.cross_entropy(logits.transpose(1, 2), targets)", "(batch_size, 64)"),  # (classes at dim 1)
+        ("self.loss(logits.view(-1, 1000), targets.view(-1))  # label_smoothing=0.1", "(batch_size, 64)"),
+        ("self.loss(logits.view(-1, 1000), targets.view(-1))  # weight=torch.rand(1000)", "(batch_size, 64)"),
+    ],
+)
+def test_a_cross_entropy_of_other_rows_is_refused(loss: str, targets: str, tmp_path: Path) -> None:
+    from llmcompile.agent import patterns
+    from llmcompile.specs import get_op
+
+    m = patterns.match(get_op(str(_loss_file(tmp_path, loss, "batch_size, 64, 1000", targets))))
+    assert isinstance(m, patterns.NoMatch), m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("loss", "logits", "targets"), FLATTENED)
+def test_a_cross_entropy_of_flattened_logits_is_right(loss: str, logits: str, targets: str, tmp_path: Path) -> None:
+    big = logits.replace("1000", "1000, dtype=torch.bfloat16")
+    right_on_gpu(_loss_file(tmp_path, loss, big, targets), "bfloat16", tmp_path, 23, kernelbench=True)

@@ -86,6 +86,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("a chain: a mean of means, x.mean(-1).mean(-1)", "x.mean(-1).mean(-1)"),
     ("a shape read: x.sum(-1) / x.shape[-1]", "x.sum(-1) / x.shape[-1]"),
     ("a flattened view: x.view(x.size(0), -1).amax(-1)", "x.view(x.size(0), -1).amax(-1)"),
+    ("a flattened batch: x.view(-1, 256).softmax(-1)", "x.view(-1, 256).softmax(-1)"),
+    ("a flattened batch: F.layer_norm(x.view(-1, 256), (256,))", "F.layer_norm(x.view(-1, 256), (256,))"),
     ("BatchNorm written out: (x - mean) / sqrt(var + eps) over (0, 2)",
      "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),

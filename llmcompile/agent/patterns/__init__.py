@@ -25,10 +25,12 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
 A match renders a kernel module (prompts/candidates/*.py.j2) that the judge treats like any
 candidate. Anything else is a `NoMatch` that says which node no template covers.
 
-graph.py reads the traced graph (decompose.py has written torch's shorthands out first: F.rms_norm
-as x * rsqrt(mean(x^2) + eps) * w) and emit.py writes its elementwise parts as CuTe-DSL code; each
-family above has its own module; `_match` below tries them in order (whole-graph calls of a known
-module first, then the rows, map, batch statistics, total, norm, scan and strided shapes).
+trace.py runs the front end (decompose.py writes torch's shorthands out first: F.rms_norm as
+x * rsqrt(mean(x^2) + eps) * w; lift.py reads a view that merges x's dims, x.view(-1, N), in x's
+own; idioms.py folds what is written by hand), graph.py reads the traced graph and emit.py writes
+its elementwise parts as CuTe-DSL code; each family above has its own module; `_match` below
+tries them in order (whole-graph calls of a known module first, then the rows, map, batch
+statistics, total, norm, scan and strided shapes).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from llmcompile.agent.patterns.graph import (
     launch_params,
     results_of,
     split_nodes,
-    trace,
 )
 from llmcompile.agent.patterns.maps import match_map
 from llmcompile.agent.patterns.norm import match_batch_statistics, match_gemv, match_norm_module, match_norm_of_rows
@@ -52,6 +53,7 @@ from llmcompile.agent.patterns.rows import match_rowop
 from llmcompile.agent.patterns.scan import match_scan
 from llmcompile.agent.patterns.strided import match_strided
 from llmcompile.agent.patterns.total import match_cross_entropy, match_total, match_triplet
+from llmcompile.agent.patterns.trace import trace
 from llmcompile.specs import OpSpec
 
 __all__ = ["Match", "NoMatch", "match", "render"]
@@ -89,7 +91,7 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             if c:
                 return _rendered(pattern, c["what"], spec, params, {**c, **outs}, jinja)
         rows = match_rowop(spec, gm, given, shapes)
-        if rows and rows["rank"] == 2:
+        if rows and rows["rank"] == 2 and not rows["reshaped"]:
             src = templates.reference_source(rows["op"])
             return Match(rows["op"], f"{rows['op']} along the last dim: the reference kernel", src)
         if rows:

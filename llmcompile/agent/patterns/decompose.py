@@ -196,7 +196,20 @@ def _module_rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | Non
         return lambda g, x: _layer_norm(g, x, mod.normalized_shape, param("weight")(g), param("bias")(g), mod.eps)
     if isinstance(mod, nn.Softmin):
         return lambda g, x: _softmin(g, x, mod.dim)
+    if isinstance(mod, nn.CrossEntropyLoss):
+        return lambda g, x, target: _cross_entropy_module(g, x, target, mod)
     return None
+
+
+def _cross_entropy_module(g: fx.Graph, x: Any, target: Any, mod: nn.CrossEntropyLoss) -> fx.Node:
+    """`nn.CrossEntropyLoss()(x, t)`: F.cross_entropy with the module's options (the cross-entropy
+    match names any it does not take)."""
+    if mod.weight is not None:
+        raise Refused("`CrossEntropyLoss` with class weights")
+    kw = {"ignore_index": mod.ignore_index, "reduction": mod.reduction}
+    if mod.label_smoothing:
+        kw["label_smoothing"] = mod.label_smoothing
+    return g.call_function(F.cross_entropy, (x, target), kw)
 
 
 def _rule(gm: fx.GraphModule, n: fx.Node) -> Callable[..., fx.Node] | None:

@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from llmcompile.agent.patterns.decompose import Refused, decompose
-from llmcompile.agent.patterns.idioms import fold_idioms
+from llmcompile.agent.patterns.decompose import Refused
 from llmcompile.specs import OpSpec
 
 
@@ -216,32 +215,6 @@ def op_of(gm: fx.GraphModule, node: fx.Node) -> Op:
             kw["dim"] = mod.dim
         return Op(node, kind, list(node.args), kw)
     raise Unsupported(f"node `{node.op}` {node.target}")
-
-
-def trace(spec: OpSpec) -> tuple[fx.GraphModule, list, dict[fx.Node, torch.Size]]:
-    from llmcompile.specs.kernelbench import model_of
-
-    model, given = model_of(spec)
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception as e:  # noqa: BLE001 - data-dependent control flow, etc.
-        raise Unsupported(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    try:
-        fold_shape_reads(gm, spec, given)
-        decompose(gm)
-    except Refused as e:
-        raise Unsupported(str(e)) from None
-    merge_repeats(gm)
-    try:
-        ShapeProp(gm).propagate(*given)
-        if fold_idioms(gm):  # (its new nodes' shapes)
-            ShapeProp(gm).propagate(*given)
-    except Exception as e:  # noqa: BLE001
-        raise Unsupported(f"shapes do not propagate on the meta device ({type(e).__name__}: {e})") from None
-    shapes = {n: tm.shape for n in gm.graph.nodes if hasattr(tm := n.meta.get("tensor_meta"), "shape")}
-    return gm, given, shapes
 
 
 def _dims(spec: OpSpec, given: list, gm: fx.GraphModule) -> dict[fx.Node, tuple[int | None, ...]]:

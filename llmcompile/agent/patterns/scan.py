@@ -8,7 +8,7 @@ import torch
 from torch import fx
 
 from llmcompile.agent.patterns.emit import Emitter, lit
-from llmcompile.agent.patterns.graph import SCANS, Unsupported, one_result, op_of, param_names, split_nodes
+from llmcompile.agent.patterns.graph import SCANS, VIEWS, Unsupported, one_result, op_of, param_names, split_nodes
 from llmcompile.specs import OpSpec
 
 
@@ -25,6 +25,11 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     if not isinstance(dim, int) or dim % rank != rank - 1:
         raise Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
     res = one_result(out, "scan")
+    # (returned reshaped: the kernel reads the scan's length from the output's last dim, so one
+    # that keeps it, x.view(-1, N) scanned, is the same rows)
+    last = tuple(shapes[res][-1:]) if isinstance(res, fx.Node) and res in shapes else ()
+    while isinstance(res, fx.Node) and res in ops and ops[res].kind in VIEWS and last == tuple(shapes[sc.node][-1:]):
+        res = res.args[0]
     reverse = exclusive = False
 
     def is_last_flip(node: Any) -> bool:

@@ -4,6 +4,7 @@ reduced losses whose rows come first (cross-entropy, a triplet margin loss)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from llmcompile.agent.patterns.folds import (
 from llmcompile.agent.patterns.graph import (
     LOSSES,
     REDUCTIONS,
+    VIEWS,
     Op,
     Unsupported,
     depends_on,
@@ -148,12 +150,16 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
 
 def match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
     """`F.cross_entropy(logits (M, C), targets (M,))` reduced to a mean or a sum: the rows'
-    losses from the cross-entropy reference kernel, then a whole-tensor fold of them."""
+    losses from the cross-entropy reference kernel, then a whole-tensor fold of them. Logits of
+    (B, S, C) and targets of (B, S) flattened to those rows (`logits.view(-1, C)`,
+    `targets.view(-1)`, as a language model's loss is written) are the same rows."""
     ph, calls, (out,) = split_nodes(gm)
-    if len(calls) != 1 or calls[0].target is not F.cross_entropy or results_of(out) != [calls[0]] or len(ph) != 2:
+    ce = [n for n in calls if n.target is F.cross_entropy]
+    if len(ce) != 1 or results_of(out) != ce or len(ph) != 2:
         return None
-    node = calls[0]
-    if list(node.args[:2]) != ph:
+    node = ce[0]
+    flat = [_flattened(gm, a, shapes) for a in node.args[:2]]
+    if flat != ph or len(calls) != 1 + sum(a is not p for a, p in zip(node.args[:2], ph)):
         return None
     x, t = (tuple(shapes[n]) for n in ph)
     kw = dict(node.kwargs)
@@ -161,15 +167,30 @@ def match_cross_entropy(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: d
     if len(node.args) > 2 or any(v not in (None, 0.0) for v in extra.values()):
         raise Unsupported(f"`cross_entropy` with {sorted(extra) or 'positional options'}")
     red = kw.get("reduction", "mean")
-    if len(x) != 2 or t != (x[0],) or given[1].dtype != torch.int64 or red not in ("mean", "sum"):
+    rows = tuple(shapes[node.args[0]])
+    if len(rows) != 2 or t != x[:-1] or given[1].dtype != torch.int64 or red not in ("mean", "sum"):
         raise Unsupported(f"`cross_entropy` of {x} and {t} with reduction={red!r}")
     return {
-        "what": f"cross-entropy over {x[1]} classes, the {red} over rows",
+        "what": f"cross-entropy over {x[-1]} classes, the {red} over rows",
         "ignore_index": int(kw.get("ignore_index", -100)),
         "epilogue": "acc[0] / acc[1]" if red == "mean" else "acc[0]",
         "x": spec.tensors[0].name,
         "target": spec.tensors[1].name,
+        "rank": len(x),
     }
+
+
+def _flattened(gm: fx.GraphModule, a: Any, shapes: dict) -> Any:
+    """The input `a` reads, where `a` is it or a view of it that merges its leading dims into
+    one (`.view(-1, C)`, `.reshape(-1)`, `.flatten(0, -2)`): the same rows in the same memory."""
+    if not isinstance(a, fx.Node) or a.op not in ("call_function", "call_method") or op_of(gm, a).kind not in VIEWS:
+        return a
+    src, to = a.args[0], tuple(shapes.get(a, ()))
+    if not isinstance(src, fx.Node) or src.op != "placeholder" or len(a.users) != 1 or not to:
+        return a
+    whole = tuple(shapes[src])
+    keeps_last = len(to) == 2 and whole[-1:] == to[-1:] and math.prod(whole[:-1]) == to[0]
+    return src if keeps_last or to == (math.prod(whole),) else a
 
 
 def match_triplet(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:

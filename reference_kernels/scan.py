@@ -214,3 +214,23 @@ def add(a, b):
 
 def mul(a, b):
     return a * b
+
+
+def fmax(a, b):
+    return cute.arch.fmax(a, b)
+
+
+def fmin(a, b):
+    return cute.arch.fmin(a, b)
+
+
+LOG2_E, LN_2 = math.log2(math.e), math.log(2.0)
+
+
+def log_add_exp(a, b):
+    # log(e^a + e^b) as the larger plus log(1 + e^(smaller - larger)), in (0, ln 2]: no overflow
+    # at any magnitude. Where the smaller is -inf (the identity: an empty prefix) or the larger
+    # +inf, the difference is NaN or -inf and the larger is the answer.
+    hi, lo = cute.arch.fmax(a, b), cute.arch.fmin(a, b)
+    r = hi + cute.math.log2(Float32(1.0) + cute.math.exp2((lo - hi) * LOG2_E, fastmath=True), fastmath=True) * LN_2
+    return cutlass.select_((lo == -math.inf) | (hi == math.inf), hi, r)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from llmcompile.harness import verify
-from llmcompile.specs import OpError, get_op
+from llmcompile.specs import OpError, OpSpec, get_op, verify_shapes
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "evals" / "problems"
 
@@ -151,6 +151,32 @@ def test_a_float64_reference_keeps_float64_through_a_models_casts(tmp_path: Path
     assert spec.torch_fn(*ins).dtype == torch.float32 and x.float().dtype == torch.float32  # (bf16 x fp16)
 
 
+def test_an_output_of_the_batch_flattened_to_rows_is_batchable(tmp_path: Path) -> None:
+    """(B, T, C) viewed as (B * T, C) has T rows an item of the batch ("M*T"): verified at any
+    batch, as an output of one row an item is; an output of a shape of its own that happens to be
+    a multiple of the batch stays that shape."""
+    from llmcompile.specs.kernelbench import load_problem
+
+    def spec(name: str, forward: str, shape: str = "batch_size, 32, 64") -> OpSpec:
+        f = tmp_path / f"{name}.py"
+        f.write_text(
+            "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+            f"        return {forward}\n\n\nbatch_size = 16\n\n\ndef get_inputs():\n    return [torch.randn({shape})]"
+            "\n\n\ndef get_init_inputs():\n    return []\n"
+        )
+        return load_problem(f)
+
+    flat = spec("flat", "torch.softmax(x.view(-1, 64), -1)")
+    assert flat.batchable and flat.outputs[0].dims == ("M*32", "64") and flat.outputs[0].shape(3, 64) == (96, 64)
+    assert verify_shapes(flat)[0] == (1, 64)
+    sums = spec("sums", "x.flatten(0, 1).sum(-1)")
+    assert sums.batchable and sums.outputs[0].dims == ("M*32",)
+    cols = spec("cols", "x.sum(0)", "batch_size, 32")  # ((32,): twice the batch, and its own)
+    assert cols.batchable and cols.outputs[0].dims == ("32",)
+    both = spec("both", "x.view(-1, 64), x.sum(0)")
+    assert both.batchable and [o.dims for o in both.outputs] == [("M*32", "64"), ("32", "64")]
+
+
 def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
     """OpSpec.exact: "sum" where every node keeps small integers small integers, "divided" where
     one dividing node ends it, "" otherwise (a fractional constant or scalar, an exp, a division
@@ -167,7 +193,8 @@ def test_exactness_is_read_from_the_graph(tmp_path: Path) -> None:
         return load_problem(f).exact
 
     assert problem("colsum", "x.abs().sum(0)") == "sum"
-    assert problem("cummax", "torch.cumsum(x * 2, dim=1)") == "sum"
+    assert problem("cumsum", "torch.cumsum(x * 2, dim=1)") == "sum"
+    assert problem("cummax", "torch.cummax(x, dim=1)[0]") == "sum"
     assert problem("mean", "torch.mean((x - 1) ** 2)") == "divided"
     assert problem("half", "x * 0.5") == ""
     assert problem("exp", "torch.exp(x).sum(0)") == ""

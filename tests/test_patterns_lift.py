@@ -104,3 +104,46 @@ def test_a_computation_on_a_merging_view_is_right(view: str, on_x: str, pattern:
     # (KernelBench's check compares with torch's own bf16 cumsum, which on an H200 differed from
     # this kernel's by more than 1e-2 where the kernel met the float64 bound)
     right_on_gpu(src, "bfloat16", tmp_path, 11, kernelbench=pattern != "scan")
+
+
+def _batched(tmp_path: Path, name: str, body: str, dtype: str = "float32") -> Path:
+    """A KernelBench file with a batch variable (verified at several batches): `body`'s lines
+    (`;`-separated) end in the return."""
+    lines = "\n".join(f"        {line.strip()}" for line in body.split(";"))
+    f = tmp_path / f"{name}.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+        f"    def forward(self, x):\n{lines}\n\n\nbatch_size = 64\n\n\n"
+        f"def get_inputs():\n    return [torch.randn(batch_size, 32, 256, dtype=torch.{dtype})]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
+# (a batch's items flattened to rows, sized by reads of the batch dim: its output is "M*32" rows)
+BATCHED = [
+    ("B, T, C = x.size(); return torch.softmax(x.view(B * T, C), dim=-1)", "rows"),
+    ("return x.view(x.size(0) * x.size(1), -1).sum(-1)", "norm"),
+    ("return F.layer_norm(x.reshape(x.shape[0] * 32, x.shape[2]), (256,))", "norm"),
+    ("B, T, C = x.shape; return x.view(B * T, C).pow(2).mean(-1, keepdim=True)", "norm"),
+]
+
+
+@pytest.mark.parametrize(("body", "pattern"), BATCHED)
+def test_a_batch_flattened_by_its_reads_is_read_in_xs_dims(body: str, pattern: str, tmp_path: Path) -> None:
+    src = _batched(tmp_path, "b", body)
+    spec = get_op(str(src))
+    assert spec.batchable and spec.outputs[0].dims[0] == "M*32"
+    compiled_match(src, "float32", tmp_path, pattern)
+
+
+def test_a_batch_read_used_otherwise_stays_refused(tmp_path: Path) -> None:
+    m = patterns.match(get_op(str(_batched(tmp_path, "b", "return x.view(-1, 256).sum(-1) / x.size(0)"))))
+    assert isinstance(m, patterns.NoMatch) and "the batch dim's size" in m.reason, m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("body", "pattern"), BATCHED)
+def test_a_batch_flattened_by_its_reads_is_right(body: str, pattern: str, tmp_path: Path) -> None:
+    """At each of the judge's batches (1, ..., 64), its output allocated as "M*32" rows."""
+    right_on_gpu(_batched(tmp_path, "b", body, "bfloat16"), "bfloat16", tmp_path, 13, kernelbench=True)

@@ -122,9 +122,7 @@ def fake_args(
 
     m = cute.sym_int()
     args: list[Any] = []
-    shapes = [
-        (tuple(m if d == "M" else n if d == "N" else int(d) for d in t.dims), t.dtype or dtype) for t in spec.tensors
-    ]
+    shapes = [(t.shape(m, n), t.dtype or dtype) for t in spec.tensors]  # (M*k: a multiple of k, symbolic)
     if workspace:
         shapes.append(((workspace,), "float32"))
     vo = (2, 3)  # (an attention's v and o)

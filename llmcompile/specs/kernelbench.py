@@ -143,20 +143,33 @@ def _room(whole: list, device: str | None) -> bool:
     return need <= torch.cuda.mem_get_info(dev)[0] + cached
 
 
-def _batchable(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor], path: Path) -> bool:
+def _batch_rows(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor], path: Path) -> list[int] | None:
     """Whether the problem means the same thing at another batch size: run on the meta device at
-    batch 2, and expect every batched output to shrink with it. (A loss that broadcasts its
+    batch 2, every batched output must shrink with it. None where it does not; else each output's
+    rows an item of the batch: 1 (its first dim the batch's), k (the batch's items flattened to k
+    rows each: `x.view(-1, N)`'s softmax), or 0 (a shape of its own). (A loss that broadcasts its
     targets along the last dim only works at its own size.)"""
     if m0 <= 2:
-        return False
+        return None
     try:
         with torch.device("meta"):
             xs = _batched_inputs(mod, 2, m0, path)
         got = _output_shapes(model, xs, path, cpu_fallback=False)
     except Exception:  # noqa: BLE001 - it does not run at another size: fixed
-        return False
-    want = [(2, *o.shape[1:]) if o.dim() and o.shape[0] == m0 else tuple(o.shape) for o in outputs]
-    return [tuple(o.shape) for o in got] == [tuple(w) for w in want]
+        return None
+    if len(got) != len(outputs):
+        return None
+    rows = []
+    for o, g in zip(outputs, got):
+        whole, at_two = tuple(o.shape), tuple(g.shape)
+        k = whole[0] // m0 if whole and whole[0] % m0 == 0 else 0
+        if k and at_two == (2 * k, *whole[1:]):
+            rows.append(k)
+        elif at_two == whole and not (whole and whole[0] == m0):  # (one of the batch's size must shrink)
+            rows.append(0)
+        else:
+            return None
+    return rows
 
 
 # Rows of a batch of this size are run on CPU to see whether each output row depends on its
@@ -199,11 +212,11 @@ def _independent_rows(model: nn.Module, mod, m0: int, outputs: list[torch.Tensor
 # reordered): a graph of these alone is exact on the verify stage's "integers" case in any order;
 # one of the dividing ones at its end (a mean, a mean-reduced loss, a square root) makes it "divided".
 _EXACT = {
-    torch.sum, torch.amax, torch.amin, torch.max, torch.min, torch.cumsum, torch.flip, torch.cat, torch.abs,
+    torch.sum, torch.amax, torch.amin, torch.max, torch.min, torch.cumsum, torch.cummax, torch.cummin, torch.flip, torch.cat, torch.abs,
     torch.neg, torch.relu, F.relu, torch.clamp, torch.add, torch.sub, torch.mul, torch.unsqueeze, torch.narrow,
     torch.zeros_like, torch.select, torch.square, torch.pow, operator.add, operator.sub, operator.mul,
     operator.neg, operator.pow, operator.getitem,
-    "sum", "amax", "amin", "max", "min", "cumsum", "flip", "abs", "neg", "relu", "clamp", "clamp_min", "select",
+    "sum", "amax", "amin", "max", "min", "cumsum", "cummax", "cummin", "flip", "abs", "neg", "relu", "clamp", "clamp_min", "select",
     "unsqueeze", "view", "reshape", "contiguous", "size", "narrow", "add", "sub", "mul", "flatten", "square", "pow",
 }  # fmt: skip
 _DIVIDING = {torch.mean, "mean", F.mse_loss, F.l1_loss, torch.sqrt, "sqrt", operator.truediv, torch.div, "div"}
@@ -285,8 +298,14 @@ def load_problem(path: str | Path) -> OpSpec:
     n = inputs[0].shape[-1]
     dtype = dtype_name(inputs[0].dtype)
 
-    def desc(name: str, t: torch.Tensor, batched: bool, output: bool = False) -> TensorDesc:
-        dims = tuple("M" if (i == 0 and batched and s == m0) else str(s) for i, s in enumerate(t.shape))
+    batch_rows = _batch_rows(model, mod, m0, outputs, path)
+    batchable = batch_rows is not None
+
+    def desc(name: str, t: torch.Tensor, batched: bool, output: bool = False, k: int = 0) -> TensorDesc:
+        def first(s: int) -> str:
+            return "M" if s == m0 else f"M*{k}" if k > 1 and s == k * m0 else str(s)
+
+        dims = tuple(first(s) if i == 0 and batched else str(s) for i, s in enumerate(t.shape))
         return TensorDesc(name, dims, dtype_name(t.dtype) if t.is_floating_point() else _TENSOR_DTYPES[t.dtype], output)
 
     for t in inputs + outputs:
@@ -295,7 +314,10 @@ def load_problem(path: str | Path) -> OpSpec:
     tensors = (
         tuple(desc(f"in{i}", t, True) for i, t in enumerate(inputs))
         + tuple(desc(k.replace(".", "_"), p, False) for k, p in params.items())
-        + tuple(desc(f"out{i}" if len(outputs) > 1 else "out", t, True, output=True) for i, t in enumerate(outputs))
+        + tuple(
+            desc(f"out{i}" if len(outputs) > 1 else "out", t, True, True, batch_rows[i] if batch_rows else 0)
+            for i, t in enumerate(outputs)
+        )
     )
     n_in = len(inputs)
     names = list(params)
@@ -343,7 +365,6 @@ def load_problem(path: str | Path) -> OpSpec:
             ]
         return [t.detach().to(device) for t in xs + ps]
 
-    batchable = _batchable(model, mod, m0, outputs, path)
     doc = (mod.__doc__ or "").strip().splitlines()
     spec = OpSpec(
         name=path.stem,

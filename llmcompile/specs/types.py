@@ -1,8 +1,9 @@
 """Op specs: what an op computes, on which inputs, what it must move, and how close is right.
 
 A spec is data. Its tensors are listed in kernel-contract order (inputs, then outputs) with
-their dims written as symbols: "M" (rows, symbolic at compile time) and "N" (the reduced
-length, fixed at compile time). Scalars follow, with defaults.
+their dims written as symbols: "M" (rows, symbolic at compile time), "M*k" (k rows an item
+of M: an output of a batch's items flattened to rows) and "N" (the reduced length, fixed at
+compile time). Scalars follow, with defaults.
 """
 
 from __future__ import annotations
@@ -31,15 +32,22 @@ def dtype_name(d: str | torch.dtype) -> str:
     return name
 
 
+def dim_size(d: str, m: int, n: int) -> int:
+    """A dim's size at M = m, N = n: "M", "M*k", "N" or a number."""
+    if d.startswith("M*"):
+        return m * int(d[2:])
+    return m if d == "M" else n if d == "N" else int(d)
+
+
 @dataclass(frozen=True)
 class TensorDesc:
     name: str
-    dims: tuple[str, ...]  # "M", "N" or an int
+    dims: tuple[str, ...]  # "M", "M*k", "N" or an int
     dtype: str | None = None  # None: the op's dtype
     output: bool = False
 
     def shape(self, m: int, n: int) -> tuple[int, ...]:
-        return tuple(m if d == "M" else n if d == "N" else int(d) for d in self.dims)
+        return tuple(dim_size(d, m, n) for d in self.dims)
 
     def torch_dtype(self, op_dtype: str) -> torch.dtype:
         return {"int64": torch.int64, "int32": torch.int32, "bool": torch.bool, **DTYPES}[self.dtype or op_dtype]

@@ -6,8 +6,9 @@ graph is read as one of the shapes of work the templates in `reference_kernels/`
 - map: every node elementwise (activations, scalings, broadcasts of a per-row vector);
 - strided: one reduction along a middle dim, with an elementwise prologue before it, an
   epilogue on its result and, for a norm, an elementwise rewrite of the input with it;
-- scan: one cumsum / cumprod along the last dim (reversed by flips, made exclusive by a
-  shifted concatenation, with an elementwise prologue such as a mask);
+- scan: one cumsum, cumprod, logcumsumexp, cummax or cummin (its values) along the last dim
+  (reversed by flips, a cumsum made exclusive by a shifted concatenation, with an elementwise
+  prologue such as a mask);
 - total: a whole tensor folded to a value (losses, a Frobenius norm and its rewrite), and the
   reduced losses whose rows come first (cross-entropy: the reference kernel's rows' losses;
   a triplet margin loss: the norm template's), folded by it;

@@ -90,6 +90,9 @@ _FUNCS: dict[Any, str] = {
     F.kl_div: "kl_div",
     torch.cumsum: "cumsum",
     torch.cumprod: "cumprod",
+    torch.logcumsumexp: "logcumsumexp",
+    torch.cummax: "cummax",
+    torch.cummin: "cummin",
     torch.softmax: "softmax",
     F.softmax: "softmax",
     torch.log_softmax: "log_softmax",
@@ -171,7 +174,8 @@ NORMALIZERS = frozenset({"softmax", "log_softmax"})
 # losses with a reduction of their own ('mean' unless told): an elementwise term, then a total
 LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "kl_div"})
 
-SCANS = frozenset({"cumsum", "cumprod"})
+SCANS = frozenset({"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"})
+# (cummax and cummin return (values, indices): the scan template writes the values)
 
 VIEWS = frozenset({"unsqueeze", "view", "reshape", "flatten", "contiguous"})
 
@@ -286,29 +290,56 @@ def fold_shape_reads(gm: fx.GraphModule, spec: OpSpec, given: list) -> None:
 
 
 def _batch_kept(gm: fx.GraphModule, n: fx.Node, x: fx.Node, i: Any, dims: dict) -> bool:
-    """Where read `n` of x's batch dim is the first size of x's own view, `x.view(x.size(0), -1)`
-    or `x.reshape(x.shape[0], 16, 64)`: that view made one that keeps the batch dim whatever its
-    size (x.flatten(1), or -1 in its place). Returns whether it was."""
-    if not isinstance(i, int) or dims[x][i] is not None or len(n.users) != 1:
+    """Where read `n` of x's batch dim only sizes the first dim of x's own view, alone or times
+    x's other sizes (`x.view(x.size(0), -1)`, `x.reshape(x.shape[0], 16, 64)`, `B, T, C =
+    x.size(); x.view(B * T, C)`): that view made one that keeps the batch whatever its size
+    (x.flatten(1), or -1 in its place). Returns whether it was."""
+    if not isinstance(i, int) or dims[x][i] is not None:
         return False
-    (v,) = n.users
+    chain, factors = [n], []  # (the read, then each product it is multiplied into)
+    while len(chain[-1].users) == 1 and (u := next(iter(chain[-1].users))).op == "call_function":
+        if u.target is not operator.mul or len(u.args) != 2:
+            break
+        factors.append(u.args[1] if u.args[0] is chain[-1] else u.args[0])
+        chain.append(u)
+    if len(chain[-1].users) != 1:
+        return False
+    (v,) = chain[-1].users
     method = v.op == "call_method" and v.target in ("view", "reshape")
     if not (method or (v.op == "call_function" and v.target is torch.reshape)) or v.args[0] is not x:
         return False
     sizes = list(v.args[1] if len(v.args) == 2 and isinstance(v.args[1], (tuple, list)) else v.args[1:])
-    rest = dims[x][1:]
-    if not sizes or sizes[0] is not n or None in rest or any(not isinstance(s, int) for s in sizes[1:]):
+    rest, later = dims[x][1:], [_size_of(a, x, dims) for a in sizes[1:]]
+    known = [_size_of(a, x, dims) for a in factors]
+    if not sizes or sizes[0] is not chain[-1] or None in rest or None in later or None in known or -1 in known:
         return False
-    if sizes[1:] == [-1]:
+    k = math.prod(known)
+    if later == [-1] and not factors:
         with gm.graph.inserting_before(v):
             v.replace_all_uses_with(gm.graph.call_function(torch.flatten, (x, 1)))
         gm.graph.erase_node(v)
-    elif -1 not in sizes[1:] and math.prod(sizes[1:]) == math.prod(rest):
-        v.args = (x, (-1, *sizes[1:]))
+    elif later.count(-1) == 1 and math.prod(rest) % (k * -math.prod(later)) == 0:  # (the -1 made the number it is)
+        v.args = (x, (-1, *(math.prod(rest) // (k * -math.prod(later)) if s == -1 else s for s in later)))
+    elif -1 not in later and math.prod(later) * k == math.prod(rest):
+        v.args = (x, (-1, *later))
     else:
         return False
-    gm.graph.erase_node(n)
+    for c in reversed(chain):
+        gm.graph.erase_node(c)
     return True
+
+
+def _size_of(a: Any, x: fx.Node, dims: dict) -> int | None:
+    """`a` as a number where it is one, or a read of a dim of x other than its batch dim."""
+    if isinstance(a, int) and not isinstance(a, bool):
+        return a
+    if not isinstance(a, fx.Node) or len(a.args) != 2 or not isinstance(j := a.args[1], int):
+        return None
+    src = a.args[0]
+    read = a.op == "call_method" and a.target == "size" and src is x  # x.size(j)
+    if a.op == "call_function" and a.target is operator.getitem and isinstance(src, fx.Node):  # x.shape[j], x.size()[j]
+        read = src.args[:1] == (x,) and (src.target is getattr and src.args[1:] == ("shape",) or src.target == "size")
+    return dims[x][j] if read and -len(dims[x]) <= j < len(dims[x]) else None
 
 
 _ARITHMETIC = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.neg)

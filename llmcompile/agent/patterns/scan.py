@@ -1,7 +1,10 @@
-"""scan: one cumsum / cumprod along the last dim, reversed, exclusive, or with a prologue."""
+"""scan: one cumsum, cumprod, logcumsumexp, cummax or cummin (its values) along the last dim,
+reversed, exclusive, or with a prologue."""
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import torch
@@ -10,6 +13,16 @@ from torch import fx
 from llmcompile.agent.patterns.emit import Emitter, lit
 from llmcompile.agent.patterns.graph import SCANS, VIEWS, Unsupported, one_result, op_of, param_names, split_nodes
 from llmcompile.specs import OpSpec
+
+# each scan's associative combine (reference_kernels/scan.py) and its identity
+COMBINES = {
+    "cumsum": ("S.add", 0.0),
+    "cumprod": ("S.mul", 1.0),
+    "logcumsumexp": ("S.log_add_exp", -math.inf),
+    "cummax": ("S.fmax", -math.inf),
+    "cummin": ("S.fmin", math.inf),
+}
+PAIRED_SCANS = ("cummax", "cummin")
 
 
 def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> dict | None:
@@ -25,10 +38,15 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     if not isinstance(dim, int) or dim % rank != rank - 1:
         raise Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
     res = one_result(out, "scan")
+    top = sc.node  # (the scan's values: cummax's and cummin's are their [0], or .values)
+    if sc.kind in PAIRED_SCANS:
+        if [(u.target, u.args[1:]) for u in sc.node.users] != [(operator.getitem, (0,))]:
+            raise Unsupported(f"`{sc.kind}` whose indices are read (the scan template writes its values)")
+        (top,) = sc.node.users
     # (returned reshaped: the kernel reads the scan's length from the output's last dim, so one
     # that keeps it, x.view(-1, N) scanned, is the same rows)
     last = tuple(shapes[res][-1:]) if isinstance(res, fx.Node) and res in shapes else ()
-    while isinstance(res, fx.Node) and res in ops and ops[res].kind in VIEWS and last == tuple(shapes[sc.node][-1:]):
+    while isinstance(res, fx.Node) and res in ops and ops[res].kind in VIEWS and last == tuple(shapes[top][-1:]):
         res = res.args[0]
     reverse = exclusive = False
 
@@ -47,7 +65,7 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
             len(parts) == 2
             and ops.get(parts[0]) is not None
             and ops[parts[0]].kind == "zeros_like"
-            and parts[1] is sc.node
+            and parts[1] is top
             and src in ops
             and ops[src].kind == "narrow"
         ):
@@ -55,8 +73,12 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
             start = nw.kw.get("start", nw.args[2] if len(nw.args) > 2 else None)
             length = nw.kw.get("length", nw.args[3] if len(nw.args) > 3 else None)
             if start == 0 and length == shapes[nw.args[0]][-1] - 1:  # (x.size(d) - 1, folded: graph.fold_shape_reads)
-                exclusive, res, src = True, sc.node, nw.args[0]
-    if res is not sc.node:
+                if COMBINES[sc.kind][1] != 0.0:  # (the kernel writes the identity first, torch the zeros)
+                    raise Unsupported(
+                        f"an exclusive `{sc.kind}` led by zeros (the scan template leads with its identity)"
+                    )
+                exclusive, res, src = True, top, nw.args[0]
+    if res is not top:
         return None
     _, tensors, _ = param_names(spec, given, ph)
     pro_env = {}
@@ -66,9 +88,10 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
             f"cutlass.select_(v[{i}], Float32(1.0), Float32(0.0))" if g.dtype == torch.bool else f"Float32(v[{i}])"
         )
     pro = Emitter(gm, pro_env, vector=False).expr(src)
+    combine, identity = COMBINES[sc.kind]
     return {
-        "combine": "S.add" if sc.kind == "cumsum" else "S.mul",
-        "identity": lit(0.0 if sc.kind == "cumsum" else 1.0),
+        "combine": combine,
+        "identity": lit(identity),
         "prologue": pro,
         "reverse": reverse,
         "exclusive": exclusive,

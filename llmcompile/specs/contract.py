@@ -67,6 +67,14 @@ def scalar_value(v: float | int):
     return cutlass.Int64(v) if isinstance(v, int) else cutlass.Float32(v)
 
 
+def dim_size(d: str, m: Any, n: int) -> Any:
+    """A dim's size at M = m (a number, or CuTe DSL's symbol), N = n: "M", "M*k" (k rows an item
+    of M), "N" or a number."""
+    if d.startswith("M*"):
+        return m * int(d[2:])
+    return m if d == "M" else n if d == "N" else int(d)
+
+
 @dataclass(frozen=True)
 class TensorSig:
     dims: tuple[str, ...]
@@ -122,7 +130,7 @@ def fake_args(
 
     m = cute.sym_int()
     args: list[Any] = []
-    shapes = [(t.shape(m, n), t.dtype or dtype) for t in spec.tensors]  # (M*k: a multiple of k, symbolic)
+    shapes = [(tuple(dim_size(d, m, n) for d in t.dims), t.dtype or dtype) for t in spec.tensors]
     if workspace:
         shapes.append(((workspace,), "float32"))
     vo = (2, 3)  # (an attention's v and o)

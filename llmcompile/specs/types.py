@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from llmcompile.specs.contract import dim_size
 from llmcompile.specs.errors import OpError
 from llmcompile.specs.grids import bench_shapes
 
@@ -30,13 +31,6 @@ def dtype_name(d: str | torch.dtype) -> str:
     if name not in DTYPES:
         raise OpError(f"dtype {d!r} is not supported; use one of {', '.join(DTYPES)}")
     return name
-
-
-def dim_size(d: str, m: int, n: int) -> int:
-    """A dim's size at M = m, N = n: "M", "M*k", "N" or a number."""
-    if d.startswith("M*"):
-        return m * int(d[2:])
-    return m if d == "M" else n if d == "N" else int(d)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ LIFTED = [
     ("x.view(-1, x.size(-1)).sum(-1)", "x.sum(-1)", "norm"),
     ("x.reshape(-1, 256).amax(-1, keepdim=True)", "x.amax(-1, keepdim=True)", "norm"),
     ("x.flatten(0, 1).std(-1)", "x.std(-1)", "norm"),
+    ("torch.var(x.view(-1, 256), -1, True) * 2.0", "torch.var(x, -1, True) * 2.0", "norm"),  # (unbiased, not keepdim)
+    ("torch.var(x.view(-1, 256), -1, False, True)", "torch.var(x, -1, False, True)", "norm"),
     (f"{F}.layer_norm(x.view(-1, 256), (256,))", f"{F}.layer_norm(x, (256,))", "norm"),
     (f"{F}.normalize(x.view(-1, 256), dim=-1)", f"{F}.normalize(x, dim=-1)", "norm"),
     ("x.view(-1, 256) / x.view(-1, 256).norm(dim=-1, keepdim=True)", "x / x.norm(dim=-1, keepdim=True)", "norm"),

@@ -215,7 +215,12 @@ def _dims_named(dim: Any, rank: int) -> tuple[int, ...] | None:
 
 def _keepdim(n: fx.Node, slot: tuple[str, Any]) -> bool:
     at = (slot[1] if slot[0] == "arg" else 2 if n.target in _P_FIRST else 1) + 1
+    if len(n.args) > at and isinstance(n.args[at], bool) and n.target in _UNBIASED_FIRST:
+        at += 1  # (torch.var(x, dim, unbiased, keepdim))
     return n.kwargs.get("keepdim", n.args[at] if len(n.args) > at else False) is True
+
+
+_UNBIASED_FIRST = (torch.var, torch.std, "var", "std")
 
 
 def _rewrite(gm: fx.GraphModule, v: fx.Node, x: fx.Node, region: dict[fx.Node, Lifted]) -> None:

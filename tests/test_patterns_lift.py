@@ -90,6 +90,7 @@ def test_the_lifted_graph_computes_what_the_written_one_does(view: str, on_x: st
         ("x.view(-1, 256).softmax(0)", "a view that regroups its input"),  # (along a run of two dims)
         ("x.view(-1, 256).max(0).values", "a view that regroups its input"),  # (an index along two dims)
         ("x.view(-1, 256).max(-1)", "a view that regroups its input"),  # (the pair, in the view's shape)
+        ("x.view(-1, 256)[0].sum()", "a reduction of (256,)"),  # (the view's row, not x[0]'s (32, 256))
         ("x.view(-1, 256).cumsum(0)", "a scan along dim 0"),  # (as it would be on x)
     ],
 )

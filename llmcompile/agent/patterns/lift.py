@@ -128,8 +128,9 @@ def _leaves_as_tensors(region: dict[fx.Node, Lifted]) -> bool:
 def _lifted(gm: fx.GraphModule, n: fx.Node, region: dict[fx.Node, Lifted]) -> Lifted | None:
     """Node n read in x's dims, or None where it does not read the same so."""
     kind = _kind(gm, n)
-    if n.op == "call_function" and n.target is operator.getitem:  # (max's values or indices)
-        return region.get(n.args[0]) if isinstance(n.args[1], int) else None
+    if n.op == "call_function" and n.target is operator.getitem:  # (max's values or indices; not x[i])
+        pair = n.args[0] in region and _shape(n.args[0]) is None
+        return region[n.args[0]] if pair and isinstance(n.args[1], int) else None
     if kind in _ELEMENTWISE:
         return _broadcast(n, region)
     if kind not in _ALONG or not n.args or n.args[0] not in region or any(a in region for a in n.all_input_nodes[1:]):

@@ -150,3 +150,56 @@ def test_a_batch_read_used_otherwise_stays_refused(tmp_path: Path) -> None:
 def test_a_batch_flattened_by_its_reads_is_right(body: str, pattern: str, tmp_path: Path) -> None:
     """At each of the judge's batches (1, ..., 64), its output allocated as "M*32" rows."""
     right_on_gpu(_batched(tmp_path, "b", body, "bfloat16"), "bfloat16", tmp_path, 13, kernelbench=True)
+
+
+def test_random_programs_on_a_merging_view_compute_the_same_lifted() -> None:
+    """Property: random programs that start from a merging view of x (elementwise ops, a weight,
+    reductions along random dims kept or not, softmaxes and scans, max's pair, a row of the view)
+    give the model's values and shapes once lifted (float64, CPU), wherever lift_views changes them."""
+    import random
+
+    import torch
+    from torch import fx, nn
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from llmcompile.agent.patterns.decompose import decompose
+    from llmcompile.agent.patterns.graph import merge_repeats
+    from llmcompile.agent.patterns.lift import lift_views
+
+    views = ("x.view(-1, x.size(-1))", "x.flatten(0, 1)", "x.reshape(-1, 8)", "x.view(x.size(0), -1)", "x.flatten()")
+    steps = (
+        "torch.relu({a})", "({a} * 2.0)", "({a} * w)", "({a} - {a}.mean({d}, keepdim=True))", "{a}.sum({d})",
+        "{a}.amax({d}, keepdim=True)", "torch.var({a}, {d}, True)", "torch.var({a}, {d}, False, True)",
+        "{a}.max({d})[0]", "{a}.max({d})[1].float()", "torch.softmax({a}, {d})", "torch.cumsum({a}, {d})",
+        "torch.cummax({a}, {d})[0]", "torch.logcumsumexp({a}, {d})", "{a}.norm(dim={d})", "{a}[0]", "{a}.mean()",
+        "torch.logsumexp({a}, ({d},))",
+    )  # fmt: skip
+    rng, lifted = random.Random(5), 0
+    x, w = torch.randn(4, 6, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    for _ in range(300):
+        body = [f"v0 = {rng.choice(views)}"]
+        for i in range(rng.randint(1, 3)):
+            body.append(f"v{i + 1} = " + rng.choice(steps).format(a=f"v{i}", d=rng.randrange(-2, 2)))
+        src = "; ".join(body) + f"; out = v{len(body) - 1}"
+
+        class Model(nn.Module):
+            code = src
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                env = {"x": x, "w": w, "torch": torch}
+                exec(self.code, env)
+                return env["out"]
+
+        try:
+            want = Model()(x)
+        except (RuntimeError, IndexError):
+            continue  # (a dim the value does not have, or a 0-d max)
+        gm = fx.symbolic_trace(Model())
+        decompose(gm)
+        merge_repeats(gm)
+        ShapeProp(gm).propagate(x)
+        if lift_views(gm):
+            lifted += 1
+            got = gm(x)
+            assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True), src
+    assert lifted > 50

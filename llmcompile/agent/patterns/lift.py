@@ -255,6 +255,11 @@ def _along_runs(gm: fx.GraphModule, n: fx.Node, runs: Runs) -> fx.Node:
     assert dims is not None  # (_lifted read them)
     xdims = tuple(k for d in dims for k in range(*runs[d]))
     new: Any = xdims[0] if len(xdims) == 1 and not isinstance(dim, (tuple, list)) else xdims
+    if n.target in (torch.norm, "norm") and len(xdims) > 2 and _norm_p(n) == "fro":
+        # (torch's Frobenius norm over more than two dims is its matrix norm's error; its value is the 2-norm's)
+        n.args, n.kwargs = (
+            (n.args[:1] + (2.0,) + n.args[2:], n.kwargs) if len(n.args) > 1 else (n.args, {**n.kwargs, "p": 2.0})
+        )
     where, key = slot
     if where == "kw":
         n.kwargs = {**n.kwargs, "dim": new}
@@ -267,3 +272,7 @@ def _along_runs(gm: fx.GraphModule, n: fx.Node, runs: Runs) -> fx.Node:
         n.replace_all_uses_with(made)
         return made
     return n
+
+
+def _norm_p(n: fx.Node) -> Any:
+    return n.kwargs.get("p", n.args[1] if len(n.args) > 1 else "fro")

@@ -29,8 +29,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
+from reference_kernels.reduce import LOG2_E, vector_elems
 from reference_kernels.reduce import vector_at as _at
-from reference_kernels.reduce import vector_elems
 
 WARP = 32
 
@@ -224,7 +224,7 @@ def fmin(a, b):
     return cute.arch.fmin(a, b)
 
 
-LOG2_E, LN_2 = math.log2(math.e), math.log(2.0)
+LN_2 = math.log(2.0)
 
 
 def log_add_exp(a, b):

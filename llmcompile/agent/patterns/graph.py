@@ -1,5 +1,6 @@
-"""The front end: a problem's model traced with torch.fx on the meta device, and its nodes read
-as ops of a small vocabulary (elementwise functions, reductions, losses, scans, views, modules)."""
+"""The traced graph read as ops of a small vocabulary (elementwise functions, reductions, losses,
+scans, views, modules), and the shape reads and repeats made what they are (trace.py runs the
+front end's steps)."""
 
 from __future__ import annotations
 
@@ -444,6 +445,27 @@ def only_module(gm: fx.GraphModule, inputs: int) -> tuple[list[fx.Node], nn.Modu
     if list(calls[0].args[:inputs]) != ph:
         return None
     return ph, gm.get_submodule(str(calls[0].target))
+
+
+def kind_of(gm: fx.GraphModule, n: fx.Node) -> str | None:
+    """A call's kind; None for a node that is no call, or a call no template knows (the matchers
+    that read it name it)."""
+    if n.op not in ("call_function", "call_method", "call_module"):
+        return None
+    try:
+        return op_of(gm, n).kind
+    except Unsupported:
+        return None
+
+
+def under_views(gm: fx.GraphModule, node: Any) -> tuple[Any, list[fx.Node]]:
+    """The value `node` is a view of through views alone (a result reshaped on its way out: the
+    same memory), and those views, outermost first."""
+    views = []
+    while isinstance(node, fx.Node) and kind_of(gm, node) in VIEWS and node.args and isinstance(node.args[0], fx.Node):
+        views.append(node)
+        node = node.args[0]
+    return node, views
 
 
 def describe(gm: fx.GraphModule, n: fx.Node) -> str:

@@ -155,8 +155,10 @@ _NORMS = _as_written(torch.norm) | {torch.linalg.vector_norm: torch.linalg.vecto
 def _fold_views(gm: fx.GraphModule) -> bool:
     """Each reduction over adjacent dims of x's view that only merges or splits the dims it
     reduces (`x.view(x.size(0), -1).sum(-1)`, `x.flatten(1).amax(1)`: the result of the shape
-    written) made the reduction of x over the dims those were; a view that regroups dims kept
-    too (`x.reshape(-1, N).sum(-1)`) is left as written (`folds.regrouped` refuses it)."""
+    written) made the reduction of x over the dims those were. Views that only merge dims, kept
+    ones too (`x.reshape(-1, N).sum(-1)`), are lifted before this (lift.py); this takes the splits
+    of the reduced dims too (`x.reshape(B, 4, 8, N).var((1, 2))`). Any other regrouping is left
+    as written (`folds.regrouped` refuses it)."""
     changed = False
     for r in list(gm.graph.nodes):
         norm = _call(r, _NORMS)  # (p second: x.norm(p, dim), vector_norm(x, ord, dim))

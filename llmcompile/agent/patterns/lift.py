@@ -28,8 +28,7 @@ from llmcompile.agent.patterns.graph import (
     REDUCTIONS,
     SCANS,
     UNARY,
-    Unsupported,
-    op_of,
+    kind_of,
 )
 
 Runs = tuple[tuple[int, int], ...]  # each view dim's run of x's dims, [start, end)
@@ -64,14 +63,14 @@ def lift_views(gm: fx.GraphModule) -> bool:
     docstring); returns whether any was. Needs the graph's shapes (ShapeProp's tensor_meta)."""
     changed = False
     for v in list(gm.graph.nodes):
-        if _kind(gm, v) not in ("view", "reshape", "flatten") or not isinstance(x := v.args[0], fx.Node):
+        if kind_of(gm, v) not in ("view", "reshape", "flatten") or not isinstance(x := v.args[0], fx.Node):
             continue
         xs, vs = _shape(x), _shape(v)
         runs = runs_of(xs, vs) if xs is not None and vs is not None else None
         if runs is None or all(b - a == 1 for a, b in runs):
             continue
         region = _region(gm, v, Lifted(runs, xs))
-        if any(_kind(gm, n) in _ALONG for n in region) and _leaves_as_tensors(region):
+        if any(kind_of(gm, n) in _ALONG for n in region) and _leaves_as_tensors(region):
             _rewrite(gm, v, x, region)
             changed = True
     if changed:
@@ -96,15 +95,6 @@ def _shape(n: Any) -> tuple[int, ...] | None:
     return tuple(meta.shape) if hasattr(meta, "shape") else None
 
 
-def _kind(gm: fx.GraphModule, n: fx.Node) -> str | None:
-    if n.op not in ("call_function", "call_method", "call_module"):
-        return None
-    try:
-        return op_of(gm, n).kind
-    except Unsupported:
-        return None
-
-
 def _region(gm: fx.GraphModule, v: fx.Node, at_v: Lifted) -> dict[fx.Node, Lifted]:
     """The nodes computed from view `v` that read the same in x's dims; any other reader of them
     is where the computation leaves the view (and reads it reshaped)."""
@@ -127,7 +117,7 @@ def _leaves_as_tensors(region: dict[fx.Node, Lifted]) -> bool:
 
 def _lifted(gm: fx.GraphModule, n: fx.Node, region: dict[fx.Node, Lifted]) -> Lifted | None:
     """Node n read in x's dims, or None where it does not read the same so."""
-    kind = _kind(gm, n)
+    kind = kind_of(gm, n)
     if n.op == "call_function" and n.target is operator.getitem:  # (max's values or indices; not x[i])
         pair = n.args[0] in region and _shape(n.args[0]) is None
         return region[n.args[0]] if pair and isinstance(n.args[1], int) else None
@@ -236,7 +226,7 @@ def _rewrite(gm: fx.GraphModule, v: fx.Node, x: fx.Node, region: dict[fx.Node, L
         shape = _shape(n)
         n.args = fx.node.map_arg(n.args, lambda a: x if a is v else a)
         n.kwargs = fx.node.map_arg(n.kwargs, lambda a: x if a is v else a)
-        made = _along_runs(gm, n, runs) if _kind(gm, n) in _ALONG else n
+        made = _along_runs(gm, n, runs) if kind_of(gm, n) in _ALONG else n
         if outside and shape != region[n].shape:
             with gm.graph.inserting_after(made):
                 back = gm.graph.call_method("reshape", (made, shape))
@@ -266,7 +256,7 @@ def _along_runs(gm: fx.GraphModule, n: fx.Node, runs: Runs) -> fx.Node:
     elif where == "arg":
         n.args = (*n.args[:key], new, *n.args[key + 1 :])
     else:
-        fn = torch.softmax if _kind(gm, n) == "softmax" else torch.log_softmax
+        fn = torch.softmax if kind_of(gm, n) == "softmax" else torch.log_softmax
         with gm.graph.inserting_after(n):
             made = gm.graph.call_function(fn, (n.args[0],), {"dim": new})
         n.replace_all_uses_with(made)

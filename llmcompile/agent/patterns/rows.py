@@ -7,7 +7,7 @@ import math
 
 from torch import fx
 
-from llmcompile.agent.patterns.graph import VIEWS, Unsupported, op_of, results_of, split_nodes
+from llmcompile.agent.patterns.graph import op_of, results_of, split_nodes, under_views
 from llmcompile.specs import OpSpec
 
 
@@ -18,10 +18,7 @@ def match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     results = results_of(out)
     if len(results) != 1 or len(given) != 1 or not isinstance(node := results[0], fx.Node):
         return None
-    views = []  # (the result reshaped on its way out: the same memory, so the same kernel)
-    while node in calls and _kind(gm, node) in VIEWS and isinstance(node.args[0], fx.Node):
-        views.append(node)
-        node = node.args[0]
+    node, views = under_views(gm, node)  # (returned reshaped: the same memory, so the same kernel)
     if calls != [node, *reversed(views)]:
         return None
     op = op_of(gm, node)
@@ -34,11 +31,3 @@ def match_rowop(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         return None
     rows_per_item = math.prod(shape[1:-1])
     return {"op": op.kind, "rank": rank, "n": shape[-1], "rows_per_item": rows_per_item, "reshaped": bool(views)}
-
-
-def _kind(gm: fx.GraphModule, n: fx.Node) -> str:
-    """A call's kind, "" for one no template knows (the other matchers name it)."""
-    try:
-        return op_of(gm, n).kind
-    except Unsupported:
-        return ""

@@ -11,7 +11,15 @@ import torch
 from torch import fx
 
 from llmcompile.agent.patterns.emit import Emitter, lit
-from llmcompile.agent.patterns.graph import SCANS, VIEWS, Unsupported, one_result, op_of, param_names, split_nodes
+from llmcompile.agent.patterns.graph import (
+    SCANS,
+    Unsupported,
+    one_result,
+    op_of,
+    param_names,
+    split_nodes,
+    under_views,
+)
 from llmcompile.specs import OpSpec
 
 # each scan's associative combine (reference_kernels/scan.py) and its identity
@@ -45,9 +53,8 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         (top,) = sc.node.users
     # (returned reshaped: the kernel reads the scan's length from the output's last dim, so one
     # that keeps it, x.view(-1, N) scanned, is the same rows)
-    last = tuple(shapes[res][-1:]) if isinstance(res, fx.Node) and res in shapes else ()
-    while isinstance(res, fx.Node) and res in ops and ops[res].kind in VIEWS and last == tuple(shapes[top][-1:]):
-        res = res.args[0]
+    if isinstance(res, fx.Node) and res in shapes and tuple(shapes[res][-1:]) == tuple(shapes[top][-1:]):
+        res, _ = under_views(gm, res)
     reverse = exclusive = False
 
     def is_last_flip(node: Any) -> bool:

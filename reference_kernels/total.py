@@ -40,9 +40,10 @@ MAX_ARITY = 4
 WORKSPACE = (MAX_CTAS + 1) * MAX_ARITY
 FINAL_THREADS = 1024
 # A reduced loss whose rows come first (cross-entropy, a triplet loss): one value a row in the
-# scratch after the partials, then the total of those; at most MAX_ROWS rows.
+# scratch after the partials, then the total of those; MAX_ROWS rows a pass (fold_row_chunks).
 ROWS_WORKSPACE = 1 << 20
-MAX_ROWS = ROWS_WORKSPACE - WORKSPACE
+# (a pass starts at a multiple of 1024 rows, so its rows' vectors keep the tensor's alignment)
+MAX_ROWS = (ROWS_WORKSPACE - WORKSPACE) // 1024 * 1024
 
 
 def row_values_and_partials(mW: cute.Tensor, rows) -> tuple[cute.Tensor, cute.Tensor]:
@@ -123,29 +124,52 @@ class TotalReduce:
     @cute.jit
     def __call__(self, ins: tuple, outs: tuple, scalars: tuple, mW: cute.Tensor, stream):
         ref = ins[0]
+        rows = Int64(ref.shape[0])
+        total = rows * const_expr(math.prod(ref.shape[1:]) if cute.rank(ref) > 1 else 1)
+        self.fold(ins, scalars, mW, stream)
+        self.finish(outs, mW, rows, total, stream)
+        if const_expr(self.rewrite is not None):
+            t = self.tiling
+            tile = t.num_threads * t.unroll * t.vec
+            grid = Int32((total + tile - 1) // tile)
+            self.rewrite_all(ref, outs[0], mW, total).launch(
+                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=self.dependent
+            )
+
+    @cute.jit
+    def fold(self, ins: tuple, scalars: tuple, mW: cute.Tensor, stream, accumulate: cutlass.Constexpr[bool] = False):
+        """The partials stage alone: each CTA's fold of its share of `ins` into its partial, or,
+        with `accumulate`, combined after the partial already there (a caller that folds a tensor
+        too large for one pass in chunks, in order: the same bits every run)."""
+        ref = ins[0]
         inner = const_expr(math.prod(ref.shape[1:]) if cute.rank(ref) > 1 else 1)
         last = const_expr(ref.shape[cute.rank(ref) - 1] if cute.rank(ref) > 1 else 1)
         widest = const_expr(max(t.element_type.width for t in ins))
         self.tiling = resolve_tiling(self.knobs, widest, last, self.kinds, len(self.identity))
         t = self.tiling
-        rows = Int64(ref.shape[0])
-        total = rows * inner
-        pdl = self.dependent
-        self.partials(ins, scalars, mW, total // t.vec, last).launch(
-            grid=[t.ctas, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=pdl
+        total = Int64(ref.shape[0]) * inner
+        self.partials(ins, scalars, mW, total // t.vec, last, accumulate).launch(
+            grid=[t.ctas, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=self.dependent
         )
+
+    @cute.jit
+    def finish(self, outs: tuple, mW: cute.Tensor, rows: Int64, total: Int64, stream):
+        """The final stage alone: the partials folded, the epilogue given `rows` and `total`
+        elements (of every chunk folded)."""
         self.final(outs, mW, rows, total).launch(
-            grid=[1, 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream, use_pdl=pdl
+            grid=[1, 1, 1], block=[FINAL_THREADS, 1, 1], stream=stream, use_pdl=self.dependent
         )
-        if const_expr(self.rewrite is not None):
-            tile = t.num_threads * t.unroll * t.vec
-            grid = Int32((total + tile - 1) // tile)
-            self.rewrite_all(ref, outs[0], mW, total).launch(
-                grid=[grid, 1, 1], block=[t.num_threads, 1, 1], stream=stream, use_pdl=pdl
-            )
 
     @cute.kernel
-    def partials(self, ins: tuple, scalars: tuple, mW: cute.Tensor, nvec: Int64, last: cutlass.Constexpr[int]):
+    def partials(
+        self,
+        ins: tuple,
+        scalars: tuple,
+        mW: cute.Tensor,
+        nvec: Int64,
+        last: cutlass.Constexpr[int],
+        accumulate: cutlass.Constexpr[bool],
+    ):
         t = self.tiling
         if const_expr(self.dependent):
             cute.arch.griddepcontrol_wait()
@@ -183,6 +207,8 @@ class TotalReduce:
             acc = R.fold_terms(self.combine, acc, terms)
         acc = block_fold(acc, self.combine, tidx, t.num_threads)
         if tidx == 0:
+            if const_expr(accumulate):
+                acc = self.combine(tuple(mW[Int32(bidx) * MAX_ARITY + k] for k in range(len(acc))), acc)
             for k in cutlass.range_constexpr(len(acc)):
                 mW[Int32(bidx) * MAX_ARITY + k] = acc[k]
 
@@ -229,3 +255,25 @@ class TotalReduce:
                 o[j] = mO.element_type(self.rewrite(Float32(r[j]), stats))
             if e < total:
                 cute.autovec_copy(o, _at(mO, e, t.vec))
+
+
+@cute.jit
+def fold_row_chunks(stage: Callable, total: TotalReduce, outs: tuple, rows: Int64, mW: cute.Tensor, stream):
+    """A loss of `rows` rows through a ROWS_WORKSPACE scratch: `stage(start, n, values)` launches
+    the row stage on rows [start, start + n), writing their values, and returns what `total`
+    folds; MAX_ROWS rows a pass, each pass's partials combined after the last's (in order: the
+    same bits every run), then the epilogue over all of them. One pass below MAX_ROWS rows."""
+    first = cutlass.min(rows, Int64(MAX_ROWS))
+    values, partials = row_values_and_partials(mW, first)
+    total.fold(stage(Int64(0), first, values), (), partials, stream)
+    for c in cutlass.range(Int64(1), (rows + MAX_ROWS - 1) // MAX_ROWS, unroll=1):
+        start = cute.assume(c * MAX_ROWS, divby=MAX_ROWS)
+        n = cutlass.min(rows - start, Int64(MAX_ROWS))
+        _fold_again(total, stage(start, n, row_values_and_partials(mW, n)[0]), partials, stream)
+    total.finish(outs, partials, rows, rows, stream)
+
+
+def _fold_again(total: TotalReduce, ins: tuple, partials: cute.Tensor, stream) -> None:
+    # (a function, not a method call in the loop: the DSL carries through a dynamic loop every
+    # object whose method the body calls, and a TotalReduce cannot be carried)
+    total.fold(ins, (), partials, stream, True)

@@ -29,6 +29,10 @@ def test_tiling() -> None:
     t = S.resolve_tiling(S.ScanKnobs(), 32, 32768)
     assert (t.vec, t.chunk, t.chunks) == (4, 1024, 32)
     assert S.resolve_tiling(S.ScanKnobs(), 32, 100).num_threads < 256  # a short row uses fewer threads
+    # (a bf16 logcumsumexp's run is longer: its combine's exp2 and log2 bound it, tuning.scan)
+    assert S.resolve_tiling(S.ScanKnobs(), 16, 16384, "log_add_exp").per_thread == 16
+    assert S.resolve_tiling(S.ScanKnobs(), 32, 16384, "log_add_exp").per_thread == 4
+    assert S.resolve_tiling(S.ScanKnobs(per_thread=8), 16, 16384, "log_add_exp").per_thread == 8
 
 
 @needs_level1
@@ -75,3 +79,36 @@ def test_a_scan_the_template_does_not_write_is_refused(forward: str, reason: str
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_other_scans_are_right(what: str, forward: str, combine: str, dtype: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "s", forward, f"(4096, 4000, dtype=torch.{dtype})"), dtype, tmp_path, 29)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("forward", ["torch.logcumsumexp(x, -1)", "torch.logcumsumexp(x.flip(-1), dim=-1).flip(-1)"])
+def test_logcumsumexp_of_infinities_is_torchs(forward: str, tmp_path: Path) -> None:
+    """+inf from the first +inf on and -inf before the first finite element: within a thread's
+    run, across warps and chunks, and where a run or a whole row is infinite."""
+    import torch
+
+    from llmcompile.specs import contract
+
+    spec = get_op(str(problem_file(tmp_path, "s", forward, "(9, 5000)")))
+    m = patterns.match(spec)
+    (tmp_path / "k.py").write_text(m.source)
+    fn = contract.compile_entry(contract.entry_of(contract.load_module(tmp_path / "k.py")), spec, "float32", 5000)
+    x = torch.randn(9, 5000, generator=torch.Generator().manual_seed(3)).mul(30).cuda()
+    inf = float("inf")
+    x[0] = -inf
+    x[1, :2500] = -inf
+    x[2, 1] = inf
+    x[3, [17, 3000]] = inf
+    x[4, 4999] = inf
+    x[5, ::7] = -inf
+    x[6] = inf
+    x[7, :1000] = -inf
+    x[7, 1000] = inf
+    x[8, 2048:4096] = -inf  # (whole chunks of a row)
+    out = torch.full_like(x, float("nan"))
+    fn(x, out)
+    torch.cuda.synchronize()
+    flip = "flip" in forward
+    ref = torch.logcumsumexp(x.double().flip(-1) if flip else x.double(), -1)
+    torch.testing.assert_close(out.double(), ref.flip(-1) if flip else ref, rtol=1e-5, atol=1e-4)

@@ -103,7 +103,7 @@ def test_a_cross_entropy_of_flattened_logits_is_of_their_rows(loss: str, logits:
     """The rows are (B, ..., V)'s, in the order (B, ...) flattens: the kernel views them so."""
     m, _ = compiled_match(_loss_file(tmp_path, loss, logits, targets), "float32", tmp_path, "total")
     lead = " * ".join(f"in0.shape[{d}]" for d in range(logits.count(",")))
-    assert f"rows = cutlass.min({lead}, T.MAX_ROWS)" in m.source, m.source
+    assert f"rows = Int64({lead})" in m.source, m.source
     assert ("IGNORE_INDEX = -1\n" in m.source) == ("ignore_index=-1" in loss)
 
 
@@ -129,3 +129,57 @@ def test_a_cross_entropy_of_other_rows_is_refused(loss: str, targets: str, tmp_p
 def test_a_cross_entropy_of_flattened_logits_is_right(loss: str, logits: str, targets: str, tmp_path: Path) -> None:
     big = logits.replace("1000", "1000, dtype=torch.bfloat16")
     right_on_gpu(_loss_file(tmp_path, loss, big, targets), "bfloat16", tmp_path, 23, kernelbench=True)
+
+
+def _tall_file(tmp_path: Path, name: str, init: str, forward: str, inputs: str) -> Path:
+    """A loss of 2^22 short rows: the judge's largest verified batch holds ~2M of them, past one
+    pass of the rows' scratch (reference_kernels/total.py MAX_ROWS)."""
+    f = tmp_path / f"{name}.py"
+    args = ", ".join("abc"[: inputs.count("torch.rand")])
+    f.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+        f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
+        f"    def forward(self, {args}):\n        return {forward}\n\n\nbatch_size = 1 << 22\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    return f
+
+
+TALL = [
+    ("ce", "pass", "F.cross_entropy(a, b)", "torch.randn(batch_size, 2), torch.randint(0, 2, (batch_size,))"),
+    ("ce_sum", "pass", "F.cross_entropy(a, b, ignore_index=1, reduction='sum')",
+     "torch.randn(batch_size, 4), torch.randint(0, 4, (batch_size,))"),
+    ("triplet", "self.loss = nn.TripletMarginLoss(margin=0.5)", "self.loss(a, b, c)",
+     "torch.rand(batch_size, 2), torch.rand(batch_size, 2), torch.rand(batch_size, 2)"),
+]  # fmt: skip
+
+
+def test_a_loss_of_more_rows_than_a_pass_holds_is_verified_past_it(tmp_path: Path) -> None:
+    """The judge's large batch of each TALL loss is more rows than one pass of the scratch, so
+    the GPU test below folds them in several."""
+    from llmcompile.specs import get_op, verify_shapes
+    from reference_kernels import total as T
+
+    for name, init, forward, inputs in TALL:
+        spec = get_op(str(_tall_file(tmp_path, name, init, forward, inputs)))
+        assert max(m for m, _ in verify_shapes(spec)) > T.MAX_ROWS, name
+    assert T.MAX_ROWS % 1024 == 0 and T.MAX_ROWS + T.WORKSPACE <= T.ROWS_WORKSPACE
+
+
+@pytest.mark.parametrize(("name", "init", "forward", "inputs"), TALL)
+def test_a_tall_loss_compiles_for_sm90a(name: str, init: str, forward: str, inputs: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(_tall_file(tmp_path, name, init, forward, inputs), "bfloat16", tmp_path, "total")
+    assert "T.fold_row_chunks(stage, _total" in m.source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "init", "forward", "inputs"), TALL)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_tall_loss_is_right(name: str, init: str, forward: str, inputs: str, dtype: str, tmp_path: Path) -> None:
+    """Every row counted, across the passes (the template computed MAX_ROWS rows and no more)."""
+    typed = inputs.replace("randn(batch_size, 2)", f"randn(batch_size, 2, dtype=torch.{dtype})")
+    typed = typed.replace("rand(batch_size, 2)", f"rand(batch_size, 2, dtype=torch.{dtype})")
+    typed = typed.replace("randn(batch_size, 4)", f"randn(batch_size, 4, dtype=torch.{dtype})")
+    # (KernelBench's check in fp32 only: on the H200 it failed for the bf16 triplet loss of one
+    # row, our output against torch's own bf16 one, where ours passed the float64 check)
+    right_on_gpu(_tall_file(tmp_path, name, init, forward, typed), dtype, tmp_path, 29, kernelbench=dtype == "float32")

@@ -209,3 +209,65 @@ def test_a_folded_chain_computes_what_the_written_one_does(chain: str, one: str)
 @pytest.mark.parametrize(("chain", "one"), CHAINS)
 def test_a_chain_of_reductions_is_right(chain: str, one: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "w", chain, "(64, 32, 256, dtype=torch.bfloat16)"), "bfloat16", tmp_path, 7)
+
+
+# (a mean of squared deviations from the mean, written out, and the biased var it is: the kernels
+# of the var forms are coverage's, GPU-run there)
+V = "torch.var(x, dim={d}, unbiased=False, keepdim={k})"
+CENTERED = [
+    ("((x - x.mean(-1, keepdim=True)) ** 2).mean(-1)", V.format(d="-1", k=False)),
+    ("torch.mean((x - x.mean(dim=1, keepdim=True)).pow(2), dim=1)", V.format(d="1", k=False)),
+    ("(lambda d: (d * d).mean(0))(x - x.mean(0, keepdim=True))", V.format(d="0", k=False)),
+    ("torch.square(x - x.mean((0, 2), keepdim=True)).mean((0, 2))", V.format(d="(0, 2)", k=False)),
+    # BatchNorm and LayerNorm written out, x - mean read twice
+    (
+        "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(((x - x.mean((0, 2), keepdim=True)) ** 2).mean((0, 2), keepdim=True) + 1e-5)",
+        "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)",
+    ),
+    (
+        "(lambda m: (x - m) / torch.sqrt(((x - m) ** 2).mean(-1, keepdim=True) + 1e-5))(x.mean(-1, keepdim=True))",
+        "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("written", "var"), CENTERED)
+def test_a_mean_of_squared_deviations_is_the_biased_var(written: str, var: str, tmp_path: Path) -> None:
+    """The kernel is the var form's, byte for byte."""
+    test_a_chain_of_reductions_is_the_one_reduction_it_is(written, var, tmp_path)
+
+
+@pytest.mark.parametrize(("written", "var"), CENTERED)
+def test_a_folded_mean_of_squared_deviations_computes_what_the_written_one_does(written: str, var: str) -> None:
+    """Folded, the graph's values are the model's (float64, CPU), spikes included."""
+    import torch
+    from torch import fx, nn
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from llmcompile.agent.patterns.idioms import fold_idioms
+
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return eval(written, {"torch": torch, "x": x})  # (globals: a lambda in it reads x)
+
+    x = torch.randn(4, 32, 256, dtype=torch.float64) * 3.0 + 100.0
+    x[1, 2, 3] = 1e4
+    gm = fx.symbolic_trace(Model())
+    ShapeProp(gm).propagate(x)
+    assert fold_idioms(gm) and any(n.target is torch.var for n in gm.graph.nodes)
+    assert torch.allclose(gm(x), Model()(x), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "((x - x.mean(-1, keepdim=True)) ** 2).mean(1)",  # (other dims than the mean's)
+        "((x - x.mean(-1, keepdim=True)) ** 3).mean(-1)",
+        "((x - x.mean(-1, keepdim=True)) ** 2).sum(-1)",  # (the sum of squares: var times a count)
+        "((x - x.abs().mean(-1, keepdim=True)) ** 2).mean(-1)",  # (the mean of another tensor)
+        "((x.mean(-1, keepdim=True) - x) * (x - x.mean(-1, keepdim=True))).mean(-1)",
+        "((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, dtype=torch.float64)",
+    ],
+)
+def test_what_only_looks_like_a_var_is_left_as_written(forward: str) -> None:
+    test_a_chain_of_other_kinds_or_keepdims_is_left_as_written(forward)

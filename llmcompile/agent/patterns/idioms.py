@@ -1,8 +1,9 @@
 """Idioms written by hand, folded back into what the templates take: a whole softmax or
 log_softmax written out (through max or logsumexp) is torch's, so the softmax kernels serve it; the
-stable softmax's sum(exp(x - max(x))) elsewhere is exp(logsumexp(x) - max(x)). As written, the sum
-reads the max's result (a second pass over x); folded, the max and the log-sum-exp are one fold
-(folds.SAME_VALUES)."""
+stable softmax's sum(exp(x - max(x))) elsewhere is exp(logsumexp(x) - max(x)); the mean of squared
+deviations from the mean (a LayerNorm or BatchNorm written out) is the biased var. As written, the
+sum and the mean read another reduction's result (a second pass over x); folded, they are one fold
+(folds.SAME_VALUES, Chan's merge)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ _MAXES = {torch.amax: "amax", "amax": "amax", torch.max: "max", "max": "max"}
 _DIVS = {operator.truediv, torch.div, "div"}
 _LOGS = {torch.log, "log"}
 _LSES = {torch.logsumexp, "logsumexp"}
+_MEANS = {torch.mean, "mean"}
+_POWS = {operator.pow, torch.pow, "pow"}
+_SQUARES = {torch.square, "square"}
+_MULS = {operator.mul, torch.mul, "mul"}
 
 
 def _call(n: Any, targets: set | dict) -> bool:
@@ -100,6 +105,42 @@ def _fold_normalizers(gm: fx.GraphModule) -> bool:
             continue
         with gm.graph.inserting_before(n):
             n.replace_all_uses_with(gm.graph.call_function(found[0], (found[1],), {"dim": found[2]}))
+        gm.graph.erase_node(n)
+        changed = True
+    return changed
+
+
+def _squared(n: Any) -> fx.Node | None:
+    """d where `n` is d ** 2, d.pow(2), torch.square(d) or d * d, as written."""
+    if _plain(n, _POWS, 2) and n.args[1] == 2 or _plain(n, _SQUARES):
+        d = n.args[0]
+    elif _plain(n, _MULS, 2) and n.args[0] is n.args[1]:
+        d = n.args[0]
+    else:
+        return None
+    return d if isinstance(d, fx.Node) else None
+
+
+def _fold_centered(gm: fx.GraphModule) -> bool:
+    """Each mean over dims of (x - x.mean(dims, keepdim=True)) squared made torch.var(x, dims,
+    correction=0): both means over the same dims, as written (no dtype). x - mean itself stays
+    where something else reads it (the LayerNorm's numerator)."""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if not _call(n, _MEANS) or set(n.kwargs) - {"dim", "keepdim"} or len(n.args) > 3:
+            continue
+        d = _squared(n.args[0])
+        if d is None or not _plain(d, _SUBS, 2) or not _call(m := d.args[1], _MEANS) or m.args[0] is not d.args[0]:
+            continue
+        x, meta = d.args[0], n.args[0].meta.get("tensor_meta")
+        if set(m.kwargs) - {"dim", "keepdim"} or len(m.args) > 3 or not hasattr(meta, "shape"):
+            continue
+        red, centre = _reduced(n, len(meta.shape)), _reduced(m, len(meta.shape))
+        if red is None or centre is None or centre != (red[0], True):
+            continue
+        with gm.graph.inserting_before(n):
+            var = gm.graph.call_function(torch.var, (x,), {"dim": red[0], "correction": 0, "keepdim": red[1]})
+        n.replace_all_uses_with(var)
         gm.graph.erase_node(n)
         changed = True
     return changed
@@ -197,10 +238,11 @@ def _fold_views(gm: fx.GraphModule) -> bool:
 def fold_idioms(gm: fx.GraphModule) -> bool:
     """Each sum(exp(x - m)) over the dims m = max(x) was kept over (keepdim) replaced by
     exp(logsumexp(x) - amax(x)) over the same dims, after each whole softmax written out is made
-    torch's (`_fold_normalizers`), each reduction of a view of x one of x (`_fold_views`) and each
-    of a reduction one (`_fold_chains`); returns whether any was. Needs the graph's shapes
+    torch's (`_fold_normalizers`), each reduction of a view of x one of x (`_fold_views`), each
+    of a reduction one (`_fold_chains`) and each mean of squared deviations a var
+    (`_fold_centered`); returns whether any was. Needs the graph's shapes
     (ShapeProp's tensor_meta), for the dims' rank."""
-    changed = _fold_normalizers(gm) | _fold_views(gm) | _fold_chains(gm)
+    changed = _fold_normalizers(gm) | _fold_views(gm) | _fold_chains(gm) | _fold_centered(gm)
     for n in list(gm.graph.nodes):
         if not _call(n, _SUMS) or not _call(e := n.args[0], _EXPS) or not _call(d := e.args[0], _SUBS):
             continue

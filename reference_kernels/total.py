@@ -42,8 +42,10 @@ FINAL_THREADS = 1024
 # A reduced loss whose rows come first (cross-entropy, a triplet loss): one value a row in the
 # scratch after the partials, then the total of those; MAX_ROWS rows a pass (fold_row_chunks).
 ROWS_WORKSPACE = 1 << 20
-# (a pass starts at a multiple of 1024 rows, so its rows' vectors keep the tensor's alignment)
-MAX_ROWS = (ROWS_WORKSPACE - WORKSPACE) // 1024 * 1024
+# a pass starts at a multiple of PASS_ALIGN rows, so its rows' vectors keep the tensor's alignment
+# (the templates' row stages assume it of `start`)
+PASS_ALIGN = 1024
+MAX_ROWS = (ROWS_WORKSPACE - WORKSPACE) // PASS_ALIGN * PASS_ALIGN
 
 
 def row_values_and_partials(mW: cute.Tensor, rows) -> tuple[cute.Tensor, cute.Tensor]:

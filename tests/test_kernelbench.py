@@ -131,6 +131,25 @@ def test_a_float64_reference_leaves_the_parameters_and_the_mode_alone(tmp_path: 
     assert not spec.independent_rows
 
 
+@pytest.mark.parametrize(
+    ("forward", "independent"),
+    [
+        # (a scan along the batch: its first row is its input's alone, the next ones are not; its
+        # timed outputs checked in chunks of rows failed an honest kernel from the second chunk on)
+        ("torch.cumsum(x, 0)", False),
+        ("torch.cummax(x, dim=0).values", False),
+        ("torch.cumsum(x.flip(0), 0).flip(0)", False),
+        ("torch.cumsum(x, 1)", True),
+        ("x.sum(0, keepdim=True).expand_as(x) + x", False),
+    ],
+)
+def test_rows_that_depend_on_earlier_rows_are_not_independent(forward: str, independent: bool, tmp_path: Path) -> None:
+    from tests.level1 import problem_file
+
+    spec = get_op(str(problem_file(tmp_path, "s", forward, "(64, 32, 16)")))
+    assert spec.independent_rows is independent and verify.rows_independent(spec) is independent
+
+
 def test_a_float64_reference_keeps_float64_through_a_models_casts(tmp_path: Path) -> None:
     """A model that computes a step in fp32 and casts back (`self.ln(x.float()).to(x.dtype)`): the
     reference had cast float64 to fp32 there, and met its float64 weight with it (torch raised on

@@ -1,6 +1,6 @@
-"""The scan family: one cumsum, cumprod, logcumsumexp, cummax or cummin along the last dim,
-reversed, exclusive or masked (patterns/scan.py -> prompts/candidates/scan.py.j2 ->
-reference_kernels/scan.py)."""
+"""The scan family: one cumsum, cumprod, logcumsumexp, cummax or cummin along a dim, reversed,
+exclusive or masked (patterns/scan.py -> prompts/candidates/scan.py.j2 -> reference_kernels/scan.py
+for the last dim, reference_kernels/scan_columns.py for another)."""
 
 from __future__ import annotations
 
@@ -74,6 +74,81 @@ def test_a_scan_the_template_does_not_write_is_refused(forward: str, reason: str
     assert isinstance(m, patterns.NoMatch) and reason in m.reason, m
 
 
+# scans along another dim: (forward, the input's shape, how the kernel is made)
+COLUMNS = [
+    (
+        "torch.cumsum(x, 1)",
+        "(64, 32, 256)",
+        "C.ColumnScan(\n    1, prologue, S.add, 0.0, reverse=False, exclusive=False",
+    ),
+    ("torch.cumsum(x, dim=0)", "(4096, 1024)", "C.ColumnScan(\n    0, prologue, S.add, 0.0, reverse=False"),
+    ("torch.cumsum(x.flip(1), 1).flip(1)", "(16, 300, 64)", "reverse=True, exclusive=False"),
+    ("torch.logcumsumexp(x, -2)", "(8, 1000, 36)", "C.ColumnScan(\n    1, prologue, S.log_add_exp, -math.inf"),
+    ("torch.cummax(x, 0).values", "(64, 32, 256)", "C.ColumnScan(\n    0, prologue, S.fmax, -math.inf"),
+    ("torch.cumprod(x * 0.5, 1)", "(8, 100, 7)", "S.mul, 1.0"),
+    (
+        "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
+        "(64, 32, 256)",
+        "reverse=False, exclusive=True",
+    ),
+]
+
+
+@pytest.mark.parametrize(("forward", "shape", "made"), COLUMNS)
+def test_column_scans_compile_for_sm90a(forward: str, shape: str, made: str, tmp_path: Path) -> None:
+    m, _ = compiled_match(problem_file(tmp_path, "s", forward, shape), "float32", tmp_path, "scan")
+    assert made in m.source, m.source
+
+
+def test_column_tiling() -> None:
+    from reference_kernels import scan_columns as C
+
+    assert C.__doc__
+    k = C.ColumnScanKnobs()
+    # the batch dim of few columns: L over 8 threads (tuning.scan), a warp's row 32 vectors
+    t = C.resolve_tiling(k, 32, 16384, None)
+    assert (t.vec, t.threads_inner, t.threads_r, t.col_tiles) == (4, 32, 8, 128)
+    # many columns: one thread a column's L
+    assert C.resolve_tiling(k, 32, 1 << 22, None).threads_r == 1
+    # a long middle dim: L over threads (fewer for logcumsumexp, whose steps are exp2 and log2);
+    # a short one of a large batch: one thread walks it
+    assert C.resolve_tiling(k, 32, 4096, 4096).threads_r == 8
+    assert C.resolve_tiling(k, 32, 4096, 4096, 1, "log_add_exp").threads_r == 4
+    assert C.resolve_tiling(k, 32, 2048, 32).threads_r == 1
+    # columns fewer than a warp's lanes: the rest of the warp along L
+    t = C.resolve_tiling(k, 16, 8, 20)
+    assert (t.threads_inner, t.num_threads) == (1, 32)
+    with pytest.raises(ValueError):
+        C.resolve_tiling(C.ColumnScanKnobs(threads_r=3), 32, 4096, 100)
+
+
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        # (a weight of the last dim's length, read where the output is written: past its end)
+        ("torch.cumsum(x * w, -1)", "broadcast"),
+        ("torch.cumsum(x * w, 0)", "broadcast"),
+    ],
+)
+def test_a_scan_of_a_broadcast_input_is_refused(forward: str, reason: str, tmp_path: Path) -> None:
+    f = problem_file(tmp_path, "s", forward, "(64, 4096)", init="pass")
+    f.write_text(
+        f.read_text()
+        .replace("def forward(self, x):", "def forward(self, x, w):")
+        .replace("return [torch.rand(64, 4096)]", "return [torch.rand(64, 4096), torch.rand(4096)]")
+    )
+    m = patterns.match(get_op(str(f)))
+    assert isinstance(m, patterns.NoMatch) and reason in m.reason, m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("forward", "shape", "made"), COLUMNS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_column_scans_are_right(forward: str, shape: str, made: str, dtype: str, tmp_path: Path) -> None:
+    shape = shape[:-1] + f", dtype=torch.{dtype})"
+    right_on_gpu(problem_file(tmp_path, "s", forward, shape), dtype, tmp_path, 31)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("what", "forward", "combine"), SCANS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -82,7 +157,15 @@ def test_other_scans_are_right(what: str, forward: str, combine: str, dtype: str
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("forward", ["torch.logcumsumexp(x, -1)", "torch.logcumsumexp(x.flip(-1), dim=-1).flip(-1)"])
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "torch.logcumsumexp(x, -1)",
+        "torch.logcumsumexp(x.flip(-1), dim=-1).flip(-1)",
+        "torch.logcumsumexp(x, 0)",  # (the rows below as columns: the column scan)
+        "torch.logcumsumexp(x.flip(0), 0).flip(0)",
+    ],
+)
 def test_logcumsumexp_of_infinities_is_torchs(forward: str, tmp_path: Path) -> None:
     """+inf from the first +inf on and -inf before the first finite element: within a thread's
     run, across warps and chunks, and where a run or a whole row is infinite."""
@@ -90,10 +173,13 @@ def test_logcumsumexp_of_infinities_is_torchs(forward: str, tmp_path: Path) -> N
 
     from llmcompile.specs import contract
 
-    spec = get_op(str(problem_file(tmp_path, "s", forward, "(9, 5000)")))
+    cols = ", 0)" in forward
+    spec = get_op(str(problem_file(tmp_path, "s", forward, "(5000, 9)" if cols else "(9, 5000)")))
     m = patterns.match(spec)
     (tmp_path / "k.py").write_text(m.source)
-    fn = contract.compile_entry(contract.entry_of(contract.load_module(tmp_path / "k.py")), spec, "float32", 5000)
+    fn = contract.compile_entry(
+        contract.entry_of(contract.load_module(tmp_path / "k.py")), spec, "float32", 9 if cols else 5000
+    )
     x = torch.randn(9, 5000, generator=torch.Generator().manual_seed(3)).mul(30).cuda()
     inf = float("inf")
     x[0] = -inf
@@ -106,9 +192,12 @@ def test_logcumsumexp_of_infinities_is_torchs(forward: str, tmp_path: Path) -> N
     x[7, :1000] = -inf
     x[7, 1000] = inf
     x[8, 2048:4096] = -inf  # (whole chunks of a row)
+    if cols:
+        x = x.T.contiguous()
     out = torch.full_like(x, float("nan"))
     fn(x, out)
     torch.cuda.synchronize()
+    d = 0 if cols else -1
     flip = "flip" in forward
-    ref = torch.logcumsumexp(x.double().flip(-1) if flip else x.double(), -1)
-    torch.testing.assert_close(out.double(), ref.flip(-1) if flip else ref, rtol=1e-5, atol=1e-4)
+    ref = torch.logcumsumexp(x.double().flip(d) if flip else x.double(), d)
+    torch.testing.assert_close(out.double(), ref.flip(d) if flip else ref, rtol=1e-5, atol=1e-4)

@@ -90,6 +90,8 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("a scan: torch.cumsum(x, -1)", "torch.cumsum(x, -1)"),
     ("a scan: torch.logcumsumexp(x, -1)", "torch.logcumsumexp(x, -1)"),
     ("a scan: torch.cummax(x, -1).values", "torch.cummax(x, -1).values"),
+    ("a scan along a middle dim: torch.cumsum(x, 1)", "torch.cumsum(x, 1)"),
+    ("a scan along the first dim: torch.logcumsumexp(x, 0)", "torch.logcumsumexp(x, 0)"),
     ("a flattened batch: F.layer_norm(x.view(-1, 256), (256,))", "F.layer_norm(x.view(-1, 256), (256,))"),
     ("BatchNorm written out: (x - mean) / sqrt(var + eps) over (0, 2)",
      "(x - x.mean((0, 2), keepdim=True)) / torch.sqrt(x.var((0, 2), keepdim=True, unbiased=False) + 1e-5)"),

@@ -22,6 +22,7 @@ PATTERN_TEMPLATES = (
     "reference_kernels.strided",
     "reference_kernels.leading",
     "reference_kernels.scan",
+    "reference_kernels.scan_columns",  # a scan along another dim than the last
     "reference_kernels.total",
     "reference_kernels.norm",
     "reference_kernels.pool",

@@ -7,3 +7,20 @@ PER_THREAD: tuple[tuple[int | None, int], ...] = ((None, 4),)
 # combines over more elements, which pays where an element is fewer bytes (H200 16384^2, per_thread
 # 4 / 8 / 16: bf16 39.0 / 52.5 / 57.1% of copy; fp32 78.0 / 75.3 / 65.7).
 LOG_ADD_EXP_PER_THREAD: tuple[tuple[int | None, int], ...] = ((16, 16), (None, 4))
+
+# The column scan (reference_kernels.scan_columns: a scan along a dim other than the last).
+# Threads a CTA, by the widest element's bits: a bf16 CTA of 128 fits three an SM at its ~160
+# registers a thread, where 256 fit one
+COLUMN_NUM_THREADS: tuple[tuple[int | None, int], ...] = ((16, 128), (None, 256))
+# Rows a thread holds a chunk, by the widest element's bits: its loads in flight (8 x 8 bf16 in
+# two buffers took 255 registers)
+COLUMN_PER_THREAD: tuple[tuple[int | None, int], ...] = ((16, 4), (None, 8))
+# logcumsumexp's, whose combine is an exp2 and a log2: 8 spent more on them than it hid
+COLUMN_LOG_ADD_EXP_PER_THREAD: tuple[tuple[int | None, int], ...] = ((None, 4),)
+# Threads along L at most: each step of their scan is a barrier and a combine (32 lost 7-10 points)
+COLUMN_MAX_THREADS_R = 8
+COLUMN_LOG_ADD_EXP_MAX_THREADS_R = 4
+# A middle dim's CTAs are as many again for every batch item: threads along it only where each
+# still walks this many chunks (a short one's threads along it idled)
+COLUMN_MIN_CHUNKS = 8
+COLUMN_TARGET_CTAS = 264  # the batch dim's columns split for two CTAs a SM of the H100

@@ -117,7 +117,8 @@ def _match(spec: OpSpec) -> Match | NoMatch:
         s = match_scan(spec, gm, given, shapes)
         if s:
             how = " reversed" * s["reverse"] + " exclusive" * s["exclusive"]
-            return _rendered("scan", f"{s['kind']}{how} along the last dim", spec, params, s)
+            along = "the last dim" if s["dim"] is None else f"dim {s['dim']}"
+            return _rendered("scan", f"{s['kind']}{how} along {along}", spec, params, s)
         r = match_strided(spec, gm, given, shapes)
         if r:
             dims = f"dims 0-{r['span'] - 1}" if r["span"] > 1 else f"dim {r['dim']}"

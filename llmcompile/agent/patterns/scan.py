@@ -1,5 +1,6 @@
-"""scan: one cumsum, cumprod, logcumsumexp, cummax or cummin (its values) along the last dim,
-reversed, exclusive, or with a prologue."""
+"""scan: one cumsum, cumprod, logcumsumexp, cummax or cummin (its values) along one dim,
+reversed, exclusive, or with a prologue: the last dim's on scan.RowScan, another's on
+scan_columns.ColumnScan."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     dim = sc.kw.get("dim", sc.args[1] if len(sc.args) > 1 else None)
     src = sc.args[0]
     rank = len(shapes[src])
-    if not isinstance(dim, int) or dim % rank != rank - 1:
-        raise Unsupported(f"a scan along dim {dim} (the scan template takes the last dim)")
+    if not isinstance(dim, int) or not -rank <= dim < rank:
+        raise Unsupported(f"a scan along dim {dim} of a rank-{rank} tensor")
+    d = dim % rank
+    last = d == rank - 1
     res = one_result(out, "scan")
     top = sc.node  # (the scan's values: cummax's and cummin's are their [0], or .values)
     if sc.kind in PAIRED_SCANS:
@@ -53,33 +56,38 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         (top,) = sc.node.users
     # (returned reshaped: the kernel reads the scan's length from the output's last dim, so one
     # that keeps it, x.view(-1, N) scanned, is the same rows)
-    if isinstance(res, fx.Node) and res in shapes and tuple(shapes[res][-1:]) == tuple(shapes[top][-1:]):
+    if last and isinstance(res, fx.Node) and res in shapes and tuple(shapes[res][-1:]) == tuple(shapes[top][-1:]):
         res, _ = under_views(gm, res)
     reverse = exclusive = False
 
-    def is_last_flip(node: Any) -> bool:
+    def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+        return ops[node].kw.get(name, ops[node].args[i] if len(ops[node].args) > i else default)
+
+    def is_scan_flip(node: Any) -> bool:
         if not isinstance(node, fx.Node) or node not in ops or ops[node].kind != "flip":
             return False
-        dims = ops[node].kw.get("dims", ops[node].args[1] if len(ops[node].args) > 1 else None)
+        dims = arg(node, 1, "dims")
         dims = [dims] if isinstance(dims, int) else list(dims or [])
-        return [d % rank for d in dims] == [rank - 1]
+        return [x % rank for x in dims] == [d]
 
-    if is_last_flip(res) and is_last_flip(src):
+    if is_scan_flip(res) and is_scan_flip(src):
         reverse, res, src = True, res.args[0], src.args[0]
-    if isinstance(res, fx.Node) and res in ops and ops[res].kind == "cat":
+    if isinstance(res, fx.Node) and res in ops and ops[res].kind == "cat" and arg(res, 1, "dim", 0) % rank == d:
         parts = ops[res].args[0]
         if (
             len(parts) == 2
             and ops.get(parts[0]) is not None
             and ops[parts[0]].kind == "zeros_like"
+            and tuple(shapes[parts[0]]) == tuple(shapes[src][:d]) + (1,) + tuple(shapes[src][d + 1 :])
             and parts[1] is top
             and src in ops
             and ops[src].kind == "narrow"
+            and arg(src, 1, "dim") % rank == d
         ):
             nw = ops[src]
-            start = nw.kw.get("start", nw.args[2] if len(nw.args) > 2 else None)
-            length = nw.kw.get("length", nw.args[3] if len(nw.args) > 3 else None)
-            if start == 0 and length == shapes[nw.args[0]][-1] - 1:  # (x.size(d) - 1, folded: graph.fold_shape_reads)
+            start = arg(src, 2, "start")
+            length = arg(src, 3, "length")
+            if start == 0 and length == shapes[nw.args[0]][d] - 1:  # (x.size(d) - 1, folded: graph.fold_shape_reads)
                 if COMBINES[sc.kind][1] != 0.0:  # (the kernel writes the identity first, torch the zeros)
                     raise Unsupported(
                         f"an exclusive `{sc.kind}` led by zeros (the scan template leads with its identity)"
@@ -87,6 +95,18 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
                 exclusive, res, src = True, top, nw.args[0]
     if res is not top:
         return None
+    # every input read where the output is written: one broadcast against it (a weight of the
+    # last dim's length) would be read past its end
+    scanned = tuple(shapes[src])
+    for g in given:
+        if isinstance(g, torch.Tensor) and (
+            tuple(g.shape) != scanned
+            if not last
+            else (g.numel(), tuple(g.shape[-1:])) != (math.prod(scanned), scanned[-1:])
+        ):
+            raise Unsupported(
+                f"a scan of inputs of shapes {tuple(g.shape)} and {scanned} (broadcast: the scan template reads every input where it writes)"
+            )
     _, tensors, _ = param_names(spec, given, ph)
     pro_env = {}
     # input i's element is v[i]; masks arrive as Boolean elements: multiply by them through a select
@@ -104,4 +124,5 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         "exclusive": exclusive,
         "inputs": tensors,
         "kind": sc.kind,
+        "dim": None if last else d,
     }

@@ -1,0 +1,279 @@
+"""The column-scan template: a cumulative combine along a dim other than the last, in one pass
+over memory.
+
+The tensor is viewed as (outer, L, inner): L is the scanned dim, `inner` the product of the dims
+after it (contiguous), `outer` of those before it. Each column of the (L, inner) slab is scanned.
+Threads lie along `inner` (a warp's load is whole 128-byte lines of a few rows) and `threads_r`
+of them along L: one CTA walks a tile of columns down L a chunk at a time, a chunk being
+`threads_r * per_thread` rows, thread tr holding the contiguous rows
+[tr * per_thread, (tr + 1) * per_thread) of it in registers, a vector of columns a row:
+
+    registers (a thread's rows, in order)  ->  the threads_r run totals of a column, scanned
+        through shared memory in log2(threads_r) steps  ->  a carry of the earlier chunks
+
+The next chunk's loads are issued before the current one is scanned. threads_r > 1 gives a
+tensor of few columns more CTAs; a CTA walks all of L, so a tensor of few columns and a long
+L (one column of 2^28 rows) keeps few SMs busy, as a long row keeps one CTA of the row scan
+(scan.py; a decoupled look-back across CTAs would be the way past that). The tables:
+tuning/scan.py's COLUMN_*.
+
+Generic over the scan as scan.py's RowScan is (its combines, prologue, reverse, exclusive);
+every input has the output's shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from reference_kernels.reduce import pick, vector_elems
+from reference_kernels.reduce import vector_at as _at
+from reference_kernels.tuning import scan as T
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class ColumnScanKnobs:
+    num_threads: int | None = None  # None: T.COLUMN_NUM_THREADS's
+    threads_r: int | None = None  # threads along L; None: resolve_tiling's rules
+    per_thread: int | None = None  # rows a thread holds a chunk; None: T.COLUMN_PER_THREAD's
+    vec_bits: int = 128
+    prefetch: bool = True  # load chunk c+1 while chunk c is scanned
+
+
+@dataclass(frozen=True)
+class ColumnScanTiling:
+    inner: int
+    vec: int
+    threads_inner: int
+    threads_r: int
+    per_thread: int
+    prefetch: bool
+
+    @property
+    def num_threads(self) -> int:
+        return self.threads_inner * self.threads_r
+
+    @property
+    def cols_per_cta(self) -> int:
+        return self.threads_inner * self.vec
+
+    @property
+    def col_tiles(self) -> int:
+        return math.ceil(self.inner / self.cols_per_cta)
+
+    @property
+    def chunk(self) -> int:
+        return self.threads_r * self.per_thread
+
+
+def resolve_tiling(
+    knobs: ColumnScanKnobs, widest_bits: int, inner: int, length: int | None, outer: int = 1, combine: str = "add"
+) -> ColumnScanTiling:
+    """`length`: L, known at compile time for a middle dim (None for the batch dim: known at run
+    time); `outer`: the slabs known at compile time (the dims between the batch and L; a batch
+    is counted as one, so a middle dim of a large batch may have more CTAs than it needs)."""
+    threads = knobs.num_threads or pick(T.COLUMN_NUM_THREADS, widest_bits)
+    if threads % WARP or not WARP <= threads <= 1024:
+        raise ValueError(f"num_threads={threads} must be a multiple of 32, <= 1024")
+    vec = vector_elems(knobs.vec_bits, widest_bits, inner)
+    lae = combine == "log_add_exp"
+    per_thread = knobs.per_thread or pick(T.COLUMN_LOG_ADD_EXP_PER_THREAD if lae else T.COLUMN_PER_THREAD, widest_bits)
+    max_tr = T.COLUMN_LOG_ADD_EXP_MAX_THREADS_R if lae else T.COLUMN_MAX_THREADS_R
+    lanes = 1 << max(0, math.ceil(inner / vec) - 1).bit_length()  # vectors a row, to a power of two
+    tr = knobs.threads_r or max(1, threads // lanes)
+    if knobs.threads_r is None:
+        # few columns: L over more threads (a warp's row still 8 vectors: whole 128-byte lines)
+        while (
+            tr < max_tr
+            and threads // tr > 8
+            and outer * math.ceil(inner / (threads // tr * vec)) < T.COLUMN_TARGET_CTAS
+        ):
+            tr *= 2
+        tr = min(tr, max_tr)
+        # a short middle dim: its batch makes the CTAs; threads along it only where they walk it
+        while length is not None and tr > 1 and tr * per_thread * T.COLUMN_MIN_CHUNKS > length:
+            tr //= 2
+        tr = max(tr, WARP // min(lanes, WARP))  # (a warp's lanes past the columns: along L)
+    # a CTA no wider than the columns
+    while threads > max(WARP, tr) and (threads // tr // 2) * vec >= inner:
+        threads //= 2
+    if tr & (tr - 1) or threads % tr or threads % WARP:
+        raise ValueError(f"threads_r={tr} must be a power of two dividing num_threads={threads} in whole warps")
+    return ColumnScanTiling(inner, vec, threads // tr, tr, per_thread, knobs.prefetch)
+
+
+class ColumnScan:
+    """outs[0] = the scan of prologue(ins) along `dim` (not the last; 0 is the batch dim, its
+    length known at run time)."""
+
+    def __init__(
+        self,
+        dim: int,
+        prologue: Callable,
+        combine: Callable,
+        identity: float,
+        reverse: bool = False,
+        exclusive: bool = False,
+        knobs: ColumnScanKnobs = ColumnScanKnobs(),
+    ) -> None:
+        self.dim, self.prologue, self.combine, self.identity = dim, prologue, combine, identity
+        self.reverse, self.exclusive, self.knobs = reverse, exclusive, knobs
+
+    @cute.jit
+    def __call__(self, ins: tuple, outs: tuple, stream):
+        mO = outs[0]
+        shape = mO.shape
+        if const_expr(self.dim >= cute.rank(mO) - 1):
+            raise ValueError(f"dim {self.dim} is the last of a rank-{cute.rank(mO)} tensor: scan.RowScan scans it")
+        inner = const_expr(math.prod(shape[self.dim + 1 :]))
+        widest = const_expr(max(t.element_type.width for t in (*ins, *outs)))
+        between = const_expr(math.prod(shape[1 : self.dim]) if self.dim > 1 else 1)
+        if const_expr(self.dim == 0):
+            length, outer = Int32(shape[0]), Int32(1)
+        else:
+            length, outer = Int32(shape[self.dim]), Int32(shape[0]) * between
+        static_length = None if self.dim == 0 else shape[self.dim]
+        self.tiling = resolve_tiling(self.knobs, widest, inner, static_length, between, self.combine.__name__)
+        t = self.tiling
+        self.kernel(ins, outs, length).launch(
+            grid=[outer * t.col_tiles, 1, 1], block=[t.num_threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, ins: tuple, outs: tuple, length: Int32):
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        o = bidx // t.col_tiles
+        ti, tr = tidx % t.threads_inner, tidx // t.threads_inner
+        c0 = (bidx % t.col_tiles) * t.cols_per_cta + ti * t.vec
+        col_ok = c0 < t.inner
+        base = Int64(o) * length * t.inner + c0
+        sT = None
+        if const_expr(t.threads_r > 1):
+            # the threads' run totals, scanned along L in steps that read one buffer and write the
+            # other; a pair of them for each chunk parity, so that a thread may write chunk c+1's
+            # while a slower one still reads chunk c's (as RowScan's warp totals)
+            smem = cutlass.memory.SmemAllocator()
+            sT = smem.allocate_tensor(
+                Float32, cute.make_ordered_layout((t.threads_r, t.cols_per_cta, 2, 2), order=(1, 0, 2, 3)), 16
+            )
+        carry = tuple(Float32(self.identity) for _ in range(t.vec))
+        chunks = (length + t.chunk - 1) // t.chunk
+        # two register buffers made before the loop (one made inside it is one storage)
+        bufA = self._alloc(ins)
+        bufB = self._alloc(ins)
+        if const_expr(t.prefetch):
+            self._load(ins, base, length, 0, tr, col_ok, bufA)
+            for p in cutlass.range((chunks + 1) // 2, unroll=1):
+                self._load(ins, base, length, 2 * p + 1, tr, col_ok, bufB)
+                carry = self._chunk(bufA, outs, base, length, 2 * p, ti, tr, col_ok, sT, carry)
+                self._load(ins, base, length, 2 * p + 2, tr, col_ok, bufA)
+                carry = self._chunk(bufB, outs, base, length, 2 * p + 1, ti, tr, col_ok, sT, carry)
+        else:
+            for c in cutlass.range(chunks, unroll=1):
+                self._load(ins, base, length, c, tr, col_ok, bufA)
+                carry = self._chunk(bufA, outs, base, length, c, ti, tr, col_ok, sT, carry)
+
+    def _alloc(self, ins: tuple) -> tuple:
+        t = self.tiling
+        return tuple(cute.make_rmem_tensor(t.per_thread * t.vec, x.element_type) for x in ins)
+
+    @cute.jit
+    def _row(self, length: Int32, c: Int32, tr: Int32, k: int) -> tuple:
+        """Row k of thread tr's run in chunk c: its place in scan order, and in memory."""
+        t = self.tiling
+        logical = c * t.chunk + tr * t.per_thread + k
+        return logical, ((length - 1 - logical) if const_expr(self.reverse) else logical)
+
+    @cute.jit
+    def _load(self, ins: tuple, base: Int64, length: Int32, c: Int32, tr: Int32, col_ok, regs: tuple):
+        """The thread's rows of chunk c of every input into `regs` (past L: left as is; the scan
+        reads the identity there)."""
+        t = self.tiling
+        for i in cutlass.range_constexpr(len(ins)):
+            for k in cutlass.range_constexpr(t.per_thread):
+                logical, row = self._row(length, c, tr, k)
+                if col_ok & (logical < length):
+                    vreg = cute.make_rmem_tensor(t.vec, ins[i].element_type)
+                    cute.autovec_copy(_at(ins[i], base + Int64(row) * t.inner, t.vec), vreg)
+                    for j in cutlass.range_constexpr(t.vec):
+                        regs[i][k * t.vec + j] = vreg[j]
+
+    @cute.jit
+    def _values(self, regs: tuple, length: Int32, c: Int32, tr: Int32, k: int) -> list:
+        """The scanned values of the thread's row k (the identity past L)."""
+        t = self.tiling
+        logical, _ = self._row(length, c, tr, k)
+        v = [self.prologue(tuple(r[k * t.vec + j] for r in regs)) for j in range(t.vec)]
+        return [cutlass.select_(logical < length, Float32(x), Float32(self.identity)) for x in v]
+
+    @cute.jit
+    def _chunk(
+        self,
+        regs: tuple,
+        outs: tuple,
+        base: Int64,
+        length: Int32,
+        c: Int32,
+        ti: Int32,
+        tr: Int32,
+        col_ok,
+        sT: cute.Tensor,
+        carry: tuple,
+    ) -> tuple:
+        t = self.tiling
+        ident = Float32(self.identity)
+        totals = self._values(regs, length, c, tr, 0)
+        for k in cutlass.range_constexpr(1, t.per_thread):
+            v = self._values(regs, length, c, tr, k)
+            totals = [self.combine(totals[j], v[j]) for j in range(t.vec)]
+        before = [ident for _ in range(t.vec)]
+        running = totals  # (the chunk's total of the column)
+        if const_expr(t.threads_r > 1):
+            # the column's threads_r run totals scanned along L (Hillis-Steele): log2(threads_r)
+            # combines a thread where folding all of them took threads_r
+            parity = c % 2
+            col = ti * t.vec
+            steps = const_expr((t.threads_r - 1).bit_length())
+            incl = totals
+            for j in cutlass.range_constexpr(t.vec):
+                sT[tr, col + j, 0, parity] = incl[j]
+            for i in cutlass.range_constexpr(steps):
+                cute.arch.barrier()
+                has = tr >= (1 << i)
+                q = cutlass.select_(has, tr - (1 << i), 0)
+                incl = [
+                    cutlass.select_(has, self.combine(sT[q, col + j, i % 2, parity], incl[j]), incl[j])
+                    for j in range(t.vec)
+                ]
+                for j in cutlass.range_constexpr(t.vec):
+                    sT[tr, col + j, (i + 1) % 2, parity] = incl[j]
+            cute.arch.barrier()
+            prev = cutlass.select_(tr > 0, tr - 1, 0)
+            before = [cutlass.select_(tr > 0, sT[prev, col + j, steps % 2, parity], ident) for j in range(t.vec)]
+            running = [sT[t.threads_r - 1, col + j, steps % 2, parity] for j in range(t.vec)]
+        acc = [self.combine(carry[j], before[j]) for j in range(t.vec)]
+        for k in cutlass.range_constexpr(t.per_thread):
+            logical, row = self._row(length, c, tr, k)
+            # (the values again from the loads, not held from the totals' pass: held in fp32 they
+            # doubled a bf16 chunk's registers)
+            v = self._values(regs, length, c, tr, k)
+            res = cute.make_rmem_tensor(t.vec, outs[0].element_type)
+            for j in cutlass.range_constexpr(t.vec):
+                if const_expr(self.exclusive):
+                    res[j] = outs[0].element_type(acc[j])
+                    acc[j] = self.combine(acc[j], v[j])
+                else:
+                    acc[j] = self.combine(acc[j], v[j])
+                    res[j] = outs[0].element_type(acc[j])
+            if col_ok & (logical < length):
+                cute.autovec_copy(res, _at(outs[0], base + Int64(row) * t.inner, t.vec))
+        return tuple(self.combine(carry[j], running[j]) for j in range(t.vec))

@@ -86,12 +86,23 @@ COLUMNS = [
     ("torch.logcumsumexp(x, -2)", "(8, 1000, 36)", "C.ColumnScan(\n    1, prologue, S.log_add_exp, -math.inf"),
     ("torch.cummax(x, 0).values", "(64, 32, 256)", "C.ColumnScan(\n    0, prologue, S.fmax, -math.inf"),
     ("torch.cumprod(x * 0.5, 1)", "(8, 100, 7)", "S.mul, 1.0"),
+    ("torch.cumsum(x.view(x.size(0), 16, -1), 1)", "(64, 32, 256)", "C.ColumnScan(\n    1, prologue, S.add"),
+    # (down all of the view's rows, M * 32 of them: the kernel reads L from the output's dim 0)
+    ("x.view(-1, 256).cumsum(0)", "(64, 32, 256)", "C.ColumnScan(\n    0, prologue, S.add"),
     (
         "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), torch.cumsum(x.narrow(1, 0, x.size(1) - 1), 1)), 1)",
         "(64, 32, 256)",
         "reverse=False, exclusive=True",
     ),
 ]
+
+
+def test_a_scan_of_a_view_that_keeps_the_memory_is_taken(tmp_path: Path) -> None:
+    # (the kernels read every input at the output's flat offsets: a view of the same elements
+    # in the same order is the same memory)
+    for forward in ("torch.cumsum(x.view(x.size(0), -1), -1)", "torch.cumsum(x.view(x.size(0), 16, -1), 1)"):
+        m = patterns.match(get_op(str(problem_file(tmp_path, "s", forward, "(64, 32, 256)"))))
+        assert isinstance(m, patterns.Match) and m.pattern == "scan", (forward, m)
 
 
 @pytest.mark.parametrize(("forward", "shape", "made"), COLUMNS)
@@ -126,8 +137,9 @@ def test_column_tiling() -> None:
     ("forward", "reason"),
     [
         # (a weight of the last dim's length, read where the output is written: past its end)
-        ("torch.cumsum(x * w, -1)", "broadcast"),
-        ("torch.cumsum(x * w, 0)", "broadcast"),
+        ("torch.cumsum(x * w, -1)", "broadcast or reduced"),
+        ("torch.cumsum(x * w, 0)", "broadcast or reduced"),
+        ("torch.cumsum(x.sum(0) * w, -1)", "broadcast or reduced"),
     ],
 )
 def test_a_scan_of_a_broadcast_input_is_refused(forward: str, reason: str, tmp_path: Path) -> None:

@@ -95,17 +95,14 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
                 exclusive, res, src = True, top, nw.args[0]
     if res is not top:
         return None
-    # every input read where the output is written: one broadcast against it (a weight of the
-    # last dim's length) would be read past its end
+    # every input read at the output's flat offsets: one of another size (broadcast against the
+    # scanned tensor, or reduced before it) would be read past its end
     scanned = tuple(shapes[src])
     for g in given:
-        if isinstance(g, torch.Tensor) and (
-            tuple(g.shape) != scanned
-            if not last
-            else (g.numel(), tuple(g.shape[-1:])) != (math.prod(scanned), scanned[-1:])
-        ):
+        if isinstance(g, torch.Tensor) and g.numel() != math.prod(scanned):
             raise Unsupported(
-                f"a scan of inputs of shapes {tuple(g.shape)} and {scanned} (broadcast: the scan template reads every input where it writes)"
+                f"a scan over {scanned} of an input of {tuple(g.shape)} (the scan templates read each input"
+                " where they write: one broadcast or reduced first is not)"
             )
     _, tensors, _ = param_names(spec, given, ph)
     pro_env = {}

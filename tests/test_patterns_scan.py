@@ -87,6 +87,9 @@ COLUMNS = [
     ("torch.cummax(x, 0).values", "(64, 32, 256)", "C.ColumnScan(\n    0, prologue, S.fmax, -math.inf"),
     ("torch.cumprod(x * 0.5, 1)", "(8, 100, 7)", "S.mul, 1.0"),
     ("torch.cumsum(x.view(x.size(0), 16, -1), 1)", "(64, 32, 256)", "C.ColumnScan(\n    1, prologue, S.add"),
+    # (few columns: the batch dim in segments, their totals through the workspace)
+    ("torch.cumsum(x.flip(0), 0).flip(0)", "(3000, 40)", "reverse=True, exclusive=False"),
+    ("torch.cummin(x * 2.0, 0).values", "(3000, 40)", "WORKSPACE = C.workspace_elems(40)"),
     # (down all of the view's rows, M * 32 of them: the kernel reads L from the output's dim 0)
     ("x.view(-1, 256).cumsum(0)", "(64, 32, 256)", "C.ColumnScan(\n    0, prologue, S.add"),
     (
@@ -131,6 +134,18 @@ def test_column_tiling() -> None:
     assert (t.threads_inner, t.num_threads) == (1, 32)
     with pytest.raises(ValueError):
         C.resolve_tiling(C.ColumnScanKnobs(threads_r=3), 32, 4096, 100)
+    # few columns along the batch dim: segments of it, as many as the workspace holds totals of;
+    # a middle dim's batch makes its CTAs
+    assert C.resolve_tiling(k, 32, 256, None, 1, "add", C.workspace_elems(256)).splits == 64
+    assert C.resolve_tiling(k, 32, 16384, None, 1, "add", C.workspace_elems(16384)).splits == 1
+    assert C.resolve_tiling(k, 32, 256, 4096, 1, "add", C.workspace_elems(256)).splits == 1
+    assert C.workspace_elems(256) == 64 * 256 and C.workspace_elems(1 << 23) == 0
+    with pytest.raises(ValueError):
+        C.resolve_tiling(C.ColumnScanKnobs(splits=65), 32, 256, None, 1, "add", C.workspace_elems(256))
+    from llmcompile.specs.contract import MAX_WORKSPACE
+    from reference_kernels.tuning import scan as T
+
+    assert T.COLUMN_MAX_WORKSPACE == MAX_WORKSPACE
 
 
 @pytest.mark.parametrize(
@@ -189,9 +204,10 @@ def test_logcumsumexp_of_infinities_is_torchs(forward: str, tmp_path: Path) -> N
     spec = get_op(str(problem_file(tmp_path, "s", forward, "(5000, 9)" if cols else "(9, 5000)")))
     m = patterns.match(spec)
     (tmp_path / "k.py").write_text(m.source)
-    fn = contract.compile_entry(
-        contract.entry_of(contract.load_module(tmp_path / "k.py")), spec, "float32", 9 if cols else 5000
-    )
+    mod = contract.load_module(tmp_path / "k.py")
+    ws = contract.workspace_of(mod)  # (the batch dim's 9 columns: in segments)
+    fn = contract.compile_entry(contract.entry_of(mod), spec, "float32", 9 if cols else 5000, workspace=ws)
+    fn = contract.with_workspace(fn, len(spec.tensors), ws)
     x = torch.randn(9, 5000, generator=torch.Generator().manual_seed(3)).mul(30).cuda()
     inf = float("inf")
     x[0] = -inf

@@ -24,3 +24,10 @@ COLUMN_LOG_ADD_EXP_MAX_THREADS_R = 4
 # still walks this many chunks (a short one's threads along it idled)
 COLUMN_MIN_CHUNKS = 8
 COLUMN_TARGET_CTAS = 264  # the batch dim's columns split for two CTAs a SM of the H100
+# The batch dim split into segments (x read twice: totals, then the scan) only where the columns
+# make fewer CTAs than this (unsplit they starve: 256 columns ran at 3.8% of copy, 4096 at 52)
+COLUMN_SPLIT_BELOW_CTAS = 33
+# CTAs the segments make (4096 columns in 32 CTAs, 4 / 9 / 16 segments: 60.7 / 60.6 / 65.0%)
+COLUMN_SPLIT_TARGET_CTAS = 512
+COLUMN_MAX_SPLITS = 64  # segments' totals each column's fold reads
+COLUMN_MAX_WORKSPACE = 1 << 23  # fp32 elements: the kernel contract's limit (llmcompile.specs.contract)

@@ -22,6 +22,7 @@ from llmcompile.agent.patterns.graph import (
     under_views,
 )
 from llmcompile.specs import OpSpec
+from llmcompile.specs.contract import MAX_WORKSPACE
 
 # each scan's associative combine (reference_kernels/scan.py) and its identity
 COMBINES = {
@@ -104,6 +105,7 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
                 f"a scan over {scanned} of an input of {tuple(g.shape)} (the scan templates read each input"
                 " where they write: one broadcast or reduced first is not)"
             )
+    inner = math.prod(scanned[d + 1 :])
     _, tensors, _ = param_names(spec, given, ph)
     pro_env = {}
     # input i's element is v[i]; masks arrive as Boolean elements: multiply by them through a select
@@ -122,4 +124,6 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
         "inputs": tensors,
         "kind": sc.kind,
         "dim": None if last else d,
+        # the batch dim's segments' totals (scan_columns.workspace_elems), where two fit the contract
+        "workspace": f"C.workspace_elems({inner})" if d == 0 and not last and 2 * inner <= MAX_WORKSPACE else "",
     }

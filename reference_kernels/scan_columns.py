@@ -12,10 +12,11 @@ of them along L: one CTA walks a tile of columns down L a chunk at a time, a chu
         through shared memory in log2(threads_r) steps  ->  a carry of the earlier chunks
 
 The next chunk's loads are issued before the current one is scanned. threads_r > 1 gives a
-tensor of few columns more CTAs; a CTA walks all of L, so a tensor of few columns and a long
-L (one column of 2^28 rows) keeps few SMs busy, as a long row keeps one CTA of the row scan
-(scan.py; a decoupled look-back across CTAs would be the way past that). The tables:
-tuning/scan.py's COLUMN_*.
+tensor of few columns more CTAs. Where the columns still make too few, the batch dim is cut into
+`splits` segments on CTAs of their own: a first launch writes each segment's column totals to
+the workspace, the second scans each segment from the earlier ones' totals, folded in order (x
+read twice; a decoupled look-back would read it once). A middle dim is walked whole: its batch
+makes the CTAs. The tables: tuning/scan.py's COLUMN_*.
 
 Generic over the scan as scan.py's RowScan is (its combines, prologue, reverse, exclusive);
 every input has the output's shape.

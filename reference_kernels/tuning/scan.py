@@ -23,7 +23,7 @@ COLUMN_LOG_ADD_EXP_MAX_THREADS_R = 4
 # A middle dim's CTAs are as many again for every batch item: threads along it only where each
 # still walks this many chunks (a short one's threads along it idled)
 COLUMN_MIN_CHUNKS = 8
-COLUMN_TARGET_CTAS = 264  # the batch dim's columns split for two CTAs a SM of the H100
+COLUMN_TARGET_CTAS = 264  # threads along L added until the columns make this many CTAs: two a SM of the H100
 # The batch dim split into segments (x read twice: totals, then the scan) only where the columns
 # make fewer CTAs than this (unsplit they starve: 256 columns ran at 3.8% of copy, 4096 at 52)
 COLUMN_SPLIT_BELOW_CTAS = 33

@@ -163,10 +163,9 @@ class ColumnScan:
         widest = const_expr(max(t.element_type.width for t in (*ins, *outs)))
         between = const_expr(math.prod(shape[1 : self.dim]) if self.dim > 1 else 1)
         if const_expr(self.dim == 0):
-            length, outer = Int32(shape[0]), Int32(1)
+            length, outer, static_length = Int32(shape[0]), Int32(1), None
         else:
-            length, outer = Int32(shape[self.dim]), Int32(shape[0]) * between
-        static_length = None if self.dim == 0 else shape[self.dim]
+            length, outer, static_length = Int32(shape[self.dim]), Int32(shape[0]) * between, shape[self.dim]
         ws = const_expr(0 if mW is None else cute.size(mW.shape))
         self.tiling = resolve_tiling(self.knobs, widest, inner, static_length, between, self.combine.__name__, ws)
         t = self.tiling

@@ -42,7 +42,11 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     if len(scans) != 1:
         return None
     sc = scans[0]
-    dim = sc.kw.get("dim", sc.args[1] if len(sc.args) > 1 else None)
+
+    def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+        return ops[node].kw.get(name, ops[node].args[i] if len(ops[node].args) > i else default)
+
+    dim = arg(sc.node, 1, "dim")
     src = sc.args[0]
     rank = len(shapes[src])
     if not isinstance(dim, int) or not -rank <= dim < rank:
@@ -60,9 +64,6 @@ def match_scan(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> d
     if last and isinstance(res, fx.Node) and res in shapes and tuple(shapes[res][-1:]) == tuple(shapes[top][-1:]):
         res, _ = under_views(gm, res)
     reverse = exclusive = False
-
-    def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
-        return ops[node].kw.get(name, ops[node].args[i] if len(ops[node].args) > i else default)
 
     def is_scan_flip(node: Any) -> bool:
         if not isinstance(node, fx.Node) or node not in ops or ops[node].kind != "flip":

@@ -251,3 +251,25 @@ def test_a_file_without_a_batch_variable_is_sliced_on_the_gpu(tmp_path: Path, mo
         (x,) = spec.make_inputs(3, 8192, "bfloat16", torch.Generator("cuda").manual_seed(0), "random", "cuda")
         assert x.shape == (3, 8192) and x.is_cuda and float(x.float().std()) > 0.5
         assert f.with_suffix(".where").read_text() == where
+
+
+def test_a_product_that_leaves_float64s_range_part_way_is_taken_exactly() -> None:
+    """The float64 reference of a product whose partials overflow beside partials that underflow
+    (an fp32 kernel's 0 was judged wrong against float64's NaN): the product as float64 holds it;
+    a genuine NaN (0 x inf) and a product past float64's range stay what they are."""
+    from llmcompile.specs.kernelbench import Float64Casts
+
+    x = torch.tensor(
+        [[1e300, 1e300, 1e-300, 1e-300, -2.0], [0.0, torch.inf, 1.0, 1.0, 1.0], [1e200, 1e200, 1.0, 1.0, 3.0]],
+        dtype=torch.float64,
+    )
+    assert torch.isinf(x.prod(1)[0])  # float64's own order: 1e300 * 1e300 is inf, then inf * 1e-300
+    with Float64Casts():
+        rows, whole, kept = torch.prod(x, 1), x[:1].prod(), x.prod(dim=-1, keepdim=True)
+    assert rows[0].item() == pytest.approx(-2.0, rel=1e-12) and whole.item() == pytest.approx(-2.0, rel=1e-12)
+    assert torch.isnan(rows[1]) and torch.isinf(rows[2]) and rows[2] > 0
+    assert kept.shape == (3, 1) and kept[0, 0].item() == pytest.approx(-2.0, rel=1e-12)
+    y = torch.randn(4, 8, dtype=torch.float64)
+    with Float64Casts():
+        inside = torch.prod(y, dim=1)
+    assert torch.equal(inside, y.prod(1))  # finite: float64's own product, bit for bit

@@ -68,7 +68,8 @@ class Float64Casts(TorchFunctionMode):
     """The float64 reference's casts: one from float64 to another floating dtype keeps float64
     (`x.float()`, `.to(torch.bfloat16)`, `.type(torch.float32)`). The reference is the model's
     arithmetic unrounded, so a step a model computes in fp32 is exact there too, and it meets the
-    float64 parameters it is run with (an fp32 LayerNorm input beside them raised)."""
+    float64 parameters it is run with (an fp32 LayerNorm input beside them raised). A product
+    (`torch.prod`) that is inf or NaN there is taken again as `exact_product` takes it."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = dict(kwargs or {})
@@ -76,10 +77,36 @@ class Float64Casts(TorchFunctionMode):
         if t is not None and t.dtype == torch.float64:
             if func in _NARROW_CASTS:
                 return t
+            if func in (torch.prod, torch.Tensor.prod) and kwargs.get("dtype", torch.float64).is_floating_point:
+                out = func(*args, **kwargs)
+                if bool(torch.isfinite(out).all()):
+                    return out
+                dim = args[1] if len(args) > 1 else kwargs.get("dim")
+                exact = exact_product(t, dim, bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False)))
+                return torch.where(torch.isfinite(out), out, exact)
             if func in (torch.Tensor.to, torch.Tensor.type):
                 args = tuple(_wide(a) for a in args)
                 kwargs = {k: _wide(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
+
+
+def exact_product(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """x's product (over `dim`, or whole) as float64 holds the exact one: the magnitude as a sum
+    of logs, the sign by counting, and zeros, infinities and NaN as a product meets them. A plain
+    float64 product of millions of elements leaves float64's range part way (a whole tensor of 2M
+    values with a few spikes: partial products of inf beside partials of 0, and NaN as their
+    product where the product is 0), and an fp32 kernel that gets it right was judged wrong. Its
+    magnitude is as exact as a float64 sum of logs: Float64Casts takes it only where the plain
+    product is not finite."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    zero, inf = (x == 0).any(dim, keepdim), torch.isinf(x).any(dim, keepdim)
+    finite = torch.isfinite(x) & (x != 0)
+    logs = torch.where(finite, x.abs().log(), torch.zeros((), dtype=x.dtype, device=x.device))
+    negative = (x < 0).sum(dim, keepdim) % 2 == 1
+    mag = torch.where(inf, torch.inf, torch.where(zero, 0.0, logs.sum(dim, keepdim).exp()))
+    out = torch.where(negative, -mag, mag)
+    return torch.where(torch.isnan(x).any(dim, keepdim) | (zero & inf), torch.nan, out)
 
 
 def _wide(a: object) -> object:

@@ -503,6 +503,41 @@ def safe_max(m: Float32) -> Float32:
     return Float32(cutlass.select_(m == -Float32.inf, Float32(0.0), m))
 
 
+# A product of many elements carried as (p, k), meaning p * PROD_SCALE^k with |p| kept in
+# [1 / PROD_SCALE, PROD_SCALE] (or 0, inf, NaN): no partial product leaves fp32's range where
+# the whole product does not. A plain fp32 fold of a whole tensor of 2^19 randn values with a
+# few spikes had partials of inf beside partials of 0, and their product NaN where torch's, and
+# float64's, is 0. Scaling by a power of two is exact, so each multiply still rounds once.
+PROD_SCALE = 2.0**63
+
+
+def _rescaled(p: Float32, k: Float32) -> tuple:
+    mag = cute.math.abs(p)
+    big = mag > Float32(PROD_SCALE)
+    small = (mag < Float32(1.0 / PROD_SCALE)) & (p != Float32(0.0))
+    p = cutlass.select_(big, p * Float32(1.0 / PROD_SCALE), cutlass.select_(small, p * Float32(PROD_SCALE), p))
+    return (p, k + cutlass.select_(big, Float32(1.0), cutlass.select_(small, Float32(-1.0), Float32(0.0))))
+
+
+def scaled(x: Float32) -> tuple:
+    """An element as a scaled product (p, k): two steps reach any fp32 value, 2^-149 to 2^128."""
+    p, k = _rescaled(x, Float32(0.0))
+    return _rescaled(p, k)
+
+
+def scaled_mul(a: tuple, b: tuple) -> tuple:
+    """(p, k) pairs multiplied: their p's product (in [2^-126, 2^126]) brought back to range."""
+    return _rescaled(a[0] * b[0], a[1] + b[1])
+
+
+def unscaled(p: Float32, k: Float32) -> Float32:
+    """p * PROD_SCALE^k, as fp32 holds it: past four steps either way it is inf or 0."""
+    for i in range(4):
+        up = cutlass.select_(k < Float32(-i), Float32(1.0 / PROD_SCALE), Float32(1.0))
+        p = p * cutlass.select_(k > Float32(i), Float32(PROD_SCALE), up)
+    return p
+
+
 def max_sumexp(a: tuple, b: tuple) -> tuple:
     """(m, s) pairs meaning s * exp(m): merge two such partial sums of exponentials, with one
     exponential (the smaller max's sum scaled to the larger's: a fold that merges an element at

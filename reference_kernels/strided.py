@@ -27,7 +27,16 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from reference_kernels import reduce as R
-from reference_kernels.reduce import count_mean_m2, joint, max_sumexp, pick, vector_elems  # noqa: F401 - S.* combines
+from reference_kernels.reduce import (  # noqa: F401 - S.* combines
+    count_mean_m2,
+    joint,
+    max_sumexp,
+    pick,
+    scaled,
+    scaled_mul,
+    unscaled,
+    vector_elems,
+)
 from reference_kernels.reduce import vector_at as _at
 from reference_kernels.tuning import strided as T
 

@@ -2,6 +2,7 @@
 a norm), deterministically, over as many CTAs as the GPU holds.
 
     acc = fold(combine, prologue(in_0[e], ..., in_k[e]) for every element e)
+    acc = fold(combine, prologue(in_0[e], ..., e) ...)   (with `with_index`: a whole argmax)
     out = epilogue(acc, rows, count)             (a scalar per output)
     out[e] = rewrite(in_0[e], epilogue(...))     (with `rewrite`: x / ||x||)
 
@@ -101,7 +102,9 @@ def resolve_tiling(
 class TotalReduce:
     """Fold every element of `ins` into `identity`-shaped tuples with `combine`; `prologue(xs,
     scalars)` maps one element of each input (fp32) to a tuple, `epilogue(acc, rows, count)`
-    turns the total into the outputs' values (rows: the leading dim, count: the elements)."""
+    turns the total into the outputs' values (rows: the leading dim, count: the elements).
+    With `with_index`, the prologue also takes the element's flat index, prologue(xs, scalars,
+    e): a whole tensor's argmax folds (x, e) pairs."""
 
     def __init__(
         self,
@@ -112,13 +115,14 @@ class TotalReduce:
         kinds: tuple[str, ...],
         rewrite: Callable | None = None,
         knobs: TotalKnobs = TotalKnobs(),
+        with_index: bool = False,
     ) -> None:
         if any(k not in KINDS for k in kinds) or kinds[0] != "full":
             raise ValueError(f"input kinds must be among {KINDS}, the first one full; got {kinds}")
         if not 1 <= len(identity) <= MAX_ARITY:
             raise ValueError(f"the reduced tuple holds 1..{MAX_ARITY} values, got {len(identity)}")
         self.prologue, self.combine, self.identity, self.epilogue = prologue, combine, identity, epilogue
-        self.kinds, self.rewrite, self.knobs = kinds, rewrite, knobs
+        self.kinds, self.rewrite, self.knobs, self.with_index = kinds, rewrite, knobs, with_index
         # launched as programmatic dependents, each kernel waiting for the grid before it (set at
         # trace time by a caller whose row kernel launched so: the total reads what that wrote)
         self.dependent = False
@@ -200,10 +204,10 @@ class TotalReduce:
                         at = e if const_expr(self.kinds[k] == "full") else cute.assume(e % last, divby=t.vec)
                         cute.autovec_copy(_at(ins[k], at, t.vec), r)
                     vals.append(r)
-                loaded.append((ok, vals))
+                loaded.append((ok, vals, e))
             terms = [
-                (ok, self.prologue(tuple(Float32(v[j]) for v in vals), scalars))
-                for ok, vals in loaded
+                (ok, self.prologue(tuple(Float32(v[j]) for v in vals), scalars, *self._index(e, j)))
+                for ok, vals, e in loaded
                 for j in range(t.vec)
             ]
             acc = R.fold_terms(self.combine, acc, terms)
@@ -213,6 +217,10 @@ class TotalReduce:
                 acc = self.combine(tuple(mW[Int32(bidx) * MAX_ARITY + k] for k in range(len(acc))), acc)
             for k in cutlass.range_constexpr(len(acc)):
                 mW[Int32(bidx) * MAX_ARITY + k] = acc[k]
+
+    def _index(self, e: Int64, j: int) -> tuple:
+        """The prologue's extra argument: element e + j's flat index, with `with_index`."""
+        return (e + j,) if self.with_index else ()
 
     @cute.kernel
     def final(self, outs: tuple, mW: cute.Tensor, rows: Int64, total: Int64):

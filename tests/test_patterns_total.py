@@ -58,6 +58,9 @@ WHOLE = [
     ("var", "torch.var(x)"),
     ("std biased", "x.std(unbiased=False)"),
     ("logsumexp over every dim", "torch.logsumexp(x, dim=(0, 1, 2))"),
+    ("argmax: the first greatest element's flat index", "torch.argmax(x)"),
+    ("argmin", "x.argmin()"),
+    ("prod: partial products kept in range", "torch.prod(x)"),
 ]
 
 
@@ -65,6 +68,23 @@ WHOLE = [
 def test_statistics_of_a_whole_tensor_compile_for_sm90a(what: str, forward: str, tmp_path: Path) -> None:
     m, _ = compiled_match(problem_file(tmp_path, "whole", forward, "(64, 32, 256)"), "float32", tmp_path, "total")
     assert ("/ (count - Float32(" in m.source) == what.startswith(("var", "std"))
+    assert ("def prologue(xs: tuple, scalars: tuple, r)" in m.source) == what.startswith("arg")
+    assert ("S.scaled_mul" in m.source) == what.startswith("prod")
+
+
+@pytest.mark.parametrize(
+    ("forward", "shape", "why"),
+    [
+        ("torch.argmax(x)", "(1024, 32, 1024)", "over 33554432 elements"),  # (an index in fp32: exact to 2^24)
+        ("x.argmax() + x.sum()", "(64, 32, 256)", "beside 1 other reductions"),
+    ],
+)
+def test_a_whole_argmax_it_cannot_index_exactly_is_refused(forward: str, shape: str, why: str, tmp_path: Path) -> None:
+    from llmcompile.agent import patterns
+    from llmcompile.specs import get_op
+
+    m = patterns.match(get_op(str(problem_file(tmp_path, "whole", forward, shape))))
+    assert isinstance(m, patterns.NoMatch) and why in m.reason, m
 
 
 @pytest.mark.gpu

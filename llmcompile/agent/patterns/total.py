@@ -65,7 +65,7 @@ def _loss_term(op: Op, em: Emitter) -> tuple[str, str]:
     return term, {"mean": "acc[0] / count", "sum": "acc[0]", "batchmean": "acc[0] / rows"}[red]
 
 
-def _whole(red: Op, shapes: dict) -> bool:
+def whole_reduction(red: Op, shapes: dict) -> bool:
     """Whether a reduction takes the whole tensor: no dim named, or every dim."""
     dim = reduce_dim(red)
     rank = len(shapes[red.args[0]])
@@ -83,6 +83,8 @@ def _fold(red: Op, em: Emitter) -> tuple[str, str, str, str, str]:
     # the strided reductions' combines; a mean divides by the elements of this call's tensor, a
     # variance by them less its correction
     combine, identity, pro_fmt, epi = REDUCE[kind]
+    if kind == "prod":  # scaled, so that no partial product leaves fp32's range (reduce.PROD_SCALE)
+        combine, identity, pro_fmt, epi = "S.scaled_mul", (1.0, 0.0), "*S.scaled({x})", "S.unscaled(acc[0], acc[1])"
     if kind == "mean":
         epi = "acc[0] / count"
     epi = post.format(s=epi.format(inv_rc=inv_dof(red, "count")) if kind in ("var", "std") else epi)
@@ -94,9 +96,7 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
     ph, calls, (out,) = split_nodes(gm)
     ops = [op_of(gm, n) for n in calls]
     reds = [op for op in ops if op.kind in REDUCTIONS | LOSSES]
-    if not reds or any(
-        r.kind in REDUCTIONS and (not _whole(r, shapes) or r.kind in ("argmax", "argmin")) for r in reds
-    ):
+    if not reds or any(r.kind in REDUCTIONS and not whole_reduction(r, shapes) for r in reds):
         return None  # along a dim: another template's
     red = reds[0]
     tens = [(n, g) for n, g in zip(ph, given) if isinstance(g, torch.Tensor)]
@@ -115,6 +115,9 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
             raise Unsupported(f"an input of shape {tuple(g.shape)} beside a reduction of {full}")
     if not kinds or kinds[0] != "full":
         raise Unsupported("a whole-tensor reduction whose first input is broadcast")
+    with_index = red.kind in ("argmax", "argmin")  # the flat index of the first extreme element
+    if with_index and len(reds) > 1:
+        raise Unsupported(f"`{red.kind}` of the whole tensor beside {len(reds) - 1} other reductions")
     env, tensors, scalars = param_names(spec, given, ph)
     em = Emitter(gm, dict(env), vector=False)
     folds = [_fold(r, em) for r in reds]
@@ -145,6 +148,7 @@ def match_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes: dict) -> 
         "tensors": tensors,
         "scalars": scalars,
         "reduction": what,
+        "with_index": with_index,
     }
 
 

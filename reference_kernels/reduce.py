@@ -437,6 +437,7 @@ def joint(*parts: tuple[Callable, tuple]) -> Callable:
 
     if any(getattr(c, "block", None) is not None for c, _ in parts):
         combine.block = block
+    combine.parts = tuple(c for c, _, _, _ in spans)  # (what a template asks of its folds)
     return combine
 
 

@@ -1,6 +1,7 @@
-"""The grouped-normalization template's on-chip path (reference_kernels/norm.py): which groups
+"""The grouped-normalization template (reference_kernels/norm.py): its on-chip path (which groups
 take it, that it compiles for sm_90a with its barrier, and on the GPU that it matches a float64
-LayerNorm / GroupNorm, gives the same bits every run, and falls back where the workspace is short."""
+LayerNorm / GroupNorm, gives the same bits every run, and falls back where the workspace is
+short), and short groups' values, a thread a group."""
 
 from __future__ import annotations
 
@@ -192,3 +193,76 @@ def test_on_chip_path_falls_back_where_the_workspace_is_short(monkeypatch) -> No
         torch.testing.assert_close(o.double(), _reference(x, w, b, 1, seg // 2), rtol=1e-4, atol=1e-4)
         counter = int(ws[m * 2 * N.MAX_ARITY : m * 2 * N.MAX_ARITY + 1].view(torch.int32))
         assert (counter == m * 2 + m * 2) == resident, (m, counter)
+
+
+def test_a_value_a_group_takes_its_threads_by_the_groups_bytes() -> None:
+    """A thread a group up to T.PACKED_BYTES; past it, a CTA a group of T.FUSED_THREADS' threads,
+    but 256 for a Chan merge (a var) and for a rewrite, as before."""
+    from reference_kernels.tuning import norm as T
+
+    k = N.NormKnobs()
+    short = N.resolve_tiling(k, 32, T.PACKED_BYTES // 4, "groups", values=True)
+    assert short.packed and short.num_threads == k.num_threads
+    assert not N.resolve_tiling(k, 32, T.PACKED_BYTES // 4 + 4, "groups", values=True).packed
+    assert N.resolve_tiling(k, 32, 1024, "groups", values=True).num_threads == N.pick(T.FUSED_THREADS, 4096) < 256
+    assert N.resolve_tiling(k, 32, 1024, "groups", values=True, chan=True).num_threads == 256
+    assert N.resolve_tiling(k, 32, 1024, "groups").num_threads == 256  # a rewrite
+    assert not N.resolve_tiling(k, 32, 16, "groups").packed
+    assert not N.resolve_tiling(N.NormKnobs(packed_bytes=0), 32, 16, "groups", values=True).packed
+    assert N.resolve_tiling(N.NormKnobs(fused_threads=96), 32, 1024, "groups", values=True).num_threads == 96
+
+
+# a value of each short row, as users write them: (forward, the input's shape)
+SHORT = [
+    ("torch.logsumexp(x, -1)", "(8192, 16)"),
+    ("torch.argmax(x, -1)", "(8192, 8)"),  # the index reaches the prologue
+    ("torch.max(x, -1)", "(8192, 64)"),  # two outputs
+    ("x.var(-1)", "(4096, 2, 32)"),  # a Chan merge; rows of the last dim of a 3-D input
+    ("torch.logsumexp(x, -1).mean()", "(8192, 4)"),  # the chain's rows
+]
+
+
+def _entry_names(src, dtype: str, tmp_path) -> list[str]:
+    """The kernels the matcher's kernel for the problem file `src` launches, by their PTX names."""
+    from llmcompile.agent import patterns
+    from llmcompile.specs import contract, get_op
+
+    spec = get_op(str(src))
+    m = patterns.match(spec)
+    path = tmp_path / "k.py"
+    path.write_text(m.source)
+    mod = contract.load_module(path)
+    out = tmp_path / "ptx"
+    out.mkdir()
+    options = f"--keep-ptx --dump-dir={out}"
+    n = spec.fixed_shapes[0][1]
+    assert contract.compile_entry(
+        contract.entry_of(mod), spec, dtype, n, options=options, workspace=contract.workspace_of(mod)
+    )
+    ptx = "\n".join(f.read_text() for f in out.rglob("*.ptx"))
+    return [body.split("(", 1)[0] for body in ptx.split(".entry ")[1:]]
+
+
+@pytest.mark.parametrize(("forward", "shape"), [*SHORT, ("torch.logsumexp(x, -1)", "(8192, 1024)")])
+def test_short_groups_take_a_thread_each(forward: str, shape: str, tmp_path) -> None:
+    """A value of each group of up to T.PACKED_BYTES: one thread a group (`packed`), not a CTA of
+    256 threads for a few elements (0.8% of copy at 16 fp32 a row, H200)."""
+    from reference_kernels.tuning import norm as T
+    from tests.level1 import problem_file
+
+    names = _entry_names(problem_file(tmp_path, "short", forward, shape), "bfloat16", tmp_path)
+    row = int(shape.rsplit(", ", 1)[1].rstrip(")"))
+    packed = [n for n in names if "_packed_" in n]
+    short = row * 2 <= T.PACKED_BYTES  # (bf16)
+    assert bool(packed) == short, names  # (the chain launches its rows twice)
+    assert any("_fused_" in n for n in names) == (not short), names
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("forward", "shape"), SHORT)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_short_groups_are_right(forward: str, shape: str, dtype: str, tmp_path) -> None:
+    from tests.level1 import problem_file, right_on_gpu
+
+    typed = shape.replace(")", f", dtype=torch.{dtype})")
+    right_on_gpu(problem_file(tmp_path, "short", forward, typed), dtype, tmp_path, 43)

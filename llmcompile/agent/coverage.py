@@ -57,6 +57,18 @@ DIMS: tuple[tuple[str, str, str], ...] = (
 # calls torch refuses (a Frobenius norm over three dims)
 NOT_TORCH = {("norm fro", "whole tensor")}
 
+# the whole tensor's call of an op that takes one dim: the same call without it
+WHOLE_CALLS = {
+    "max (values)": "torch.max(x)",
+    "min (values)": "torch.min(x)",
+    "argmax": "torch.argmax(x)",
+    "argmin": "torch.argmin(x)",
+    "prod": "torch.prod(x)",
+    "all": "torch.all(x > 0).float()",
+    "any": "torch.any(x > 0).float()",
+    "aminmax (both)": "torch.aminmax(x)",
+}
+
 # the softmaxes and the forms the issue names: a prologue, an epilogue using a statistic, two outputs
 FORMS: tuple[tuple[str, str], ...] = (
     ("sum of the whole tensor, x.sum()", "x.sum()"),
@@ -100,6 +112,8 @@ FORMS: tuple[tuple[str, str], ...] = (
      "(x - x.mean(-1, keepdim=True)) / torch.sqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + 1e-5)"),
     ("two folds in one trip: amax - amin, middle dim", "x.amax(1) - x.amin(1)"),
     ("two folds in one trip: logsumexp - mean, first dim", "torch.logsumexp(x, 0) - x.mean(0)"),
+    ("a chain: each row's logsumexp, then their mean", "torch.logsumexp(x, -1).mean()"),
+    ("a chain: a mean distance, (x - y).pow(2).sum(-1).sqrt().mean()", "(x - y).pow(2).sum(-1).sqrt().mean()"),
     ("torch's shorthand: F.rms_norm, last dim", "F.rms_norm(x, (256,), eps=1e-6)"),
     ("torch's shorthand: F.layer_norm, last dim", "F.layer_norm(x, (256,))"),
     ("torch's shorthand: F.normalize, middle dim", "F.normalize(x, dim=1)"),
@@ -136,10 +150,11 @@ def cases(dtypes: tuple[str, ...]) -> Iterator[tuple[str, str, str, str]]:
     """(form, where, dtype, source) for every form of the table."""
     for label, expr in REDUCTIONS:
         for where, dims, single in DIMS:
-            if "{d1}" in expr and not single or (label, where) in NOT_TORCH:
+            call = WHOLE_CALLS.get(label, expr) if where == "whole tensor" else expr
+            if "{d1}" in call and not single or (label, where) in NOT_TORCH:
                 continue  # (an op that takes one dim; a call torch itself refuses)
             for dtype in dtypes:
-                yield label, where, dtype, _problem(expr.format(d=dims, d1=single, k=False), dtype)
+                yield label, where, dtype, _problem(call.format(d=dims, d1=single, k=False), dtype)
     for label, expr in FORMS:
         for dtype in dtypes:
             yield label, "", dtype, _problem(expr, dtype, two=re.search(r"\by\b", expr) is not None)

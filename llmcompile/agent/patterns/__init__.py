@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from llmcompile.agent import render as templates
 from llmcompile.agent.patterns.attention import match_attention
+from llmcompile.agent.patterns.chain import match_rows_then_total
 from llmcompile.agent.patterns.graph import (
     Match,
     NoMatch,
@@ -111,6 +112,9 @@ def _match(spec: OpSpec) -> Match | NoMatch:
             ctx = {**w, **outs}
             what = f"{w['reduction']} of the whole tensor" + (" then a rewrite of x" if w["rewrite"] else "")
             return _rendered("total", what, spec, params, ctx)
+        c = match_rows_then_total(spec, gm, given, shapes)
+        if c:
+            return _rendered("total", c["what"], spec, params, {**c, **outs}, "rows_total")
         g = match_norm_of_rows(spec, gm, given, shapes)
         if g:
             return _rendered("norm", g["what"], spec, params, {**g, **outs})

@@ -130,9 +130,9 @@ def test_the_checker_sees_function_level_and_from_imports(tmp_path: Path) -> Non
 
 
 ROOT = PKG.parent
-# bytes: the tree goes to the GPU with the device pack (60.7 MB) under 64 MiB (67.1 MB); 2.15 MB
-# leaves 4.2 MB for what a session carries beside them (a session's scratch: ~1.2 MB)
-TRAVEL_LIMIT = 2_150_000
+# bytes: the tree goes to the GPU with the device pack (60.7 MB) under 64 MiB (67.1 MB); 2.3 MB
+# leaves 4.1 MB for what a session carries beside them (a session's scratch: 1.2-2.0 MB)
+TRAVEL_LIMIT = 2_300_000
 
 
 def _tracked() -> list[Path]:

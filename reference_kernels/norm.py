@@ -145,7 +145,8 @@ def resolve_tiling(
     group_bytes = seg_len * widest_bits // 8
     limit = T.PACKED_BYTES if knobs.packed_bytes is None else knobs.packed_bytes
     packed = values and mode == "groups" and group_bytes <= limit
-    if values and not packed and not chan and mode == "groups" and seg_len <= knobs.fused_max:
+    fused = mode == "groups" and seg_len <= knobs.fused_max
+    if values and fused and not packed and not chan:
         knobs = dataclasses.replace(knobs, num_threads=knobs.fused_threads or pick(T.FUSED_THREADS, group_bytes))
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
@@ -154,7 +155,6 @@ def resolve_tiling(
     vec = vector_elems(knobs.vec_bits, widest_bits, seg_len)
     if knobs.chunk < knobs.num_threads * vec:
         raise ValueError(f"chunk={knobs.chunk} must hold a vector for each of {knobs.num_threads} threads")
-    fused = mode == "groups" and seg_len <= knobs.fused_max
     return NormTiling(vec, knobs.num_threads, knobs.unroll, knobs.chunk // vec * vec, fused, packed)
 
 

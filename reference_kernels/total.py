@@ -283,6 +283,14 @@ def fold_row_chunks(stage: Callable, total: TotalReduce, outs: tuple, rows: Int6
     total.finish(outs, partials, rows, rows, stream)
 
 
+def pass_rows(t: cute.Tensor, start: Int64, n: Int64, row) -> cute.Tensor:
+    """Rows [start, start + n) of `t`, rows of `row` elements: a pass's share of a row stage's
+    input (`start` a multiple of PASS_ALIGN, so its vectors keep the tensor's alignment)."""
+    return cute.make_tensor(
+        t.iterator + cute.assume(start * row, divby=PASS_ALIGN), cute.make_layout((n, row), stride=(row, 1))
+    )
+
+
 def _fold_again(total: TotalReduce, ins: tuple, partials: cute.Tensor, stream) -> None:
     # (a function, not a method call in the loop: the DSL carries through a dynamic loop every
     # object whose method the body calls, and a TotalReduce cannot be carried)

@@ -47,7 +47,7 @@ def test_two_inputs_reach_the_rows(tmp_path: Path) -> None:
     """A mean distance: both inputs sliced to the same rows, the second the norm's "full" parameter."""
     src = _pair_file(tmp_path, "(x - y).pow(2).sum(-1).sqrt().mean()", "(64, 512)")
     m, _ = compiled_match(src, "float32", tmp_path, "total")
-    assert "others = (rows_from(in1, start, n),)" in m.source and "param_kinds=('full',)" in m.source
+    assert "others = (T.pass_rows(in1, start, n, ROW),)" in m.source and "param_kinds=('full',)" in m.source
     assert "(x - p[0])" in m.source
 
 

@@ -21,12 +21,12 @@ def match_rows_then_total(spec: OpSpec, gm: fx.GraphModule, given: list, shapes:
     ph, calls, _ = split_nodes(gm)
     if not all(isinstance(g, torch.Tensor) for g in given):
         return None
-    reds = [n for n in calls if op_of(gm, n).kind in REDUCTIONS]
-    whole = [n for n in reds if whole_reduction(op_of(gm, n), shapes)]
+    reds = [op for op in (op_of(gm, n) for n in calls) if op.kind in REDUCTIONS]
+    whole = [op for op in reds if whole_reduction(op, shapes)]
     if len(whole) != 1 or len(reds) < 2 or not isinstance(r := whole[0].args[0], fx.Node):
         return None
     upstream = _ancestors(r)
-    if any(n not in upstream for n in reds if n is not whole[0]):
+    if any(op.node not in upstream for op in reds if op is not whole[0]):
         return None  # a row statistic read after the fold: not two stages
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         raise Unsupported("a model's parameters beside a statistic of each row folded whole")

@@ -24,7 +24,7 @@ from llmcompile.harness import verify
 from llmcompile.specs import DTYPES, GENERIC_CASES, OpSpec, TensorDesc, generic_inputs
 from llmcompile.specs.kernelbench import CUSTOM_TOL
 
-KINDS = ("sum", "mean", "var", "norm", "logsumexp", "max")
+KINDS = ("sum", "mean", "var", "norm", "logsumexp", "max", "cv")
 # every honest order of these is exact on small integers, ended by nothing or by one division or root
 EXACT = {"sum": "sum", "max": "sum", "mean": "divided", "norm": "divided"}
 
@@ -49,7 +49,16 @@ SHAPES = (
     Shape("several dims", (128, 1024, 1024), (0, 2)),
     Shape("whole tensor", (1 << 27,), (0,)),
 )
-HONEST = ("threads then a tree", "one tree", "bands, fixed fold", "atomics", "Welford, then Chan's merges")
+HONEST = (
+    "threads then a tree",
+    "one tree",
+    "bands, fixed fold",
+    "atomics",
+    "Welford, then Chan's merges",
+    "a block a thread, then Chan's merges",
+)
+# the orders that fold (count, mean, m2): any other kind takes the first order in their place
+CHAN = HONEST[-2:]
 NEAR_MISSES = ("a middle row left out", "the last row left out", "fp16 accumulators")
 
 
@@ -62,6 +71,8 @@ def _torch_reduce(kind: str, x: torch.Tensor, dims: tuple[int, ...]) -> torch.Te
         return x.var(dims)
     if kind == "norm":
         return torch.linalg.vector_norm(x, 2, dims)
+    if kind == "cv":  # (ill-conditioned where the mean is near 0: its rounding is amplified)
+        return x.std(dims) / x.mean(dims)
     if kind == "logsumexp":
         return torch.logsumexp(x, dims)
     return x.amax(dims)
@@ -169,6 +180,42 @@ def welford(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             torch.cat([mean, tail.mean(0, keepdim=True)]),
             torch.cat([m2, ((tail - tail.mean(0)) ** 2).sum(0, keepdim=True)]),
         )
+    return _chan_tree(cnt, mean, m2)
+
+
+def blocks_then_chan(t: torch.Tensor, block: int = 16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(count, mean, M2) of t (K, R) as the norm template folds it: each thread (32 of them for a
+    row of up to 32K terms, more past it) takes its terms a block of `block` at a time, each block
+    relative to its first term (m2 = sum d^2 - (sum d)^2 / n) and merged into the thread's triple
+    (Chan et al.), then the threads' triples are merged pairwise."""
+    k = t.shape[0]
+    threads = min(k, max(32, k // 1024))
+    steps = k // threads
+    y = t[: steps * threads].reshape(steps, threads, -1)
+    cnt = torch.zeros_like(y[0])
+    mean, m2 = torch.zeros_like(cnt), torch.zeros_like(cnt)
+    for lo in range(0, steps, block):
+        b = y[lo : lo + block]
+        d = b - b[:1]
+        s, q = d.sum(0), (d * d).sum(0)
+        cb = float(b.shape[0])
+        mb, m2b = b[0] + s / cb, torch.clamp(q - s * s / cb, min=0.0)
+        n = cnt + cb
+        delta = mb - mean
+        mean = torch.where(cnt == 0, mb, mean + delta * cb / n)
+        m2 = m2 + m2b + delta * delta * cnt * cb / n
+        cnt = n
+    if steps * threads < k:  # (the tail, as one more thread's share)
+        tail = t[steps * threads :]
+        cnt = torch.cat([cnt, torch.full_like(cnt[:1], float(tail.shape[0]))])
+        mean = torch.cat([mean, tail.mean(0, keepdim=True)])
+        m2 = torch.cat([m2, ((tail - tail.mean(0)) ** 2).sum(0, keepdim=True)])
+    return _chan_tree(cnt, mean, m2)
+
+
+def _chan_tree(
+    cnt: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     while cnt.shape[0] > 1:
         if cnt.shape[0] % 2:
             cnt, mean, m2 = (torch.cat([x, torch.zeros_like(x[:1])]) for x in (cnt, mean, m2))
@@ -196,21 +243,22 @@ def reduce_fp32(kind: str, x: torch.Tensor, dims: tuple[int, ...], order: str, m
         order = "threads then a tree"
 
     def s(v: torch.Tensor) -> torch.Tensor:
-        return ordered_sum(v, order if order != HONEST[-1] else HONEST[0], acc)
+        return ordered_sum(v, order if order not in CHAN else HONEST[0], acc)
 
-    if order == HONEST[-1] and kind in ("mean", "var"):
-        _, mean, m2 = welford(t)
-        out = mean if kind == "mean" else m2 / (k - 1)
+    if order in CHAN and kind in ("mean", "var", "cv"):
+        _, mean, m2 = welford(t) if order == CHAN[0] else blocks_then_chan(t)
+        out = {"mean": mean, "var": m2 / (k - 1), "cv": torch.sqrt(m2 / (k - 1)) / mean}[kind]
     elif kind == "sum":
         out = s(t)
     elif kind == "mean":
         out = s(t) * (1.0 / k)
-    elif kind == "var":
+    elif kind in ("var", "cv"):
         mean = s(t) * (1.0 / k)
         d = t - mean
         if skip is not None:
             d[skip] = 0.0
         out = s(d * d) / (k - 1)
+        out = torch.sqrt(out) / mean if kind == "cv" else out
     elif kind == "norm":
         out = torch.sqrt(s(t * t))
     elif kind == "logsumexp":

@@ -49,6 +49,7 @@ def test_row_order_sum_is_accepted_for_its_error_scale(
     monkeypatch.setattr(verify, "OWN_ERROR_FACTOR", 0.0)
     monkeypatch.setattr(verify, "MAGNITUDE_FACTOR", 0.0)
     monkeypatch.setattr(verify, "ORDER_FACTOR", 0.0)
+    monkeypatch.setattr(verify, "SENSITIVITY_FACTOR", 0.0)
     assert verify.compare(spec, "float32", [x], [acc]) is not None
 
 
@@ -248,3 +249,57 @@ def test_an_overflow_torch_makes_too_passes_and_no_other() -> None:
     assert bad is not None and bad.index == (1,) and bad.count == 1
     # the bound without torch's run (widen_by_own=False) holds the kernel to the reference alone
     assert verify.compare(spec, "float32", [x], [x.prod(0)], widen_by_own=False) is not None
+
+
+def _cv_spec(rows: int, n: int) -> OpSpec:
+    return OpSpec(
+        "cv",
+        "std over mean of each row",
+        (TensorDesc("x", (str(rows), str(n))), TensorDesc("out", (str(rows),), output=True)),
+        lambda x: [x.std(1) / x.mean(1)],
+        lambda *a: [],
+        tolerance={"float32": Tolerance(1e-4, 1e-4)},
+        torch_fn=lambda x: x.std(1) / x.mean(1),
+    )
+
+
+def test_an_output_that_amplifies_its_reductions_rounding_gets_room_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A std / mean of rows whose mean is near 0: the mean's rounding is amplified by std /
+    mean^2, which |terms| does not see. An honest fold of 32 threads a row (a block a thread,
+    then Chan's merges, as the norm template folds 1024 fp32) passes on the sensitivity term
+    alone (torch's own error left out); without it, it fails; a term left out still fails."""
+    from tests.honest_reductions import blocks_then_chan
+
+    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(5))
+    spec = _cv_spec(*x.shape)
+
+    def fold(t: torch.Tensor) -> torch.Tensor:
+        _, mean, m2 = blocks_then_chan(t.t().contiguous())
+        return torch.sqrt(m2 / (t.shape[1] - 1)) / mean
+
+    honest = fold(x)
+    ref = verify.Reference(spec, "float32", [x], widen_by_own=False)
+    assert ref.check([honest]) is None and ref.ratio([honest]) < 0.5
+    skipped = x.clone()
+    skipped[:, 512] = 0.0
+    assert ref.check([fold(skipped)]) is not None
+    monkeypatch.setattr(verify, "SENSITIVITY_FACTOR", 0.0)
+    assert verify.Reference(spec, "float32", [x], widen_by_own=False).check([honest]) is not None
+
+
+def test_the_moved_run_is_made_only_where_the_rest_of_the_rule_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensitivity run costs a float64 reference: outputs within the rest of the rule never
+    pay it, a failing check pays it once, and a float64 input is moved in a copy."""
+    calls: list[int] = []
+    real = verify._sensitivity
+    monkeypatch.setattr(verify, "_sensitivity", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    spec = _scale_spec()
+    ref = verify.Reference(spec, "float32", [x])
+    assert ref.check([2 * x]) is None and calls == []
+    assert ref.check([2 * x + 1]) is not None and ref.check([2 * x + 1]) is not None and calls == [1]
+    before = x.clone()
+    moved = ref.moved()[0]
+    assert torch.equal(x, before)  # (the input is the judge's read-only copy in the verify stage)
+    # 2x moved by u |x| (1 + r): each element by 0 or 4u |x|
+    assert bool((moved <= 4 * verify.FP32_ROUNDOFF * x.abs() * (1 + 1e-6)).all()) and bool((moved > 0).any())

@@ -45,11 +45,13 @@ def _reference_bytes(spec: OpSpec, dtype: str, m: int, n: int, chunked: bool) ->
     """The float64 reference: inputs and outputs upcast, the reference's outputs, the comparison.
     (torch's own run in the problem's dtype comes first and keeps only its outputs: its
     temporaries are gone before the reference's, and in half the bytes or less.)"""
-    # the outputs twice more: the reference on the inputs' magnitudes (verify.compare's slack)
-    elems = sum(math.prod(t.shape(m, n)) for t in spec.tensors) + sum(math.prod(t.shape(m, n)) for t in spec.outputs)
+    # the outputs twice more: the reference on the inputs' magnitudes and on the inputs moved
+    # by u |x| (verify.compare's slack)
+    outs = sum(math.prod(t.shape(m, n)) for t in spec.outputs)
+    elems = sum(math.prod(t.shape(m, n)) for t in spec.tensors) + 2 * outs
     if chunked:
         row = max(1, math.prod(spec.tensors[0].shape(1, n)))
-        elems = min(elems, max(CHUNK_ELEMS, row) * (len(spec.tensors) + len(spec.outputs)))
+        elems = min(elems, max(CHUNK_ELEMS, row) * (len(spec.tensors) + 2 * len(spec.outputs)))
     return elems * 8 * 3 + spec.reference_scratch
 
 

@@ -135,18 +135,14 @@ def resident_split(knobs: NormKnobs, elem_bits: int, seg_len: int, vec: int) -> 
     return k, per, grid
 
 
-def resolve_tiling(
-    knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str, values: bool = False, chan: bool = False
-) -> NormTiling:
+def resolve_tiling(knobs: NormKnobs, widest_bits: int, seg_len: int, mode: str, values: bool = False) -> NormTiling:
     """The tiling of groups of `seg_len` elements. `values`: a value a group (no rewrite): a
-    thread a group where it is short, else the fused path's threads by the group's bytes, but for
-    a Chan merge (`chan`), whose block of a thread's deviations from its first term held an
-    ill-conditioned std / mean (a spike first) inside the judge's bound only at 256 threads."""
+    thread a group where it is short, else the fused path's threads by the group's bytes."""
     group_bytes = seg_len * widest_bits // 8
     limit = T.PACKED_BYTES if knobs.packed_bytes is None else knobs.packed_bytes
     packed = values and mode == "groups" and group_bytes <= limit
     fused = mode == "groups" and seg_len <= knobs.fused_max
-    if values and fused and not packed and not chan:
+    if values and fused and not packed:
         knobs = dataclasses.replace(knobs, num_threads=knobs.fused_threads or pick(T.FUSED_THREADS, group_bytes))
     if knobs.num_threads % WARP or not WARP <= knobs.num_threads <= 1024:
         raise ValueError(f"num_threads={knobs.num_threads} must be a multiple of 32, <= 1024")
@@ -221,8 +217,7 @@ class GroupedNorm:
         ):
             raise ValueError("a rewrite's outputs after its element outputs need per_group")
         widest = const_expr(max(t.element_type.width for t in (mX, *_outs(mO))))
-        chan = self.combine is R.count_mean_m2 or R.count_mean_m2 in getattr(self.combine, "parts", ())
-        self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode, self.apply is None, chan)
+        self.tiling = resolve_tiling(self.knobs, widest, self.seg_len, self.mode, self.apply is None)
         t = self.tiling
         items = Int64(mX.shape[0])
         if const_expr(self.mode == "groups"):

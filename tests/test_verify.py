@@ -303,3 +303,38 @@ def test_the_moved_run_is_made_only_where_the_rest_of_the_rule_fails(monkeypatch
     assert torch.equal(x, before)  # (the input is the judge's read-only copy in the verify stage)
     # 2x moved by u |x| (1 + r): each element by 0 or 4u |x|
     assert bool((moved <= 4 * verify.FP32_ROUNDOFF * x.abs() * (1 + 1e-6)).all()) and bool((moved > 0).any())
+
+
+def test_an_infinite_reference_admits_itself_or_where_a_rounding_makes_it_finite_anything_but_nan() -> None:
+    """log of a zero row's sum is -inf: a 0 there is wrong (rtol x inf once admitted any value but
+    NaN). A std / mean of rows of integers that cancel exactly is +-inf, but a fold that divides
+    as it goes gets a mean of 1e-9, not 0: the inputs moved by u |x| give a finite reference
+    there, so any value but NaN passes."""
+    log_spec = OpSpec(
+        "logsum",
+        "log of each row's sum of |x|",
+        (TensorDesc("x", ("M", "N")), TensorDesc("out", ("M",), output=True)),
+        lambda x: [torch.log(x.abs().sum(1))],
+        lambda *a: [],
+        torch_fn=lambda x: torch.log(x.abs().sum(1)),
+    )
+    x = torch.rand(8, 64, generator=torch.Generator().manual_seed(7)) + 0.5
+    x[3] = 0.0
+    right = torch.log(x.abs().sum(1))
+    ref = verify.Reference(log_spec, "float32", [x])
+    assert ref.check([right]) is None and ref.ratio([right]) < 1.0
+    wrong = right.clone()
+    wrong[3] = 0.0
+    bad = ref.check([wrong])
+    assert bad is not None and bad.index == (3,) and ref.ratio([wrong]) == float("inf")
+
+    cycle = torch.tensor([1.0, -1.0, 2.0, -2.0]).repeat(16)
+    rows = torch.stack([cycle, cycle + 1.0, cycle.roll(1)])  # means 0, 1, 0
+    spec = _cv_spec(*rows.shape)
+    r = verify.Reference(spec, "float32", [rows], widen_by_own=False)
+    assert bool(torch.isinf(r.refs[0][[0, 2]]).all())
+    inexact = r.refs[0].float().clone()
+    inexact[0], inexact[2] = 1.5e8, -3.0e8  # a mean of +-1e-8 where it is 0
+    assert r.check([inexact]) is None
+    inexact[2] = float("nan")
+    assert r.check([inexact]) is not None

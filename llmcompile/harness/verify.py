@@ -182,9 +182,11 @@ def _moved(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _sensitivity(
     spec: OpSpec, inputs: list[torch.Tensor], scalars: dict | None, refs: list[torch.Tensor]
 ) -> list[torch.Tensor | None]:
-    """|f(x') - f(x)| of each floating output, x' the floating inputs moved (`_moved`); 0 where
-    either is not finite (an infinite reference already admits any value but NaN, and a NaN one
-    only a NaN). None for an integer output, or where no input is floating."""
+    """|f(x') - f(x)| of each floating output, x' the floating inputs moved (`_moved`). Infinite
+    where the reference is infinite and the moved one finite (a division by an exact 0, such as a
+    mean of integers that cancel: any value but NaN is as right as another there); 0 where the
+    reference is finite and the moved one not, or both are infinite or NaN. None for an integer
+    output, or where no input is floating."""
     if not any(x.is_floating_point() for x in inputs):
         return [None] * len(refs)
     gen = torch.Generator(device=inputs[0].device).manual_seed(SENSITIVITY_SEED)
@@ -195,7 +197,11 @@ def _sensitivity(
     for k, r in enumerate(refs):
         p, outs[k] = outs[k], None  # (each moved output freed once its difference is made)
         ok = p is not None and p.is_floating_point() and r.is_floating_point()
-        sens.append((p.double() - r.to(p.device).double()).abs_().nan_to_num_(0.0, 0.0, 0.0) if ok else None)
+        if not ok:
+            sens.append(None)
+            continue
+        d = (p.double() - r.to(p.device).double()).abs_().nan_to_num_(0.0, float("inf"))
+        sens.append(d.masked_fill_(torch.isinf(d) & ~torch.isinf(r.to(d.device)), 0.0))
     return sens
 
 
@@ -248,16 +254,18 @@ def exact_tolerance(r: torch.Tensor, mags: torch.Tensor, out_dtype: torch.dtype,
 
 
 def _close(g: torch.Tensor, r: torch.Tensor, tol: Tolerance, slack: float | torch.Tensor) -> torch.Tensor:
-    # isclose treats inf == inf of the same sign as close, which is right
+    # isclose treats inf == inf of the same sign as close, which is right; an infinite reference
+    # admits only itself (rtol x inf would admit anything but NaN), unless its slack is infinite
+    # (`_sensitivity`: a rounding of the inputs makes it finite)
     if isinstance(slack, float):
         return torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol + slack, equal_nan=True)
-    within = (g - r).abs() <= tol.atol + tol.rtol * r.abs() + slack
+    within = ((g - r).abs() <= tol.atol + tol.rtol * r.abs() + slack) & (torch.isfinite(r) | torch.isinf(slack))
     return torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol, equal_nan=True) | within
 
 
 def _exact_close(g: torch.Tensor, r: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
     same_nan = torch.isnan(g) & torch.isnan(r)
-    return same_nan | (g == r) | ((g - r).abs() <= bound)
+    return same_nan | (g == r) | (((g - r).abs() <= bound) & torch.isfinite(r))
 
 
 def _mismatch(name: str, got: torch.Tensor, g: torch.Tensor, r: torch.Tensor, ok: torch.Tensor) -> Mismatch:
@@ -367,13 +375,18 @@ class Reference:
         worst = 0.0
         for k, got in enumerate(outputs):
             g, r = self._pair(k, got)
-            bound = self.allowed(k, got, exact)
-            if not (exact and g.is_floating_point()):
+            slack = self.allowed(k, got, exact)
+            is_exact = bool(exact) and g.is_floating_point()
+            bound = slack
+            if not is_exact:
                 tol = self.spec.tol(self.dtype)
-                bound = tol.atol + tol.rtol * r.abs() + (bound if bound is not None else 0.0)
+                bound = tol.atol + tol.rtol * r.abs() + (slack if slack is not None else 0.0)
             same = (g == r) | (torch.isnan(g) & torch.isnan(r)) | self.as_torch_overflows(k, g)
-            # (an infinite bound, an infinite reference's, admits any value but NaN, as `check` does)
-            err = torch.where(same | ((bound == float("inf")) & ~torch.isnan(g)), 0.0, (g - r).abs())
+            # (as `_close`: an infinite reference admits itself, or any value but NaN where a
+            # rounding of the inputs makes it finite, and nothing else)
+            free = torch.isinf(r) & ~torch.isnan(g)
+            free &= torch.isinf(slack) if slack is not None and not is_exact else False
+            err = torch.where(same | free, 0.0, torch.where(torch.isinf(r), float("inf"), (g - r).abs()))
             q = torch.where(err == 0, 0.0, torch.where(bound > 0, err / bound.clamp(min=1e-300), float("inf")))
             worst = max(worst, float(q.nan_to_num(float("inf")).max()) if q.numel() else 0.0)
         return worst

@@ -338,3 +338,17 @@ def test_an_infinite_reference_admits_itself_or_where_a_rounding_makes_it_finite
     assert r.check([inexact]) is None
     inexact[2] = float("nan")
     assert r.check([inexact]) is not None
+
+
+def test_against_torchs_own_output_its_overflow_is_no_truth() -> None:
+    """Checked against torch's own output (the float64 reference does not fit), an fp32 column
+    product that overflows part way is inf in torch's run, while a kernel that rescales gets the
+    right 1.0: it passes there; a NaN does not."""
+    spec = _column_sum_spec(torch_fn=lambda x: x.prod(0))
+    x = torch.tensor([[1e30] * C, [1e30] * C, [1e-30] * C, [1e-30] * C])
+    assert bool(torch.isinf(x.prod(0)).all())
+    right = torch.ones(C)
+    assert verify.compare_own(spec, "float32", [x], [right]) is None
+    right[3] = float("nan")
+    bad = verify.compare_own(spec, "float32", [x], [right])
+    assert bad is not None and bad.index == (3,)

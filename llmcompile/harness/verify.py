@@ -469,7 +469,9 @@ def compare_own(
             if mag is not None:
                 m = mag[lo : lo + chunk_elems].to(g.device).double().abs().nan_to_num(0.0, 0.0, 0.0)
                 slack = 2 * order_slack(m, r, klen)
-            ok = _close(g, r, tol, slack)
+            # (torch's own inf is no truth: an fp32 product can overflow part way where a kernel
+            # that rescales does not, so any value but NaN passes there, as before)
+            ok = _close(g, r, tol, slack) | (torch.isinf(r) & ~torch.isnan(g))
             if bool(ok.all()):
                 continue
             if tally is not None:

@@ -352,3 +352,30 @@ def test_against_torchs_own_output_its_overflow_is_no_truth() -> None:
     right[3] = float("nan")
     bad = verify.compare_own(spec, "float32", [x], [right])
     assert bad is not None and bad.index == (3,)
+
+
+def test_a_constant_rows_standardization_is_nan_in_torch_and_any_value_from_a_fold_that_rounds_its_mean() -> None:
+    """(x - mean) / std of the degenerate case's constant row (3.0) is 0/0, NaN in float64 and in
+    torch; a kernel that takes the mean as sum x (1/N) rounds it (N = 1000: 3.0000002) and gets -0.9995
+    there. Moved by u |x| the row is not constant and the reference finite: any value passes
+    there. A row of zeros stays 0/0 when moved, so there only a NaN passes."""
+    spec = OpSpec(
+        "standardize",
+        "(x - mean) / std of each row",
+        (TensorDesc("x", ("M", "N")), TensorDesc("out", ("M", "N"), output=True)),
+        lambda x: [(x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)],
+        lambda *a: [],
+        torch_fn=lambda x: (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True),
+    )
+    x = torch.randn(4, 1000, generator=torch.Generator().manual_seed(8))
+    x[1], x[2] = 3.0, 0.0
+    mean = x.sum(1, keepdim=True) * torch.tensor(1 / 1000, dtype=torch.float32)
+    d = x - mean
+    got = d / torch.sqrt((d * d).sum(1, keepdim=True) / 999)
+    assert bool(torch.isfinite(got[1]).all()) and bool(got[2].isnan().all())
+    ref = verify.Reference(spec, "float32", [x])
+    assert ref.check([got]) is None and ref.ratio([got]) < 1.0
+    zeros_written = got.clone()
+    zeros_written[2] = 0.0
+    bad = ref.check([zeros_written])
+    assert bad is not None and bad.index[0] == 2

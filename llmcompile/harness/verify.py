@@ -183,10 +183,10 @@ def _sensitivity(
     spec: OpSpec, inputs: list[torch.Tensor], scalars: dict | None, refs: list[torch.Tensor]
 ) -> list[torch.Tensor | None]:
     """|f(x') - f(x)| of each floating output, x' the floating inputs moved (`_moved`). Infinite
-    where the reference is infinite and the moved one finite (a division by an exact 0, such as a
-    mean of integers that cancel: any value but NaN is as right as another there); 0 where the
-    reference is finite and the moved one not, or both are infinite or NaN. None for an integer
-    output, or where no input is floating."""
+    where the reference is inf or NaN and the moved one finite (a division by an exact 0: a mean
+    of integers that cancel, a constant row's std, which a fold that rounds its mean makes tiny,
+    not 0); 0 where the moved one is not finite. None for an integer output, or where no input
+    is floating."""
     if not any(x.is_floating_point() for x in inputs):
         return [None] * len(refs)
     gen = torch.Generator(device=inputs[0].device).manual_seed(SENSITIVITY_SEED)
@@ -200,8 +200,10 @@ def _sensitivity(
         if not ok:
             sens.append(None)
             continue
-        d = (p.double() - r.to(p.device).double()).abs_().nan_to_num_(0.0, float("inf"))
-        sens.append(d.masked_fill_(torch.isinf(d) & ~torch.isinf(r.to(d.device)), 0.0))
+        p, r = p.double(), r.to(p.device).double()
+        d = (p - r).abs_()
+        d.masked_fill_(~torch.isfinite(d), 0.0).masked_fill_(torch.isfinite(p) & ~torch.isfinite(r), float("inf"))
+        sens.append(d)
     return sens
 
 
@@ -259,8 +261,15 @@ def _close(g: torch.Tensor, r: torch.Tensor, tol: Tolerance, slack: float | torc
     # (`_sensitivity`: a rounding of the inputs makes it finite)
     if isinstance(slack, float):
         return torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol + slack, equal_nan=True)
-    within = ((g - r).abs() <= tol.atol + tol.rtol * r.abs() + slack) & (torch.isfinite(r) | torch.isinf(slack))
-    return torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol, equal_nan=True) | within
+    within = ((g - r).abs() <= tol.atol + tol.rtol * r.abs() + slack) & torch.isfinite(r)
+    return torch.isclose(g, r, rtol=tol.rtol, atol=tol.atol, equal_nan=True) | within | _singular(g, r, slack)
+
+
+def _singular(g: torch.Tensor, r: torch.Tensor, slack: torch.Tensor) -> torch.Tensor:
+    """Where the reference is inf or NaN but a rounding of the inputs makes it finite (`_sensitivity`'s
+    infinite slack: a division by an exact 0): any value passes, but a NaN where the reference is
+    an inf."""
+    return torch.isinf(slack) & ~torch.isfinite(r) & ~(torch.isnan(g) & torch.isinf(r))
 
 
 def _exact_close(g: torch.Tensor, r: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
@@ -384,8 +393,7 @@ class Reference:
             same = (g == r) | (torch.isnan(g) & torch.isnan(r)) | self.as_torch_overflows(k, g)
             # (as `_close`: an infinite reference admits itself, or any value but NaN where a
             # rounding of the inputs makes it finite, and nothing else)
-            free = torch.isinf(r) & ~torch.isnan(g)
-            free &= torch.isinf(slack) if slack is not None and not is_exact else False
+            free = _singular(g, r, slack) if slack is not None and not is_exact else False
             err = torch.where(same | free, 0.0, torch.where(torch.isinf(r), float("inf"), (g - r).abs()))
             q = torch.where(err == 0, 0.0, torch.where(bound > 0, err / bound.clamp(min=1e-300), float("inf")))
             worst = max(worst, float(q.nan_to_num(float("inf")).max()) if q.numel() else 0.0)

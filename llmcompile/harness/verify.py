@@ -191,7 +191,7 @@ def _sensitivity(
         return [None] * len(refs)
     gen = torch.Generator(device=inputs[0].device).manual_seed(SENSITIVITY_SEED)
     moved = [_moved(x, gen) if x.is_floating_point() else x for x in inputs]
-    outs = spec.run_reference(moved, **(scalars or {}))
+    outs: list[torch.Tensor | None] = list(spec.run_reference(moved, **(scalars or {})))
     del moved
     sens: list[torch.Tensor | None] = []
     for k, r in enumerate(refs):

@@ -3,8 +3,10 @@ by the verify stage's own rule (`verify.Reference`) on the verify stage's own in
 
 Each reduction (a kind along a shape) is computed in fp32 the ways real kernels do: threads each
 walking a stretch in sequence and then a tree (as our templates), one tree over everything, bands
-folded in a fixed order by a second pass, partials added in whatever order atomics land; and
-three near-misses: one row of the reduced axis left out (the middle one), the last one left out
+folded in a fixed order by a second pass, partials added in whatever order atomics land, and for
+a mean, a var and a std / mean (ill-conditioned where the mean is near 0) Welford's running
+updates or a block a thread (as the norm template), merged by Chan's formula; and three
+near-misses: one row of the reduced axis left out (the middle one), the last one left out
 (an off-by-one), and accumulators in fp16. Every honest order must pass on every input case
 (random, spikes, integers, degenerate), each near-miss must fail on at least one; the margin of
 each (its largest error over what the rule allows it) goes into the table.

@@ -327,17 +327,23 @@ class Reference:
             self._sens = _sensitivity(self.spec, self.inputs, self.scalars, self.refs)
         return self._sens
 
-    def allowed(self, k: int, got: torch.Tensor, exact: str = "", moved: bool = True) -> torch.Tensor | None:
+    def allowed(self, k: int, got: torch.Tensor, exact: str = "", moved: bool = True) -> torch.Tensor:
         """What output k may differ from the reference by, element by element, beyond the spec's
-        own atol + rtol |ref| (None: nothing beyond them); with `exact` (an OpSpec.exact kind),
-        all it may differ by. `moved=False`: without the sensitivity term (a lower bound)."""
+        own atol + rtol |ref|; with `exact` (an OpSpec.exact kind), all it may differ by.
+        `moved=False`: without the sensitivity term (a lower bound)."""
         g, r = self._pair(k, got)
+        return self._slack(k, g, r, got.dtype, exact, moved)
+
+    def _slack(
+        self, k: int, g: torch.Tensor, r: torch.Tensor, dtype: torch.dtype, exact: str, moved: bool
+    ) -> torch.Tensor:
+        """`allowed` on the float64 pair already made (g: the output, r: the reference)."""
         mag = self.mags[k].to(g.device).reshape(g.shape) if k < len(self.mags) else None
         if exact and g.is_floating_point() and mag is not None:
-            return exact_tolerance(r, mag, got.dtype, exact)
+            return exact_tolerance(r, mag, dtype, exact)
         slack = torch.full_like(r, OWN_ERROR_FACTOR * (self.own_errs[k] or 0.0))
         if g.is_floating_point() and mag is not None:
-            slack = torch.maximum(order_slack(mag, r, reduction_length(self.spec, self.inputs, got)), slack)
+            slack = torch.maximum(order_slack(mag, r, reduction_length(self.spec, self.inputs, g)), slack)
         sens = self.moved()[k] if moved and g.is_floating_point() else None
         if sens is not None:
             slack = torch.maximum(SENSITIVITY_FACTOR * sens.to(g.device).reshape(g.shape), slack)
@@ -356,15 +362,11 @@ class Reference:
     def _ok(self, k: int, got: torch.Tensor, exact: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         g, r = self._pair(k, got)
         if exact and g.is_floating_point():
-            bound = self.allowed(k, got, exact, moved=False)
-            if bound is not None:
-                return g, r, _exact_close(g, r, bound) | self.as_torch_overflows(k, g)
+            bound = self._slack(k, g, r, got.dtype, exact, moved=False)
+            return g, r, _exact_close(g, r, bound) | self.as_torch_overflows(k, g)
         tol = self.spec.tol(self.dtype)
-        ok = None
         for moved in (False, True):  # (the sensitivity run only where the rest of the rule fails)
-            bound = self.allowed(k, got, exact, moved)
-            ok = _close(g, r, tol, bound if bound is not None else 0.0) | self.as_torch_overflows(k, g)
-            del bound
+            ok = _close(g, r, tol, self._slack(k, g, r, got.dtype, exact, moved)) | self.as_torch_overflows(k, g)
             if bool(ok.all()) or not g.is_floating_point():
                 break
         return g, r, ok
@@ -384,16 +386,16 @@ class Reference:
         worst = 0.0
         for k, got in enumerate(outputs):
             g, r = self._pair(k, got)
-            slack = self.allowed(k, got, exact)
+            slack = self._slack(k, g, r, got.dtype, exact, moved=True)
             is_exact = bool(exact) and g.is_floating_point()
             bound = slack
             if not is_exact:
                 tol = self.spec.tol(self.dtype)
-                bound = tol.atol + tol.rtol * r.abs() + (slack if slack is not None else 0.0)
+                bound = tol.atol + tol.rtol * r.abs() + slack
             same = (g == r) | (torch.isnan(g) & torch.isnan(r)) | self.as_torch_overflows(k, g)
             # (as `_close`: an infinite reference admits itself, or any value but NaN where a
             # rounding of the inputs makes it finite, and nothing else)
-            free = _singular(g, r, slack) if slack is not None and not is_exact else False
+            free = False if is_exact else _singular(g, r, slack)
             err = torch.where(same | free, 0.0, torch.where(torch.isinf(r), float("inf"), (g - r).abs()))
             q = torch.where(err == 0, 0.0, torch.where(bound > 0, err / bound.clamp(min=1e-300), float("inf")))
             worst = max(worst, float(q.nan_to_num(float("inf")).max()) if q.numel() else 0.0)

@@ -882,3 +882,28 @@ def test_the_attention_kernel_functions_hand_their_4d_calls_to_the_node() -> Non
             with pytest.raises(OpError, match="CUDA device"):
                 fn(t, t, v if t.dim() == 4 else t)
             assert ext.forward_runs()[1] == python + counted, fn.spec.name
+
+
+def test_a_functorch_wrapped_tensor_goes_to_the_python_call(ext: object, routed: list[tuple]) -> None:
+    """grad_call's functorch guards, asked in C++: with the transform's layer keys taken out of the
+    thread's dispatch keys (transforms then read as inactive), a tensor that grad or vmap wrapped
+    still sends the call to the Python call; the same call on a plain tensor goes to the node."""
+    from llmcompile import kernels
+
+    layer_keys = torch._C._functorch._set_dynamic_layer_keys_included
+    x = torch.randn(3, 40, dtype=torch.float64)
+
+    def call_unlayered(t: torch.Tensor) -> torch.Tensor:
+        assert torch._C._functorch.is_functorch_wrapped_tensor(t)
+        layer_keys(False)
+        try:
+            assert not torch._C._are_functorch_transforms_active()
+            kernels.softmax(t)
+        finally:
+            layer_keys(True)
+        return (t * t).sum()
+
+    torch.func.grad(call_unlayered)(x)
+    assert routed == [("softmax", {})]
+    plain = x.clone().requires_grad_()
+    assert "Node" in kernels.softmax(plain).grad_fn.name() and len(routed) == 1

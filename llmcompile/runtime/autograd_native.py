@@ -91,12 +91,9 @@ def register_kernels(ext: Any) -> None:
     for slot, fn in enumerate(kernels.ATTENTIONS):  # (their C calls' route: grad_call's op ATTENTION + slot)
         ext.register_attention(slot, fn, *kernels.attention_flags(fn))
     ext.set_native(native_api())  # (a backward then launches its planned kernel without the GIL)
-    # what sends a call that reaches grad_call from C back to the Python Functions (as autograd.py's _nodes)
-    ext.set_guards(
-        torch.compiler,
-        torch._C._are_functorch_transforms_active,
-        torch._C._functorch.is_functorch_wrapped_tensor,
-    )
+    # what tells grad_call that torch.compile traces (functorch it asks in C++): those calls go back to
+    # the Python Functions, as autograd.py's _nodes sends them
+    ext.set_guards(torch.compiler)
 
 
 def reason() -> str | None:

@@ -722,10 +722,13 @@ void register_op(int64_t op, py::object forward, py::object backward, py::object
 /* What sends a call back to the Python Functions, asked as autograd.py's `_nodes` asks it:
  * torch.compile tracing (torch.compiler's `_is_compiling_flag`, what its is_compiling() returns
  * outside TorchScript, read without that function's two Python calls; the function itself where
- * the flag is gone), functorch transforms active, a functorch-wrapped tensor. Set once by
- * `set_guards`; never destroyed (held for the process, as the registry). */
+ * the flag is gone), functorch transforms active, a functorch-wrapped tensor. The last two are
+ * asked in C++ (`functorch_active`, `functorch_wrapped`): through torch's pybind11 functions they
+ * were two to four Python calls a forward, which with the host's caches cold made our forward
+ * with grad 3.3 us slower than torch's (evals/results/training-step/). Set once by `set_guards`;
+ * never destroyed (held for the process, as the registry). */
 struct Guards {
-  PyObject *compiler = nullptr, *is_compiling = nullptr, *functorch_active = nullptr, *is_wrapped = nullptr;
+  PyObject *compiler = nullptr, *is_compiling = nullptr;
   PyObject* flag = nullptr;  // "_is_compiling_flag", interned
 };
 Guards& guards() {
@@ -733,13 +736,28 @@ Guards& guards() {
   return *g;
 }
 
-void set_guards(py::object compiler, py::object functorch_active, py::object is_wrapped) {
+void set_guards(py::object compiler) {
   Guards& g = guards();
   g.is_compiling = py::object(compiler.attr("is_compiling")).release().ptr();
-  g.compiler = compiler.release().ptr();
-  g.functorch_active = functorch_active.release().ptr();
-  g.is_wrapped = is_wrapped.release().ptr();
   g.flag = PyUnicode_InternFromString("_is_compiling_flag");
+  g.compiler = compiler.release().ptr();
+}
+
+/* torch._C._are_functorch_transforms_active(), asked as torch answers it: a transform's layer keys
+ * in this thread's included dispatch keys. */
+bool functorch_active() {
+  const c10::DispatchKeySet in = c10::impl::tls_local_dispatch_key_set().included_;
+  return in.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
+         in.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
+}
+
+/* A tensor functorch wraps: batched, a grad transform's wrapper, or a functional wrapper. Wider
+ * than torch._C._functorch.is_functorch_wrapped_tensor, which also asks a functional wrapper's
+ * level; a call this sends to Python for that is still taken there, only slower. */
+bool functorch_wrapped(const at::Tensor& t) {
+  constexpr c10::DispatchKeySet wrappers({c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::BatchedNestedTensor,
+                                          c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize});
+  return t.key_set().has_any(wrappers);
 }
 
 /* 1 where fn(arg...) is True, 0 where not, -1 with a Python error set */
@@ -768,13 +786,13 @@ int guarded(PyObject* args, Py_ssize_t tensors) {
     PyErr_Clear();
     on = truth(g.is_compiling, nullptr);
   }
-  if (on == 0) on = truth(g.functorch_active, nullptr);
-  for (Py_ssize_t i = 0; i < tensors && on == 0; ++i) {
+  if (on != 0) return on;
+  if (functorch_active()) return 1;
+  for (Py_ssize_t i = 0; i < tensors; ++i) {
     PyObject* t = PyTuple_GET_ITEM(args, i);
-    if (!THPVariable_Check(t)) return 1;
-    on = truth(g.is_wrapped, t);
+    if (!THPVariable_Check(t) || functorch_wrapped(THPVariable_Unpack(t))) return 1;
   }
-  return on;
+  return 0;
 }
 
 /* The attention kernel functions whose C calls come here (grad_call's ops ATTENTION + slot), each
@@ -800,7 +818,7 @@ void register_attention(int64_t slot, py::object fn, bool causal, double scale) 
  * Py_NotImplemented for a scale by keyword, another rank, or a guard: the Python call takes it. */
 PyObject* attention_call(int slot, PyObject* args, PyObject* kwargs) {
   const AttentionSlot& a = attention_slots()[slot];
-  if (!a.fn || guards().is_wrapped == nullptr || PyTuple_GET_SIZE(args) != 3) return not_taken();
+  if (!a.fn || guards().compiler == nullptr || PyTuple_GET_SIZE(args) != 3) return not_taken();
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) return not_taken();
   const int on = guarded(args, 3);
   if (on != 0) return on < 0 ? nullptr : not_taken();
@@ -826,7 +844,7 @@ PyObject* grad_call(int op, PyObject* args, PyObject* kwargs) {
     if (op < 0 || op >= N_OPS || op == CE_LOSS) return not_taken();
     const Kernels& k = registry()[op];
     const Guards& g = guards();
-    if (!k.forward || g.is_wrapped == nullptr) return not_taken();
+    if (!k.forward || g.compiler == nullptr) return not_taken();
     const Py_ssize_t tensors = op == LAYERNORM ? 3 : op == RMSNORM ? 2 : 1;
     const bool norm = tensors > 1;
     const Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -888,8 +906,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "strided_v_runs", [] { return forward_strided_v_runs.load(); },
       "strided_v_runs() -> attention forwards through the strided-v call (v read where it lies), since the process began");
-  m.def("set_guards", &set_guards, py::arg("compiler"), py::arg("functorch_active"), py::arg("is_wrapped"),
-        "set_guards(torch.compiler, functorch_active, is_wrapped): what sends grad_call's calls back to Python");
+  m.def("set_guards", &set_guards, py::arg("compiler"),
+        "set_guards(torch.compiler): what tells grad_call that torch.compile traces (its calls then go back to Python)");
   // native_call.c's Entry calls it (Entry._set_node): a C function pointer, no Python between
   m.attr("grad_call") = py::capsule(reinterpret_cast<void*>(&grad_call), "llmcompile.grad_call");
   m.def(

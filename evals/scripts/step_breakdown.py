@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     nodes = os.environ.get("LLMCOMPILE_NATIVE_AUTOGRAD", "1") != "0"
     if args.cold:
-        print(f"{torch.cuda.get_device_name(0)}, {args.dtype} {args.m} x {args.n}, {args.samples} calls each")
+        head = f"{args.op} {args.dtype} {args.m} x {args.n}, {args.samples} calls each"
+        print(f"{torch.cuda.get_device_name(0)}, {head}, autograd: {'C++ nodes' if nodes else 'Python'}")
         print("| piece | host caches | ours (us) | torch eager (us) | ours - torch, paired | ours lower |")
         print("|---|---|---|---|---|---|")
         for name, caches, (a, b, d, lower) in cold(args.op, args.dtype, args.m, args.n, args.samples):

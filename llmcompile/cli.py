@@ -75,6 +75,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise OpError(f"unknown {what} {op!r}; known: {', '.join(sorted(known))}")
     if args.processes < 1:
         raise UsageError(f"--processes {args.processes}: give 1 or more")
+    before = Path(args.before) if args.before else None
+    if before is not None and not (before / "llmcompile" / "__init__.py").is_file():
+        raise UsageError(
+            f"--before {before}: no llmcompile/ in it; give a copy of another version's tree "
+            "(e.g. `git worktree add DIR REV`, or `git archive REV llmcompile reference_kernels | tar -x -C DIR`)"
+        )
     require_gpu(target)
     dtypes = [dtype_name(d) for d in args.dtype]
     shapes: list[tuple[int, int]] | None = None  # each op's own grid (attention's is fixed)
@@ -85,13 +91,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.shapes or args.elems != BENCH_ELEMS:
         shapes = parse_shapes(args.shapes) or bench_shapes(args.elems)
     baselines = parse_baselines(args.baselines)
-    if args.processes > 1:
+    if args.processes > 1 or before is not None:
         from llmcompile.bench import processes
 
-        results = processes.run(args.argv, args.processes, Path(args.out), args.stem)
+        results = processes.run(args.argv, args.processes, Path(args.out), args.stem, before=before)
         spread = Path(args.out) / f"{args.stem}-spread.md"
         print(spread.read_text() if results else "no process wrote a table")
-        return 0 if len(results) == args.processes else 1
+        return 0 if len(results) == args.processes * (1 if before is None else 2) else 1
     if args.train:
         from llmcompile.bench import train
 
@@ -440,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="run the bench this many times, each in a fresh process with its own table, "
         "then tabulate each ratio's spread across them (STEM-spread.md)",
+    )
+    s.add_argument(
+        "--before",
+        metavar="DIR",
+        help="with --processes K: K more processes running the llmcompile in DIR (a copy of another "
+        "version's tree), alternating with this one's; STEM-spread.md compares each point's medians",
     )
     s.add_argument("--out", default="bench-results")
     s.add_argument("--stem", default="bench")

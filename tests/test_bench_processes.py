@@ -26,6 +26,8 @@ def test_each_child_runs_the_same_bench_under_its_own_stem() -> None:
     argv = ["bench", "all", "--train", "--processes", "4", "--stem", "small", "--rounds=5", "--processes=4"]
     assert processes.child_argv(argv, "small", 2) == ["bench", "all", "--train", "--rounds=5", "--stem", "small-p2"]
     assert processes.child_argv(["bench", "softmax", "--stem=x"], "x", 1) == ["bench", "softmax", "--stem", "x-p1"]
+    both = ["bench", "softmax", "--before", "old", "--processes", "2", "--before=old"]
+    assert processes.child_argv(both, "x-before", 1) == ["bench", "softmax", "--stem", "x-before-p1"]
 
 
 def test_the_spread_gives_each_points_range_and_median_and_names_those_under_one() -> None:
@@ -47,7 +49,8 @@ def test_a_run_keeps_every_table_written_and_says_which_child_wrote_none(tmp_pat
     seen: list[list[str]] = []
     said: list[str] = []
 
-    def launch(argv: list[str]) -> int:
+    def launch(argv: list[str], tree: Path | None) -> int:
+        assert tree is None
         seen.append(argv)
         stem = argv[-1]
         if stem.endswith("p2"):
@@ -79,8 +82,9 @@ def test_bench_processes_runs_its_children_through_the_cli(
 
     argvs: list[list[str]] = []
 
-    def fake_run(argv, count, out, stem, progress=print, launch=None):  # noqa: ANN001, ANN202
+    def fake_run(argv, count, out, stem, progress=print, launch=None, before=None):  # noqa: ANN001, ANN202
         argvs.append(argv)
+        assert before is None
         (out / f"{stem}-spread.md").write_text("the spread\n")
         return [_grid({256: 1.0}, {256: 1.0})] * (count - 1)  # (one child wrote nothing)
 
@@ -129,3 +133,72 @@ def test_an_interrupt_is_passed_to_the_child_once_and_waited_for(tmp_path: Path)
         timer.cancel()
         signal.signal(signal.SIGINT, before)
     assert mark.read_text() == "partial"
+
+
+def test_a_run_against_another_tree_takes_turns_and_compares_the_medians(tmp_path: Path) -> None:
+    """Before's processes alternate with this tree's, each first in turn; the page gives each
+    version's median, range and processes under 1.0, and how far the median moved."""
+    tree = tmp_path / "old"
+    seen: list[tuple[str, Path | None]] = []
+    ours = {"s-before-p1": 0.95, "s-before-p2": 0.97, "s-before-p3": 1.01, "s-p1": 1.02, "s-p2": 0.99, "s-p3": 1.05}
+
+    def launch(argv: list[str], where: Path | None) -> int:
+        stem = argv[-1]
+        seen.append((stem, where))
+        (tmp_path / f"{stem}.json").write_text(json.dumps(_grid({256: ours[stem]}, {256: 1.0}).to_json()))
+        return 0
+
+    got = processes.run(["bench", "log_softmax", "--before", str(tree)], 3, tmp_path, "s", lambda _: None, launch, tree)
+    assert seen == [
+        ("s-before-p1", tree),
+        ("s-p1", None),
+        ("s-p2", None),
+        ("s-before-p2", tree),
+        ("s-before-p3", tree),
+        ("s-p3", None),
+    ]
+    assert len(got) == 6
+    md = (tmp_path / "s-spread.md").read_text()
+    assert md.startswith(f"3 processes of this tree and 3 of `{tree}`, in turn,")
+    row = "| log_softmax | bfloat16 | 32768 | 256 | 0.970 | 0.950-1.010 | 2 of 3 | 1.020 | 0.990-1.050 | 1 of 3 | +0.050 |"
+    assert row in md
+    assert "Medians under 1.0, now: none" in md
+    assert "Medians under 1.0, before: log_softmax bfloat16 32768x256 vs eager 0.970" in md
+    assert "vs quack" not in md
+
+
+def test_a_child_of_another_tree_imports_that_trees_llmcompile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a fresh interpreter, run from this checkout (whose llmcompile `python -m` would find
+    first): the child runs the tree's own package."""
+    pkg = tmp_path / "old" / "llmcompile"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    mark = tmp_path / "ran"
+    (pkg / "__main__.py").write_text(f"import sys\nopen({str(mark)!r}, 'w').write(__file__ + ' ' + sys.argv[1])\n")
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert processes._launch(["hello"], tmp_path / "old") == 0
+    assert mark.read_text() == f"{pkg / '__main__.py'} hello"
+
+
+def test_bench_refuses_a_before_tree_without_llmcompile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "softmax", "--processes", "2", "--before", str(tmp_path)]) == 2
+    assert "no llmcompile/ in it" in capsys.readouterr().err
+
+
+def test_bench_passes_the_before_tree_to_the_processes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import llmcompile.cli as cli
+
+    tree = tmp_path / "old"
+    (tree / "llmcompile").mkdir(parents=True)
+    (tree / "llmcompile" / "__init__.py").write_text("")
+    got: list[Path | None] = []
+
+    def fake_run(argv, count, out, stem, progress=print, launch=None, before=None):  # noqa: ANN001, ANN202
+        got.append(before)
+        (out / f"{stem}-spread.md").write_text("the comparison\n")
+        return [_grid({256: 1.0}, {256: 1.0})] * (2 * count)
+
+    monkeypatch.setattr(cli, "require_gpu", lambda target: None)
+    monkeypatch.setattr(processes, "run", fake_run)
+    assert main(["bench", "softmax", "--before", str(tree), "--out", str(tmp_path)]) == 0
+    assert got == [tree]

@@ -159,7 +159,7 @@ def test_a_run_against_another_tree_takes_turns_and_compares_the_medians(tmp_pat
     ]
     assert len(got) == 6
     md = (tmp_path / "s-spread.md").read_text()
-    assert md.startswith(f"3 processes of this tree and 3 of `{tree}`, in turn,")
+    assert md.startswith(f"3 processes of this tree and 3 of `{tree}`, taking turns, each running `llmcompile bench")
     row = "| log_softmax | bfloat16 | 32768 | 256 | 0.970 | 0.950-1.010 | 2 of 3 | 1.020 | 0.990-1.050 | 1 of 3 | +0.050 |"
     assert row in md
     assert "Medians under 1.0, now: none" in md

@@ -169,7 +169,7 @@ def _head(results: list[BenchResult], argv: list[str], what: str) -> str:
     first = results[0]
     mode = "CUDA graphs" if first.graph else "eager calls, without CUDA graphs (host time included)"
     gpus = sorted({r.gpu for r in results})
-    return f"{what} of `llmcompile {' '.join(argv)}`, one after another; {mode}; {', '.join(gpus)}; torch {first.versions.get('torch', '?')}"
+    return f"{what} `llmcompile {' '.join(argv)}`, one after another; {mode}; {', '.join(gpus)}; torch {first.versions.get('torch', '?')}"
 
 
 def _baselines(results: list[BenchResult]) -> list[str]:
@@ -181,7 +181,7 @@ def markdown(results: list[BenchResult], argv: list[str], labels: list[str] | No
     name, p1, p2, ... where not given), its range and median; then the points whose median is
     under 1.0."""
     lines = [
-        _head(results, argv, f"{len(results)} processes"),
+        _head(results, argv, f"{len(results)} processes of"),
         "",
         "Ours / each baseline (ratio of the rates), a column a process (each its own table, `-pI.md`).",
     ]
@@ -218,7 +218,11 @@ def comparison(
     ratio, its range and how many of its processes read under 1.0, and the median's move; then the
     points whose median is under 1.0 in each. (Each process's own table: `-pI.md`, `-before-pI.md`.)"""
     lines = [
-        _head(now + before, argv, f"{len(now)} processes of this tree and {len(before)} of `{tree}`, in turn,"),
+        _head(
+            now + before,
+            argv,
+            f"{len(now)} processes of this tree and {len(before)} of `{tree}`, taking turns, each running",
+        ),
         "",
         "Ours / each baseline (ratio of the rates): its median over each version's processes, the range,",
         "and how many processes read under 1.0.",

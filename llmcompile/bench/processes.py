@@ -149,6 +149,10 @@ class Spread:
     def median(self) -> float | None:
         return statistics.median(self.measured) if self.measured else None
 
+    def named(self) -> str:
+        """The point, its baseline and its median, as the lists of medians under 1.0 name it."""
+        return f"{self.op} {self.dtype} {self.m}x{self.n} vs {self.against} {self.median:.3f}"
+
 
 def spreads(results: list[BenchResult], against: str) -> list[Spread]:
     """Each point's ratio of our rate to `against`'s, a process each, in the order of the points."""
@@ -199,7 +203,7 @@ def markdown(results: list[BenchResult], argv: list[str], labels: list[str] | No
             cells = " | ".join("" if r is None else f"{r:.3f}" for r in s.ratios)
             lines.append(f"| {s.op} | {s.dtype} | {s.m} | {s.n} | {cells} | {_range(s)} | {s.median:.3f} |")
             if s.median is not None and s.median < 1.0:
-                under.append(f"{s.op} {s.dtype} {s.m}x{s.n} vs {against} {s.median:.3f}")
+                under.append(s.named())
     lines += ["", "Medians under 1.0: " + ("; ".join(under) if under else "none")]
     return "\n".join(lines) + "\n"
 
@@ -248,7 +252,7 @@ def comparison(
                     continue
                 cells += [f"{s.median:.3f}", _range(s), f"{sum(r < 1.0 for r in s.measured)} of {len(s.measured)}"]
                 if s.median < 1.0:
-                    under[name].append(f"{' '.join(map(str, key[:2]))} {key[2]}x{key[3]} vs {against} {s.median:.3f}")
+                    under[name].append(s.named())
             a, b = theirs.get(key), mine.get(key)
             move = f"{b.median - a.median:+.3f}" if a and b else ""
             lines.append(f"| {' | '.join(map(str, key))} | {' | '.join(cells)} | {move} |")

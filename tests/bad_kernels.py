@@ -394,6 +394,27 @@ NEW: tuple[Bad, ...] = (
         timed_shape=(262144, 1024),
     ),
     Bad(
+        "input_as_scratch_restored_when_timed",
+        "at the benchmark's sizes only, parks its output's old values in x for a moment and puts x "
+        "back before it returns: bit-identical afterwards, never written while verified",
+        (
+            (
+                _ROW_CALL,
+                "    if mX.shape[0] > 100000:\n"
+                "        tidx, _, _ = cute.arch.thread_idx()\n"
+                "        keep = mX[bidx, tidx]\n"
+                "        mX[bidx, tidx] = mO[bidx, tidx]\n"
+                "        cute.arch.barrier()\n"  # (a barrier between: the store cannot be elided)
+                "        mX[bidx, tidx] = keep\n"
+                "        cute.arch.barrier()\n"
+                "    softmax_row(mX, mO, bidx, red)\n",
+            ),
+        ),
+        "wrong",
+        ("input_write",),
+        timed_shape=(262144, 1024),
+    ),
+    Bad(
         "sum_carried_across_rows",
         "past 8192 rows, a grid of 1056 CTAs loops over the rows and never resets its running sum: "
         "an order-dependent answer, right wherever each CTA takes one row (every verified shape)",

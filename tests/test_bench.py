@@ -208,3 +208,29 @@ def test_the_probe_reads_another_process_below_a_candidates_flag(events: float, 
 
     t = timing.Timing(median_ms=events, min_ms=events, samples=5, graph=True, wall_ms=wall)
     assert (timing.probe_says(t, rate, 4.2) is not None) == busy
+
+
+def test_only_the_named_implementation_is_timed_inside_its_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's inputs are read-only while the candidate is timed, never while a baseline is:
+    a baseline's fault there would be blamed on the candidate."""
+    from contextlib import contextmanager
+
+    from llmcompile.bench import timing
+
+    inside = [False]
+    seen: list[tuple[str, bool]] = []
+
+    @contextmanager
+    def read_only():
+        inside[0] = True
+        yield
+        inside[0] = False
+
+    def time_calls(calls, graph=True):
+        seen.append((calls[0](), inside[0]))
+        return timing.Timing(1.0, 1.0, 1, graph)
+
+    monkeypatch.setattr(timing, "time_calls", time_calls)
+    calls = {name: [lambda name=name: name] for name in ("llmcompile", "torch", "compile")}
+    grid.time_in_turns(calls, 3, True, {}, inside={"llmcompile": read_only})
+    assert sorted(set(seen)) == [("compile", False), ("llmcompile", True), ("torch", False)] and len(seen) == 9

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import importlib.resources
+from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from llmcompile.harness import COMPILE_ERROR, STATIC_REJECTED, Judge, JudgeOptions, static
+from llmcompile.harness import COMPILE_ERROR, CRASHED, STATIC_REJECTED, WRONG, Judge, JudgeOptions, static
 from llmcompile.harness.compiler import parse_ptxas, with_launches
+from llmcompile.harness.judge import _finish
 from llmcompile.harness.sandbox import ROOT, Layers, Sandbox, sandbox
-from llmcompile.harness.verdict import KernelResources, Verdict
-from llmcompile.harness.worker import CandidatePool, Channel
+from llmcompile.harness.verdict import CheckFailure, KernelResources, Verdict
+from llmcompile.harness.worker import CandidatePool, Channel, JobOutcome
 from llmcompile.runtime.launches import parse_launches
 from llmcompile.specs import BUILTIN, contract, get_op
 from reference_kernels.reduce import RowKnobs, resolve_tiling
@@ -331,3 +334,77 @@ def test_a_job_the_judge_could_not_judge_says_so_and_keeps_its_process(tmp_path:
         assert ch.proc is not None and ch.proc.poll() is None
     finally:
         ch.close()
+
+
+class _Rerun:
+    """A GPU worker that answers the judge's second run with `outcome` and keeps the job."""
+
+    def __init__(self, outcome: JobOutcome) -> None:
+        self.outcome, self.jobs = outcome, []
+
+    def run(self, job: dict) -> JobOutcome:
+        self.jobs.append(job)
+        return self.outcome
+
+
+_FAULT = "CandidateFault: AcceleratorError: CUDA error: an illegal memory access was encountered"
+_VERIFIED = {"ok": True, "runs": 40, "failure": None}
+
+
+def _profile(failure: dict | None = None) -> dict:
+    return {"ok": failure is None, "sol_tbs": 3.0, "shapes": [], "flags": [], "failure": failure}
+
+
+def _attribute(crashed: JobOutcome, again: JobOutcome) -> tuple[JobOutcome, dict]:
+    worker = _Rerun(again)
+    job = {"stages": ["verify", "profile"], "read_only": True, "profile_shapes": [[4096, 1024], [262144, 1024]],
+           "baselines": ["torch"], "baseline_cache": {"4096x1024": {}}}  # fmt: skip
+    out = Judge._attribute_fault(SimpleNamespace(gpu_worker=worker), job, crashed)
+    assert len(worker.jobs) == 1
+    return out, worker.jobs[0]
+
+
+def test_a_fault_while_timed_with_read_only_inputs_is_told_from_the_kernels_own_by_timing_again() -> None:
+    at = {"m": 262144, "n": 1024, "case": "timed"}
+    crashed = JobOutcome({"verify": _VERIFIED}, "crashed", "profile", _FAULT, at=at)
+    out, job = _attribute(crashed, JobOutcome({"profile": _profile()}))
+    # again at the shape it faulted on, the inputs writable, no baselines
+    assert (job["stages"], job["read_only"], job["profile_shapes"]) == (["profile"], False, [[262144, 1024]])
+    assert (job["baselines"], job["baseline_cache"]) == ([], {})
+    assert out.failure is None and out.results["verify"] == _VERIFIED
+    f = out.results["profile"]["failure"]
+    assert not out.results["profile"]["ok"] and (f["check"], f["m"], f["n"]) == ("input_write", 262144, 1024)
+    assert f["detail"].startswith("wrote into an input while it was timed") and "illegal memory access" in f["detail"]
+    v = _finish(Verdict("", "", "softmax", "bfloat16", "h100", "0" * 64), out, JudgeOptions(), True)
+    assert v.status == WRONG and v.message.startswith("the timed calls wrote into an input: [input_write]")
+
+    wrong = CheckFailure("timed_output", 262144, 1024, "random", 0, "output set 1: 12 rows differ")
+    out, _ = _attribute(crashed, JobOutcome({"profile": _profile(asdict(wrong))}))
+    f = out.results["profile"]["failure"]
+    assert f["check"] == "input_write" and "with them writable it fails this check (timed_output)" in f["detail"]
+
+
+def test_a_fault_that_stays_when_the_inputs_are_writable_is_the_kernels_crash() -> None:
+    crashed = JobOutcome(
+        {"verify": _VERIFIED}, "crashed", "profile", _FAULT, at={"m": 4096, "n": 1024, "case": "timed"}
+    )
+    out, _ = _attribute(crashed, JobOutcome({}, "crashed", "profile", _FAULT))
+    assert out is crashed
+    v = _finish(Verdict("", "", "softmax", "bfloat16", "h100", "0" * 64), out, JudgeOptions(), True)
+    assert v.status == CRASHED and v.message.startswith("crashed during profile")
+    # where it faulted unknown (no shape reached): every shape again
+    out, job = _attribute(
+        JobOutcome({"verify": _VERIFIED}, "crashed", "profile", _FAULT), JobOutcome({"profile": _profile()})
+    )
+    assert (
+        job["profile_shapes"] == [[4096, 1024], [262144, 1024]]
+        and out.results["profile"]["failure"]["check"] == "input_write"
+    )
+
+
+def test_a_fault_during_verification_is_verified_again_with_writable_inputs() -> None:
+    at = {"m": 4096, "n": 1024, "case": "random"}
+    out, job = _attribute(JobOutcome({}, "crashed", "verify", _FAULT, at=at), JobOutcome({"verify": _VERIFIED}))
+    assert (job["stages"], job["read_only"], job["baselines"]) == (["verify"], False, ["torch"])
+    f = out.results["verify"]["failure"]
+    assert f["check"] == "input_write" and f["detail"].startswith("wrote into an input: the kernel faulted")

@@ -12,7 +12,7 @@ import json
 import math
 import platform
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -141,6 +141,7 @@ def bench_one(
     graph: bool = True,
     rounds: int = 1,
     sets: list[list[torch.Tensor]] | None = None,
+    inside: dict[str, Callable[[], AbstractContextManager[None]]] | None = None,
 ) -> list[BenchRow]:
     """Time ours and each baseline on the same rotated input sets (`sets`, or `input_sets`); with `rounds` > 1 they take
     turns that many times (in a rotated order) and each keeps its median round, so a slow spell
@@ -148,7 +149,8 @@ def bench_one(
     ceiling (the best of copy and read-only bandwidth, when measured; the GEMM probe for a
     compute-bound op, whose rates and `sol_tbs` are TFLOP/s) is flagged IMPOSSIBLE.
     `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
-    wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row."""
+    wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row. `inside`: a
+    context each timing of the named implementation runs in (the judge's: inputs read-only)."""
     work = spec.work(m, n, dtype)
     own_sets = sets is None
     sets = input_sets(spec, m, n, dtype, seed) if sets is None else sets
@@ -163,7 +165,7 @@ def bench_one(
             impls[b] = str(e)
     rows = []
     errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
-    timings = time_in_turns({k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors)
+    timings = time_in_turns({k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside)
     for name in impls:
         if name in errors:
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, errors[name], spec.unit))
@@ -193,11 +195,16 @@ def bench_one(
 
 
 def time_in_turns(
-    calls: dict[str, list[Callable[[], object]]], rounds: int, graph: bool, errors: dict[str, str]
+    calls: dict[str, list[Callable[[], object]]],
+    rounds: int,
+    graph: bool,
+    errors: dict[str, str],
+    inside: dict[str, Callable[[], AbstractContextManager[None]]] | None = None,
 ) -> dict[str, list[timing.Timing]]:
     """Each implementation's calls timed `rounds` times, the implementations taking turns in a
     rotated order, so that a slow spell of the host or of the clocks falls on all of them alike;
-    one that fails is put in `errors` (reported, not fatal) and not timed again."""
+    one that fails is put in `errors` (reported, not fatal) and not timed again. `inside`: as
+    `bench_one`'s."""
     timings: dict[str, list[timing.Timing]] = {}
     order = list(calls)
     for r in range(rounds):
@@ -206,7 +213,8 @@ def time_in_turns(
             if name in errors:  # (failed in an earlier round)
                 continue
             try:
-                timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph))
+                with (inside or {}).get(name, nullcontext)():
+                    timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph))
             except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
                 errors[name] = f"{type(e).__name__}: {e}"[:200]
                 torch.cuda.synchronize()

@@ -5,9 +5,10 @@ what stops each):
 
 - every tensor sits between guard bands (inputs' hold NaN, so a read past an edge poisons the
   answer); every band must be untouched after every call, and a broken one names its tensor;
-- during verification the inputs are mapped read-only (`readonly.py`): a write into one faults at
-  once, even one undone before the kernel returns; outside verification their bits and their
-  fingerprints must be unchanged after the calls;
+- during verification, and while the candidate is timed, the inputs are mapped read-only
+  (`readonly.py`): a write into one faults at once, even one undone before the kernel returns;
+  their bits and their fingerprints must be unchanged after the calls too (where read-only memory
+  is unavailable, that is what sees a write);
 - the judge's own copy of the inputs, which the answer is checked against, is out of a kernel's
   reach during a call: in read-only device memory as the inputs are (or on the host);
 - outputs start as NaN with a payload no arithmetic makes, so an unwritten element shows; a
@@ -63,6 +64,13 @@ def _writable(mappings: list[readonly.Mapping]) -> Iterator[None]:
     flip(False)
 
 
+def _freed(mapping: readonly.Mapping | None) -> None:
+    """Free `mapping` once the GPU is done with it (None: nothing to free); None, to assign."""
+    if mapping is not None:
+        _sync()
+        mapping.free()
+
+
 @dataclass
 class Guarded:
     """A tensor between two guard bands; in read-only device memory when `mapping` is set."""
@@ -85,10 +93,7 @@ class Guarded:
             self.view.copy_(x)
 
     def release(self) -> None:
-        if self.mapping is not None:
-            _sync()
-            self.mapping.free()
-            self.mapping = None
+        self.mapping = _freed(self.mapping)
 
 
 @dataclass
@@ -144,15 +149,32 @@ def judge_copy(xs: list[torch.Tensor], on_device: bool) -> JudgeCopy:
     return copy
 
 
+def slab_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes a guarded tensor takes, its bands included, rounded up to the 512 bytes torch aligns
+    allocations to (so slabs laid end to end keep every view aligned as its own allocation would)."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    raw = (torch.Size(shape).numel() + 2 * (GUARD_BYTES // esize)) * esize
+    return -(-raw // 512) * 512
+
+
 def guarded(
-    name: str, shape: tuple[int, ...], dtype: torch.dtype, device: str = "cuda", read_only: bool = False
+    name: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str = "cuda",
+    read_only: bool = False,
+    within: torch.Tensor | None = None,
 ) -> Guarded:
+    """`within`: uint8 memory of `slab_bytes` to lay the tensor in (its owner frees it), in place
+    of an allocation of its own (a read-only mapping of its own where `read_only`)."""
     numel = torch.Size(shape).numel()
     esize = torch.empty((), dtype=dtype).element_size()
     g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: allocations are 512-aligned
     mapping = None
     try:
-        if read_only:
+        if within is not None:
+            buf = within[: (numel + 2 * g) * esize].view(dtype)
+        elif read_only:
             mapping = readonly.allocate((numel + 2 * g) * esize)
             buf = mapping.tensor((numel + 2 * g) * esize).view(dtype)
         else:
@@ -516,10 +538,16 @@ def ceiling(
 @dataclass
 class InputSets:
     """The timed calls' input sets, each tensor between NaN guard bands, fingerprinted when made
-    (kept by the worker across candidates while memory allows: `cached_sets`)."""
+    (kept by the worker across candidates while memory allows: `cached_sets`). All of them in one
+    mapping (`mapping`; None where read-only device memory is unavailable, or on the CPU), which
+    `read_only` makes read-only while the candidate is timed: a write into an input faults there,
+    even one put back before the kernel returns, which fingerprints cannot see. One mapping for
+    all the sets, not one a tensor: a tiny shape has thousands of sets (enough to keep L2 cold),
+    and each mapping is a 2 MB granule at least."""
 
     guarded: list[list[Guarded]]
     prints: list[list[tuple[int, int]]]
+    mapping: readonly.Mapping | None = None
 
     @property
     def views(self) -> list[list[torch.Tensor]]:
@@ -538,26 +566,64 @@ class InputSets:
                     return f"input `{g_.name}` (set {k}) changed during the timed calls"
         return None
 
+    @contextmanager
+    def read_only(self) -> Iterator[None]:
+        """The sets read-only for the block (the candidate's timing), writable after it for the
+        judge's own code (baselines, checks). A block that raises a device fault leaves them:
+        the context takes no further calls, and the worker ends."""
+        if self.mapping is None:
+            yield
+            return
+        _sync()  # (access changes are not stream-ordered)
+        self.mapping.set_writable(False)
+        try:
+            yield
+        except BaseException as e:
+            if not device_fault(e):
+                _sync()
+                self.mapping.set_writable(True)
+            raise
+        _sync()
+        self.mapping.set_writable(True)
+
+    def release(self) -> None:
+        """Free the mapping (the views into it must not be used after)."""
+        self.mapping = _freed(self.mapping)
+
 
 def make_sets(
     spec: OpSpec, m: int, n: int, dtype: str, seed: int = 0, count: int | None = None, device: str = "cuda"
 ) -> InputSets:
-    """Enough random input sets to keep L2 cold (and at least MIN_TIMED_SETS), made on the GPU."""
+    """Enough random input sets to keep L2 cold (and at least MIN_TIMED_SETS), made on the GPU,
+    in one read-only-capable mapping where the device has them."""
     if count is None:
         count = max(MIN_TIMED_SETS, timing.rotation_count(spec.bytes_moved(m, n, dtype)))
     gen = torch.Generator(device=device).manual_seed(seed)
-    sets, prints = [], []
-    for _ in range(count):
-        made = spec.make_inputs(m, n, dtype, gen, "random", device)
-        guard = []
-        for d, x in zip(spec.inputs, made):
-            g_ = guarded(d.name, tuple(x.shape), x.dtype, device)
-            g_.view.copy_(x)
-            guard.append(g_)
-        del made
-        sets.append(guard)
-        prints.append([fingerprint(g_.view) for g_ in guard])
-    return InputSets(sets, prints)
+    made = spec.make_inputs(m, n, dtype, gen, "random", device)
+    slabs = [slab_bytes(tuple(x.shape), x.dtype) for x in made]
+    sets = InputSets([], [])
+    if device != "cpu" and not readonly.unavailable_reason():
+        sets.mapping = readonly.allocate(count * sum(slabs), torch.device(device).index)
+    whole = sets.mapping.tensor(sets.mapping.size) if sets.mapping is not None else None
+    try:
+        at = 0
+        for k in range(count):
+            if k:
+                made = spec.make_inputs(m, n, dtype, gen, "random", device)
+            guard = []
+            for d, x, size in zip(spec.inputs, made, slabs):
+                within = whole[at : at + size] if whole is not None else None
+                at += size
+                g_ = guarded(d.name, tuple(x.shape), x.dtype, device, within=within)
+                g_.view.copy_(x)
+                guard.append(g_)
+            del made
+            sets.guarded.append(guard)
+            sets.prints.append([fingerprint(g_.view) for g_ in guard])
+    except BaseException:
+        sets.release()
+        raise
+    return sets
 
 
 _SETS: dict[tuple, InputSets] = {}
@@ -574,9 +640,10 @@ def cached_sets(spec: OpSpec, m: int, n: int, dtype: str, need: tuple[int, int] 
     if key in _SETS and _SETS[key].tampered() is None:
         _SETS[key] = _SETS.pop(key)  # most recently used last
         return _SETS[key]
-    _SETS.pop(key, None)
+    if key in _SETS:
+        _SETS.pop(key).release()
     while _SETS and _free() < need[0]:
-        _SETS.pop(next(iter(_SETS)))
+        _SETS.pop(next(iter(_SETS))).release()
     one = _free() < need[0]
     _SETS[key] = made = make_sets(spec, m, n, dtype, count=1 if one else None)
     return made
@@ -591,7 +658,7 @@ def _free() -> int:
 def forget_sets(keep: Callable[[tuple], bool] = lambda k: False) -> None:
     """Drop the cached input sets whose key `keep` does not want."""
     for k in [k for k in _SETS if not keep(k)]:
-        del _SETS[k]
+        _SETS.pop(k).release()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -630,9 +697,16 @@ def timed_fairly(
 
 
 def _time_shape(
-    spec: OpSpec, timed: TimedCalls, dtype: str, ceil: dict[str, float], baselines: list[str], sets: InputSets
+    spec: OpSpec,
+    timed: TimedCalls,
+    dtype: str,
+    ceil: dict[str, float],
+    baselines: list[str],
+    sets: InputSets,
+    read_only: bool,
 ) -> list[grid.BenchRow]:
-    """One timing of a shape, against the ceiling as last measured."""
+    """One timing of a shape, against the ceiling as last measured; the candidate's timing with
+    the inputs read-only where `read_only` (the baselines' never: a fault there is the judge's)."""
     m, n, copy_tbs = timed.m, timed.n, ceil["copy"]
     return grid.bench_one(
         spec,
@@ -645,6 +719,7 @@ def _time_shape(
         ceiling_tbs=max(ceil.values()),
         check=timed.check,
         sets=sets.views,
+        inside={"llmcompile": sets.read_only} if read_only else None,
     )
 
 
@@ -658,11 +733,15 @@ def profile_candidate(
     need_bytes: dict[tuple[int, int], tuple[int, int]] | None = None,
     cached: dict[tuple[int, int], dict[str, dict[str, float]]] | None = None,
     remeasure: Callable[[], tuple[float, float]] | None = None,
+    read_only: bool = True,
+    progress: Callable[[int, int], None] = lambda m, n: None,
 ) -> ProfileResult:
     """Time the candidate at each shape beside the baselines not in `cached` ((m, n) -> baseline
     -> {ms, tbs, age_s}: timed earlier on this machine, reported with their age), and check what
     the timed calls did (TimedCalls). `remeasure`: `sol` measured again, for a rate above it
-    (`timed_fairly`)."""
+    (`timed_fairly`). `read_only`: the inputs read-only while the candidate is timed (a write
+    into one faults: the caller tells that fault from others by profiling again without).
+    `progress(m, n)` before each shape."""
     t0 = time.perf_counter()
     ceil = dict(zip(("copy", "read"), sol))
     timing.settle(ceil["copy"])  # (after the verify stage's float64 work, the clocks may be low)
@@ -684,14 +763,19 @@ def profile_candidate(
     flags: list[str] = []
     checks: list[str] = []
     kb = verify.KernelBenchTally()
+    guarded_all = True  # every shape's inputs were read-only while the candidate ran
     for m, n in shapes:
+        progress(m, n)
         sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
+        guarded_all = guarded_all and read_only and sets.mapping is not None
         timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, sets, kb)
         # (room for the float64 check: the other shapes' sets go before it falls back to torch's output)
         timed.make_room = lambda key=(spec.ref, m, n, dtype): forget_sets(keep=lambda k: k == key)
         known = (cached or {}).get((m, n), {})
         rows = timed_fairly(
-            functools.partial(_time_shape, spec, timed, dtype, ceil, [b for b in baselines if b not in known], sets),
+            functools.partial(
+                _time_shape, spec, timed, dtype, ceil, [b for b in baselines if b not in known], sets, read_only
+            ),
             calm,
             measure_again,
         )
@@ -732,6 +816,7 @@ def profile_candidate(
                 kb.as_dict(),
                 spec.unit,
                 checks,
+                read_only=guarded_all,
             )
     for st in out:  # (against the ceiling as last measured: the same for every shape)
         st.pct_sol = 100 * st.tbs / ceil["copy"]
@@ -751,6 +836,7 @@ def profile_candidate(
         spec.unit,
         checks,
         disturbed,
+        guarded_all,
     )
 
 

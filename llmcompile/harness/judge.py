@@ -309,33 +309,42 @@ class Judge:
         self.baselines.store(entries)
 
     def _attribute_fault(self, job: dict[str, Any], crashed: JobOutcome) -> JobOutcome:
-        """A fault during verification, with the inputs read-only: verify again with them writable.
-        A fault again is the kernel's own (an illegal address, a trap); a failed check is the
-        verdict; a clean run means the only difference, writing into an input, was the fault."""
-        again = self.gpu_worker.run({**job, "stages": ["verify"], "read_only": False})
+        """A fault with the inputs read-only (during verification, or while the candidate was
+        timed): that stage again with them writable; a timing again at the shape it faulted on,
+        without baselines. A fault again is the kernel's own (an illegal address, a trap); a
+        failed check is the verdict; a clean run means the only difference, writing into an
+        input, was the fault."""
+        stage = crashed.stage or "verify"
+        at = crashed.at
+        again_job = {**job, "stages": [stage], "read_only": False}
+        if stage == "profile":
+            if at.get("case") == "timed":
+                again_job["profile_shapes"] = [[at["m"], at["n"]]]
+            again_job["baselines"], again_job["baseline_cache"] = [], {}
+        again = self.gpu_worker.run(again_job)
         if again.failure or again.stage == "harness":
             return crashed
-        v = again.results.get("verify")
-        if v is None:
+        r = again.results.get(stage)
+        if r is None:
             return crashed
         fault = crashed.detail.splitlines()[0][:160] if crashed.detail else "a fault"
-        if v["ok"]:
-            at = crashed.at
+        when = " while it was timed" if stage == "profile" else ""
+        if r.get("failure") is None:  # (a profile's flags alone: the fault is still the difference)
             detail = (
-                f"wrote into an input: the kernel faulted when its inputs were mapped read-only ({fault}), and ran "
-                "clean when they were writable, so it writes into an input (even one it puts back: anything reading "
-                "that input meanwhile reads garbage)"
+                f"wrote into an input{when}: the kernel faulted when its inputs were mapped read-only ({fault}), "
+                "and ran clean when they were writable, so it writes into an input (even one it puts back: "
+                "anything reading that input meanwhile reads garbage)"
             )
             failure = CheckFailure("input_write", at.get("m", 0), at.get("n", 0), at.get("case", ""), 0, detail)
-            v = {**v, "ok": False, "failure": asdict(failure)}
-        elif v["failure"]["check"] not in ("out_of_bounds_write", "input_modified"):  # (those name the input)
-            f = v["failure"]
+            r = {**r, "ok": False, "failure": asdict(failure)}
+        elif r["failure"]["check"] not in ("out_of_bounds_write", "input_modified"):  # (those name the input)
+            f = r["failure"]
             f["detail"] = (
-                f"wrote into an input: it faulted when its inputs were mapped read-only ({fault}); with them "
-                f"writable it fails this check ({f['check']}): {f['detail']}"
+                f"wrote into an input{when}: it faulted when its inputs were mapped read-only ({fault}); with "
+                f"them writable it fails this check ({f['check']}): {f['detail']}"
             )
             f["check"] = "input_write"
-        return JobOutcome({"verify": v}, payload=crashed.payload)
+        return JobOutcome({**crashed.results, stage: r}, payload=crashed.payload)
 
     # ------------------------------------------------------------------ candidates
 
@@ -420,7 +429,7 @@ class Judge:
         with self._gpu_lock:
             clock["gpu_wait"] = time.perf_counter() - ready
             gout = self.gpu_worker.run(job)
-            if gout.failure == "crashed" and gout.stage == "verify":
+            if gout.failure == "crashed" and gout.stage in ("verify", "profile"):
                 ta = time.perf_counter()
                 gout = self._attribute_fault(job, gout)
                 clock["attribute"] = time.perf_counter() - ta
@@ -490,7 +499,8 @@ def _finish(v: Verdict, out: JobOutcome, opts: JudgeOptions, gpu: bool) -> Verdi
         return v
     if v.profile and v.profile.failure:
         v.status = WRONG
-        v.message = "the outputs of the timed calls are wrong: " + v.profile.failure.describe()
+        what = "the timed calls wrote into an input" if v.profile.failure.check == "input_write" else "the outputs of the timed calls are wrong"  # fmt: skip
+        v.message = f"{what}: {v.profile.failure.describe()}"
         return v
     if v.profile and not v.profile.ok:
         v.status = SUSPICIOUS

@@ -152,6 +152,7 @@ class ProfileResult:
     # what the judge's own copy showed right after the baselines were timed on a GPU not its alone
     # ("" where it was its alone): those baselines are shown, not cached
     disturbed: str = ""
+    read_only: bool = False  # the inputs were in read-only device memory while the candidate was timed
 
     @property
     def limit(self) -> str:

@@ -465,7 +465,11 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
             }
             known = {tuple(int(v) for v in k.split("x")): e for k, e in job.get("baseline_cache", {}).items()}
             again = lambda: gpu_stages.ceiling(spec, job["dtype"], copy_probe, READ_PROBES, fresh=True)  # noqa: E731
-            p = gpu_stages.profile_candidate(fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known, again)
+            p = gpu_stages.profile_candidate(
+                fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known, again,
+                read_only=job.get("read_only", True),
+                progress=lambda m, n: send(event="progress", m=m, n=n, case="timed"),
+            )  # fmt: skip
             send(event="result", stage="profile", data=asdict(p))
     except gpu_stages.GpuShared as e:  # the GPU's trouble, not the candidate's; the process is sound
         send(event="done", stage="harness", detail=f"the judge cannot time honestly here: {e}, still after "

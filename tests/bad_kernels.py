@@ -290,6 +290,19 @@ BAD: tuple[Bad, ...] = (
 # Where the judge's attention has to be: writes into or past inputs, inputs used as scratch,
 # answers that hold only for the inputs or calls verification looks at (issue 45).
 _ROW_CALL = "    softmax_row(mX, mO, bidx, red)\n"
+# the softmax base given a workspace of 4 floats (mW, after the output)
+_WITH_WORKSPACE = (
+    ("THREADS = 128\n", "THREADS = 128\nWORKSPACE = 4\n"),
+    (
+        "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):",
+        "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor):",
+    ),
+    (
+        "def launch(mX: cute.Tensor, mO: cute.Tensor, stream):",
+        "def launch(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, stream):",
+    ),
+    ("    softmax_kernel(mX, mO).launch(", "    softmax_kernel(mX, mO, mW).launch("),
+)
 _RMS_STORE = "        mO[row, c] = (Float32(mX[row, c]) * rstd * Float32(mW[c])).to(mO.element_type)\n"
 INPUT_WRITE = ("input_write", "out_of_bounds_write", "input_modified")
 NEW: tuple[Bad, ...] = (
@@ -367,7 +380,7 @@ NEW: tuple[Bad, ...] = (
         "at the benchmark's sizes, remembers the first input set it sees (its x[0, 0], in the workspace) "
         "and skips every other row of any other set: right on the set a judge checking one set looks at",
         (
-            ("THREADS = 128\n", "THREADS = 128\nWORKSPACE = 4\n"),
+            *_WITH_WORKSPACE,
             (
                 _ROW_CALL,
                 "    seen = mW[0]\n"
@@ -379,15 +392,6 @@ NEW: tuple[Bad, ...] = (
                 "        if tidx == 0:\n"
                 "            mW[0] = mine\n",
             ),
-            (
-                "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):",
-                "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor):",
-            ),
-            (
-                "def launch(mX: cute.Tensor, mO: cute.Tensor, stream):",
-                "def launch(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, stream):",
-            ),
-            ("    softmax_kernel(mX, mO).launch(", "    softmax_kernel(mX, mO, mW).launch("),
         ),
         "wrong",
         ("timed_output",),
@@ -413,6 +417,23 @@ NEW: tuple[Bad, ...] = (
         "wrong",
         ("input_write",),
         timed_shape=(262144, 1024),
+    ),
+    Bad(
+        "writes_past_workspace",
+        "parks a value one element past the end of its 4-float scratch workspace (on the last row), "
+        "where the runtime's allocation has a neighbour nobody checks",
+        (
+            *_WITH_WORKSPACE,
+            (
+                _ROW_CALL,
+                _ROW_CALL + "    if bidx == mX.shape[0] - 1:\n"
+                "        tidx, _, _ = cute.arch.thread_idx()\n"
+                "        if tidx == 0:\n"
+                "            mW[mW.shape[0]] = Float32(mX[bidx, 0])\n",
+            ),
+        ),
+        "wrong",
+        ("out_of_bounds_write",),
     ),
     Bad(
         "sum_carried_across_rows",

@@ -14,6 +14,7 @@ import torch
 
 from llmcompile.harness import gpu_stages
 from llmcompile.specs import OpSpec, TensorDesc, Tolerance, get_op
+from llmcompile.specs.contract import WithWorkspace
 
 SOFTMAX = get_op("softmax")
 RMSNORM = get_op("rmsnorm")
@@ -142,6 +143,30 @@ def test_state_kept_in_the_workspace_shows() -> None:
 
     v = _verify(Kernel())
     assert _failed(v) in ("unwritten", "mismatch")
+
+
+def _with_workspace(past: bool) -> WithWorkspace:
+    """A kernel with 8 floats of scratch (as the runtime wraps one), parking a sum in it; `past`:
+    one element past its end too, where torch's next allocation would sit."""
+
+    def kernel(x, out, ws):
+        ws[:8] = x[0, :8]
+        if past:
+            _past_end(ws).fill_(float(x.sum()))
+        softmax(x, out)
+
+    return WithWorkspace(kernel, 2, 8)
+
+
+def test_a_write_past_the_scratch_workspace_is_caught_when_verified_and_when_timed() -> None:
+    assert _verify(_with_workspace(False)).ok
+    v = _verify(_with_workspace(True))
+    assert _failed(v) == "out_of_bounds_write" and "scratch `workspace`" in v.failure.detail, v.failure
+    for past in (False, True):
+        sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+        timed = _timed(_with_workspace(past), sets)
+        said = timed.check(sets.views)
+        assert (said == "the timed calls wrote outside their scratch workspace") == past, said
 
 
 def test_a_hard_coded_scalar_fails_its_scalar_case() -> None:

@@ -224,6 +224,18 @@ def poison_workspace(fn: Any) -> None:
     verify.poison(list(getattr(fn, "buffers", {}).values()))
 
 
+def guard_workspace(fn: Any, device: torch.device) -> list[Guarded]:
+    """The kernel's scratch workspace on `device` laid between guard bands (the runtime's own
+    allocation has none: a write past it would land unseen in whatever torch put next to it);
+    [] for a kernel without one. Its bands are checked as an output's are."""
+    elems = getattr(fn, "elems", 0)
+    if not elems or not isinstance(getattr(fn, "buffers", None), dict):
+        return []
+    ws = guarded("workspace", (elems,), torch.float32, str(device))
+    fn.buffers[device] = ws.view
+    return [ws]
+
+
 def broken_guard(tensors: list[Guarded]) -> str | None:
     """The name of the first tensor whose guard bands changed."""
     return next((t.name for t in tensors if not t.guards_intact()), None)
@@ -397,6 +409,7 @@ def _verify_case(
         for d, x in zip(spec.inputs, copy.tensors):
             ins.append(guarded(d.name, tuple(x.shape), x.dtype, device, read_only=ro and not produced))
         outs = [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs]
+        ws = guard_workspace(fn, ins[0].view.device if ins else torch.device(device))
 
         def load_inputs() -> None:  # the guarded inputs from the judge's copy, as it now stands
             for g_, x in zip(ins, copy.tensors):
@@ -419,8 +432,14 @@ def _verify_case(
             except Exception as e:  # noqa: BLE001 - the candidate's Python error is a verdict
                 return fail("error", f"{type(e).__name__}: {str(e)[:300]}")
             st.runs += 1
-            if (name := broken_guard(outs + ins)) is not None:
-                kind = "output" if name in {g_.name for g_ in outs} else "input"
+            if (name := broken_guard(outs + ws + ins)) is not None:
+                kind = (
+                    "output"
+                    if name in {g_.name for g_ in outs}
+                    else "scratch"
+                    if ws and name == "workspace"
+                    else "input"
+                )
                 return fail("out_of_bounds_write", f"{what}wrote outside the {kind} `{name}` (its guard band changed)")
             refs = [x.to(device) for x in expected]
             if changed := [g_.name for g_, r in zip(ins, refs) if not _same_bits(g_.view, r)]:
@@ -869,6 +888,7 @@ class TimedCalls:
         ]
         for o in self.outputs:
             verify.poison([g_.view for g_ in o])
+        self.workspace = guard_workspace(fn, sets.guarded[0][0].view.device)
         self.turns = [0] * self.k
         self.last: list[int | None] = [None] * self.k  # output set o was last written from input set last[o]
         self.failure: str | None = None
@@ -897,6 +917,9 @@ class TimedCalls:
             if (name := broken_guard(outs)) is not None:
                 self.check_kind = "out_of_bounds_write"
                 return f"the timed calls wrote outside the output `{name}` (output set {o})"
+        if broken_guard(self.workspace) is not None:
+            self.check_kind = "out_of_bounds_write"
+            return "the timed calls wrote outside their scratch workspace"
         methods = set()
         for o, outs in enumerate(self.outputs):
             i = self.last[o]
@@ -913,6 +936,6 @@ class TimedCalls:
         return None
 
     def release(self) -> None:
-        self.outputs = []
+        self.outputs, self.workspace = [], []
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

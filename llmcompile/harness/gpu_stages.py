@@ -100,7 +100,7 @@ class Guarded:
 class JudgeCopy:
     """The judge's own copy of a case's inputs, which the guarded inputs are loaded from and the
     answer is checked against: a candidate must not change it during its call. Read-only device
-    memory where the inputs have it (no call moves it: on the host, KernelBench 45's 3.2 GB input
+    memory where the device has it (no call moves it: on the host, KernelBench 45's 3.2 GB input
     took 2.3 s to copy there, 0.4 s back per check, 5.4 s to nudge; H200); else pageable host
     memory, which these GPUs' kernels cannot address (no pageable memory access)."""
 
@@ -337,10 +337,13 @@ def verify_candidate(
     `device`: where the calls run (the CPU for the judge's own tests, with Python stand-ins)."""
     t0 = time.perf_counter()
     st = _Run()
-    why_not = (readonly.unavailable_reason() if device != "cpu" else "the CPU has none") if read_only else ""
+    why_not = readonly.unavailable_reason() if device != "cpu" else "the CPU has none"
     if read_only and why_not:
         st.notes.append(f"inputs were writable: read-only device memory is unavailable here ({why_not})")
     ro = read_only and not why_not
+    # (the judge's copy read-only on the device wherever it has such memory, the inputs writable
+    # or not: a verify again with writable inputs, after a fault, then moves nothing to the host)
+    mapped = not why_not
     largest = {n: max(m for m, nn in shapes if nn == n) for _, n in shapes}
 
     def result(failure: CheckFailure | None) -> VerifyResult:
@@ -365,7 +368,9 @@ def verify_candidate(
             progress(m, n, case.name)
             again = case.name == "random" and case.seed == 0 and m == largest[n]
             t = time.perf_counter()
-            failure = _verify_case(fns[n], spec, dtype, m, n, case, base_seed, repeats if again else 0, ro, st, device)
+            failure = _verify_case(
+                fns[n], spec, dtype, m, n, case, base_seed, repeats if again else 0, ro, mapped, st, device
+            )
             st.seconds[f"{m}x{n} {case.name}/{case.seed}"] = round(time.perf_counter() - t, 3)
             if failure is not None:
                 return result(failure)
@@ -382,11 +387,13 @@ def _verify_case(
     base_seed: int,
     repeats: int,
     ro: bool,
+    mapped: bool,
     st: _Run,
     device: str,
 ) -> CheckFailure | None:
     """One case at one shape: the call and its checks; with `repeats` (the large shape's first
-    random seed) the repeats, the stale-output call and the changed-element call."""
+    random seed) the repeats, the stale-output call and the changed-element call. `ro`: the
+    inputs read-only; `mapped`: the judge's copy in read-only device memory (else on the host)."""
     gen = torch.Generator(device=device).manual_seed(base_seed * 7919 + case.seed * 104729 + m * 31 + n)
     made = spec.make_inputs(m, n, dtype, gen, case.base, device)  # (on the GPU: seconds less a verify)
     values = {**spec.scalars, **(case.scalars or {})}
@@ -396,7 +403,7 @@ def _verify_case(
         if generic is None:
             return None
         made, exact = generic
-    copy = judge_copy(made, on_device=ro)
+    copy = judge_copy(made, on_device=mapped)
     del made
 
     def fail(check: str, detail: str) -> CheckFailure:

@@ -440,13 +440,7 @@ def _verify_case(
                 return fail("error", f"{type(e).__name__}: {str(e)[:300]}")
             st.runs += 1
             if (name := broken_guard(outs + ws + ins)) is not None:
-                kind = (
-                    "output"
-                    if name in {g_.name for g_ in outs}
-                    else "scratch"
-                    if ws and name == "workspace"
-                    else "input"
-                )
+                kind = ({g_.name: "input" for g_ in ins} | {g_.name: "output" for g_ in outs} | {"workspace": "scratch"})[name]  # fmt: skip
                 return fail("out_of_bounds_write", f"{what}wrote outside the {kind} `{name}` (its guard band changed)")
             refs = [x.to(device) for x in expected]
             if changed := [g_.name for g_, r in zip(ins, refs) if not _same_bits(g_.view, r)]:
@@ -568,8 +562,8 @@ class InputSets:
     mapping (`mapping`; None where read-only device memory is unavailable, or on the CPU), which
     `read_only` makes read-only while the candidate is timed: a write into an input faults there,
     even one put back before the kernel returns, which fingerprints cannot see. One mapping for
-    all the sets, not one a tensor: a tiny shape has thousands of sets (enough to keep L2 cold),
-    and each mapping is a 2 MB granule at least."""
+    all the sets, not one a tensor: a tiny shape has up to 64 sets of a few tensors each (enough
+    to keep L2 cold), and each mapping is a 2 MB granule at least."""
 
     guarded: list[list[Guarded]]
     prints: list[list[tuple[int, int]]]

@@ -648,3 +648,67 @@ def test_sets_laid_in_one_slab_keep_their_guard_bands_apart() -> None:
     assert b.view.data_ptr() - a.view.data_ptr() == size and a.view.data_ptr() % 16 == 0
     _past_end(a.view).fill_(0.0)
     assert not a.guards_intact() and b.guards_intact()
+
+
+def _profile_on_cpu(monkeypatch: pytest.MonkeyPatch, candidate: Callable, mapping: _Mapping) -> tuple[object, list]:
+    """`profile_candidate` whole on the CPU, its timing stubbed (each call made once), on sets
+    whose mapping is the stand-in `mapping`: (its result or the exception it raised, the progress
+    events with the mapping's access at each)."""
+    from llmcompile.bench import timing
+
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+    sets.mapping = mapping
+    monkeypatch.setattr(gpu_stages, "cached_sets", lambda *a, **k: sets)
+    for name in ("settle", "wait_calm", "disturbance"):
+        monkeypatch.setattr(timing, name, lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def time_calls(calls, graph=True):
+        for c in calls:
+            c()
+        return timing.Timing(1.0, 1.0, 1, graph)
+
+    monkeypatch.setattr(timing, "time_calls", time_calls)
+    events: list = []
+    try:
+        out: object = gpu_stages.profile_candidate(
+            {256: candidate}, SOFTMAX, "float32", [(64, 256)], (3.0, 3.0), ["eager"],
+            progress=lambda m, n, what: events.append((what, mapping.writable)),
+        )  # fmt: skip
+    except Exception as e:  # noqa: BLE001 - what the worker would see
+        out = e
+    return out, events
+
+
+def test_the_profile_times_only_the_candidate_with_read_only_inputs_and_says_when(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mapping = _Mapping()
+    writable_when_called: list[bool] = []
+
+    def candidate(x, out):
+        writable_when_called.append(mapping.writable)
+        softmax(x, out)
+
+    p, events = _profile_on_cpu(monkeypatch, candidate, mapping)
+    assert isinstance(p, gpu_stages.ProfileResult) and p.ok and p.read_only, p
+    assert writable_when_called and not any(writable_when_called)  # every call of the candidate
+    assert events == [("sets", True), ("timed", True), ("after timed", True)] and mapping.writable
+    assert "eager" in p.shapes[0].baselines  # timed, outside the block (a read-only baseline would fault)
+
+
+def test_a_fault_in_the_candidates_timing_is_left_as_the_last_thing_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    def faults(x, out):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    mapping = _Mapping()
+    p, events = _profile_on_cpu(monkeypatch, faults, mapping)
+    assert events[-1][0] == "timed" and not mapping.writable  # the worker ends; the judge attributes
+
+    def python_error(x, out):
+        raise ValueError("a candidate's own error")
+
+    mapping = _Mapping()
+    p, events = _profile_on_cpu(monkeypatch, python_error, mapping)
+    assert events[-1] == ("after timed", True) and mapping.writable  # reported, and the baselines go on
+    assert isinstance(p, RuntimeError) and "timing failed" in str(p)

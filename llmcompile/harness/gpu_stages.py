@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -716,17 +716,34 @@ def timed_fairly(
     return rows
 
 
+@contextmanager
+def _candidates_turn(sets: InputSets, read_only: bool, progress: Callable[[str], None]) -> Iterator[None]:
+    """The candidate's timing: its inputs read-only where `read_only` (the baselines' never: a
+    fault there is the judge's), and its start and end told (`progress`), so that a fault is
+    attributed to the candidate's read-only run only where it happened there. Leaving the block
+    synchronizes: a fault of the candidate's work cannot surface after it."""
+    progress("timed")
+    try:
+        with sets.read_only() if read_only else nullcontext():
+            yield
+    except BaseException as e:
+        if not device_fault(e):  # (the candidate's Python error: reported, and the timing goes on)
+            progress("after timed")
+        raise
+    progress("after timed")
+
+
 def _time_shape(
     spec: OpSpec,
     timed: TimedCalls,
     dtype: str,
     ceil: dict[str, float],
     baselines: list[str],
-    sets: InputSets,
-    read_only: bool,
+    turn: Callable[[], AbstractContextManager[None]],
+    views: list[list[torch.Tensor]],
 ) -> list[grid.BenchRow]:
-    """One timing of a shape, against the ceiling as last measured; the candidate's timing with
-    the inputs read-only where `read_only` (the baselines' never: a fault there is the judge's)."""
+    """One timing of a shape, against the ceiling as last measured; the candidate's inside
+    `turn` (`_candidates_turn`)."""
     m, n, copy_tbs = timed.m, timed.n, ceil["copy"]
     return grid.bench_one(
         spec,
@@ -738,8 +755,8 @@ def _time_shape(
         baselines,
         ceiling_tbs=max(ceil.values()),
         check=timed.check,
-        sets=sets.views,
-        inside={"llmcompile": sets.read_only} if read_only else None,
+        sets=views,
+        inside={"llmcompile": turn},
     )
 
 
@@ -754,14 +771,15 @@ def profile_candidate(
     cached: dict[tuple[int, int], dict[str, dict[str, float]]] | None = None,
     remeasure: Callable[[], tuple[float, float]] | None = None,
     read_only: bool = True,
-    progress: Callable[[int, int], None] = lambda m, n: None,
+    progress: Callable[[int, int, str], None] = lambda m, n, what: None,
 ) -> ProfileResult:
     """Time the candidate at each shape beside the baselines not in `cached` ((m, n) -> baseline
     -> {ms, tbs, age_s}: timed earlier on this machine, reported with their age), and check what
     the timed calls did (TimedCalls). `remeasure`: `sol` measured again, for a rate above it
     (`timed_fairly`). `read_only`: the inputs read-only while the candidate is timed (a write
     into one faults: the caller tells that fault from others by profiling again without).
-    `progress(m, n)` before each shape."""
+    `progress(m, n, what)` as each shape's phases begin: "sets", "timed" (the candidate's timing,
+    where a fault is its own), "after timed" (the baselines and the checks)."""
     t0 = time.perf_counter()
     ceil = dict(zip(("copy", "read"), sol))
     timing.settle(ceil["copy"])  # (after the verify stage's float64 work, the clocks may be low)
@@ -785,7 +803,7 @@ def profile_candidate(
     kb = verify.KernelBenchTally()
     guarded_all = True  # every shape's inputs were read-only while the candidate ran
     for m, n in shapes:
-        progress(m, n)
+        progress(m, n, "sets")
         sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
         guarded_all = guarded_all and read_only and sets.mapping is not None
         timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, sets, kb)
@@ -794,7 +812,14 @@ def profile_candidate(
         known = (cached or {}).get((m, n), {})
         rows = timed_fairly(
             functools.partial(
-                _time_shape, spec, timed, dtype, ceil, [b for b in baselines if b not in known], sets, read_only
+                _time_shape,
+                spec,
+                timed,
+                dtype,
+                ceil,
+                [b for b in baselines if b not in known],
+                functools.partial(_candidates_turn, sets, read_only, functools.partial(progress, m, n)),
+                sets.views,
             ),
             calm,
             measure_again,

@@ -310,16 +310,17 @@ class Judge:
 
     def _attribute_fault(self, job: dict[str, Any], crashed: JobOutcome) -> JobOutcome:
         """A fault with the inputs read-only (during verification, or while the candidate was
-        timed): that stage again with them writable; a timing again at the shape it faulted on,
-        without baselines. A fault again is the kernel's own (an illegal address, a trap); a
-        failed check is the verdict; a clean run means the only difference, writing into an
-        input, was the fault."""
+        timed: not while the baselines were, nor the checks): that stage again with them
+        writable; a timing again at the shape it faulted on, without baselines. A fault again is
+        the kernel's own (an illegal address, a trap); a failed check is the verdict; a clean
+        run means the only difference, writing into an input, was the fault."""
         stage = crashed.stage or "verify"
         at = crashed.at
+        if stage == "profile" and at.get("case") != "timed":
+            return crashed  # (not in the candidate's read-only run: the baselines', the checks')
         again_job = {**job, "stages": [stage], "read_only": False}
         if stage == "profile":
-            if at.get("case") == "timed":
-                again_job["profile_shapes"] = [[at["m"], at["n"]]]
+            again_job["profile_shapes"] = [[at["m"], at["n"]]]
             again_job["baselines"], again_job["baseline_cache"] = [], {}
         again = self.gpu_worker.run(again_job)
         if again.failure or again.stage == "harness":

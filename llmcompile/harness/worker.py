@@ -468,7 +468,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
             p = gpu_stages.profile_candidate(
                 fns, spec, job["dtype"], shapes, sol, job["baselines"], need, known, again,
                 read_only=job.get("read_only", True),
-                progress=lambda m, n: send(event="progress", m=m, n=n, case="timed"),
+                progress=lambda m, n, what: send(event="progress", m=m, n=n, case=what),
             )  # fmt: skip
             send(event="result", stage="profile", data=asdict(p))
     except gpu_stages.GpuShared as e:  # the GPU's trouble, not the candidate's; the process is sound

@@ -48,20 +48,30 @@ class CandidateFault(Exception):
 
 
 @contextmanager
-def _writable(mappings: list[readonly.Mapping]) -> Iterator[None]:
-    """Read-only `mappings` made writable for the block, read-only again after it (access changes
-    are not stream-ordered: synchronised around). A block that raises leaves them to `release`:
-    after a fault, the context may take no further calls."""
+def _access(mappings: list[readonly.Mapping], writable: bool) -> Iterator[None]:
+    """`mappings` writable (or read-only) for the block, back after it (access changes are not
+    stream-ordered: synchronised around). A block that raises a device fault leaves them to
+    `release`: after a fault, the context may take no further calls."""
 
-    def flip(writable: bool) -> None:
+    def flip(to: bool) -> None:
         if mappings:
             _sync()
         for m in mappings:
-            m.set_writable(writable)
+            m.set_writable(to)
 
-    flip(True)
-    yield
-    flip(False)
+    flip(writable)
+    try:
+        yield
+    except BaseException as e:
+        if not device_fault(e):
+            flip(not writable)
+        raise
+    flip(not writable)
+
+
+def _writable(mappings: list[readonly.Mapping]) -> AbstractContextManager[None]:
+    """Read-only `mappings` made writable for the block (the judge's own loads)."""
+    return _access(mappings, True)
 
 
 def _freed(mapping: readonly.Mapping | None) -> None:
@@ -586,25 +596,11 @@ class InputSets:
                     return f"input `{g_.name}` (set {k}) changed during the timed calls"
         return None
 
-    @contextmanager
-    def read_only(self) -> Iterator[None]:
+    def read_only(self) -> AbstractContextManager[None]:
         """The sets read-only for the block (the candidate's timing), writable after it for the
         judge's own code (baselines, checks). A block that raises a device fault leaves them:
         the context takes no further calls, and the worker ends."""
-        if self.mapping is None:
-            yield
-            return
-        _sync()  # (access changes are not stream-ordered)
-        self.mapping.set_writable(False)
-        try:
-            yield
-        except BaseException as e:
-            if not device_fault(e):
-                _sync()
-                self.mapping.set_writable(True)
-            raise
-        _sync()
-        self.mapping.set_writable(True)
+        return _access([self.mapping] if self.mapping is not None else [], False)
 
     def release(self) -> None:
         """Free the mapping (the views into it must not be used after)."""

@@ -290,19 +290,25 @@ BAD: tuple[Bad, ...] = (
 # Where the judge's attention has to be: writes into or past inputs, inputs used as scratch,
 # answers that hold only for the inputs or calls verification looks at (issue 45).
 _ROW_CALL = "    softmax_row(mX, mO, bidx, red)\n"
-# the softmax base given a workspace of 4 floats (mW, after the output)
-_WITH_WORKSPACE = (
-    ("THREADS = 128\n", "THREADS = 128\nWORKSPACE = 4\n"),
-    (
-        "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):",
-        "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor):",
-    ),
-    (
-        "def launch(mX: cute.Tensor, mO: cute.Tensor, stream):",
-        "def launch(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, stream):",
-    ),
-    ("    softmax_kernel(mX, mO).launch(", "    softmax_kernel(mX, mO, mW).launch("),
-)
+
+
+def _with_workspace(elems: int) -> tuple[tuple[str, str], ...]:
+    """The softmax base given a workspace of `elems` floats (mW, after the output)."""
+    return (
+        ("THREADS = 128\n", f"THREADS = 128\nWORKSPACE = {elems}\n"),
+        (
+            "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor):",
+            "def softmax_kernel(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor):",
+        ),
+        (
+            "def launch(mX: cute.Tensor, mO: cute.Tensor, stream):",
+            "def launch(mX: cute.Tensor, mO: cute.Tensor, mW: cute.Tensor, stream):",
+        ),
+        ("    softmax_kernel(mX, mO).launch(", "    softmax_kernel(mX, mO, mW).launch("),
+    )
+
+
+_WITH_WORKSPACE = _with_workspace(4)
 _RMS_STORE = "        mO[row, c] = (Float32(mX[row, c]) * rstd * Float32(mW[c])).to(mO.element_type)\n"
 INPUT_WRITE = ("input_write", "out_of_bounds_write", "input_modified")
 NEW: tuple[Bad, ...] = (
@@ -417,6 +423,47 @@ NEW: tuple[Bad, ...] = (
         "wrong",
         ("input_write",),
         timed_shape=(262144, 1024),
+    ),
+    Bad(
+        "keeps_answers_in_workspace",
+        "keeps each row's answer in its 32 MiB workspace, keyed by the row's first four elements, and "
+        "serves it whenever the key matches: verification poisons the workspace before each call and "
+        "never sees it; the timed calls, which leave it as it is, are served from it",
+        (
+            *_with_workspace(1 << 23),
+            (
+                _ROW_CALL,
+                "    tidx, _, _ = cute.arch.thread_idx()\n"
+                "    n = mX.shape[1]\n"
+                "    per = mX.shape[0] * (n + 4)\n"  # a slot: each row's key, then its answer
+                "    at = bidx * (n + 4)\n"
+                "    hit = Int32(-1)\n"
+                "    free = Int32(-1)\n"
+                "    for s in cutlass.range(WORKSPACE // per):\n"
+                "        b = s * per + at\n"
+                "        same = mW[b] == Float32(mX[bidx, 0]) and mW[b + 1] == Float32(mX[bidx, 1])\n"
+                "        same = same and mW[b + 2] == Float32(mX[bidx, 2]) and mW[b + 3] == Float32(mX[bidx, 3])\n"
+                "        if hit < 0 and same:\n"
+                "            hit = s\n"
+                "        if free < 0 and mW[b] != mW[b]:\n"
+                "            free = s\n"
+                "    if hit >= 0:\n"
+                "        for c in cutlass.range(tidx, n, THREADS):\n"
+                "            mO[bidx, c] = mW[hit * per + at + 4 + c].to(mO.element_type)\n"
+                "    else:\n"
+                "        softmax_row(mX, mO, bidx, red)\n"
+                "        if free >= 0:\n"
+                "            b = free * per + at\n"
+                "            for c in cutlass.range(tidx, n, THREADS):\n"
+                "                mW[b + 4 + c] = Float32(mO[bidx, c])\n"
+                "            cute.arch.barrier()\n"  # (the answer whole before its key)
+                "            if tidx < 4:\n"
+                "                mW[b + tidx] = Float32(mX[bidx, tidx])\n",
+            ),
+        ),
+        "wrong",
+        ("stale",),
+        timed_shape=(64, 1024),
     ),
     Bad(
         "writes_past_workspace",

@@ -7,6 +7,7 @@ twin. Read-only inputs need the GPU's virtual memory: tests/test_harness_gpu.py 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
@@ -127,6 +128,11 @@ def test_answers_cached_by_pointer_or_by_a_sample_of_the_input_are_stale() -> No
         softmax(x, out)
 
     v = _verify(by_sample)
+    assert _failed(v) == "stale" and "changed in place" in v.failure.detail
+    # bf16's bound on a softmax row of 1024 (0.008) hides a +1 move (about 0.002 a row's element):
+    # the move grows until the answer the outputs hold fails on the moved inputs
+    samples.clear()
+    v = _verify(by_sample, shapes=[(8, 1024), (37, 1024)], dtype="bfloat16")
     assert _failed(v) == "stale" and "changed in place" in v.failure.detail
 
 
@@ -650,13 +656,19 @@ def test_sets_laid_in_one_slab_keep_their_guard_bands_apart() -> None:
     assert not a.guards_intact() and b.guards_intact()
 
 
-def _profile_on_cpu(monkeypatch: pytest.MonkeyPatch, candidate: Callable, mapping: _Mapping) -> tuple[object, list]:
+def _profile_on_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+    candidate: Callable,
+    mapping: _Mapping,
+    sets: gpu_stages.InputSets | None = None,
+    dtype: str = "float32",
+) -> tuple[object, list]:
     """`profile_candidate` whole on the CPU, its timing stubbed (each call made once), on sets
     whose mapping is the stand-in `mapping`: (its result or the exception it raised, the progress
     events with the mapping's access at each)."""
     from llmcompile.bench import timing
 
-    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+    sets = sets or gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
     sets.mapping = mapping
     monkeypatch.setattr(gpu_stages, "cached_sets", lambda *a, **k: sets)
     for name in ("settle", "wait_calm", "disturbance"):
@@ -672,7 +684,7 @@ def _profile_on_cpu(monkeypatch: pytest.MonkeyPatch, candidate: Callable, mappin
     events: list = []
     try:
         out: object = gpu_stages.profile_candidate(
-            {256: candidate}, SOFTMAX, "float32", [(64, 256)], (3.0, 3.0), ["eager"],
+            {sets.views[0][0].shape[1]: candidate}, SOFTMAX, dtype, [tuple(sets.views[0][0].shape)], (3.0, 3.0), ["eager"],
             progress=lambda m, n, what: events.append((what, mapping.writable)),
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001 - what the worker would see
@@ -693,7 +705,9 @@ def test_the_profile_times_only_the_candidate_with_read_only_inputs_and_says_whe
     p, events = _profile_on_cpu(monkeypatch, candidate, mapping)
     assert isinstance(p, gpu_stages.ProfileResult) and p.ok and p.read_only, p
     assert writable_when_called and not any(writable_when_called)  # every call of the candidate
-    assert events == [("sets", True), ("timed", True), ("after timed", True)] and mapping.writable
+    # (the timing, then the nudged call after the checks: each the candidate's turn)
+    assert events == [("sets", True), ("timed", True), ("after timed", True), ("timed", True), ("after timed", True)]
+    assert mapping.writable
     assert "eager" in p.shapes[0].baselines  # timed, outside the block (a read-only baseline would fault)
 
 
@@ -712,3 +726,91 @@ def test_a_fault_in_the_candidates_timing_is_left_as_the_last_thing_said(monkeyp
     p, events = _profile_on_cpu(monkeypatch, python_error, mapping)
     assert events[-1] == ("after timed", True) and mapping.writable  # reported, and the baselines go on
     assert isinstance(p, RuntimeError) and "timing failed" in str(p)
+
+
+def _keeps_answers(per_row: bool) -> Callable:
+    """A candidate that keeps each input set's answer (by its address and a sample: x[0, 0], or
+    each row's x[r, 0]) and serves it again: what a kernel could do with its workspace while timed,
+    where verification never looks (it poisons the workspace before each call)."""
+    kept: dict = {}
+
+    def kernel(x: torch.Tensor, out: torch.Tensor) -> None:
+        for r in range(x.shape[0]) if per_row else [None]:
+            rows = slice(r, r + 1) if per_row else slice(None)
+            key = (x.data_ptr(), r, x[rows, 0].tolist())
+            key = (key[0], key[1], tuple(key[2]))
+            if key not in kept:
+                softmax(x[rows], out[rows])
+                kept[key] = out[rows].clone()
+            out[rows] = kept[key]
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "per_row, dtype, n, move",
+    [(False, "float32", 256, "+1"), (True, "float32", 256, "+1"), (True, "bfloat16", 1024, "+16")],
+    ids=["sample_of_the_input", "sample_of_each_row", "bf16_row_of_1024"],
+)
+def test_answers_kept_from_the_timed_calls_are_stale_on_the_nudged_call(
+    monkeypatch: pytest.MonkeyPatch, per_row: bool, dtype: str, n: int, move: str
+) -> None:
+    """bf16's bound on a softmax row of 1024 is wider than the change a +1 makes (0.008 against
+    about 0.002): there the move grows until the old answer fails the check."""
+    monkeypatch.setattr(gpu_stages.random, "SystemRandom", lambda: random.Random(7))  # (the nudge's rows: fixed)
+    sets = gpu_stages.make_sets(SOFTMAX, 64, n, dtype, count=2, device="cpu")
+    p, _ = _profile_on_cpu(monkeypatch, _keeps_answers(per_row), _Mapping(), sets, dtype)
+    assert isinstance(p, gpu_stages.ProfileResult) and not p.ok and p.failure is not None, p
+    assert p.failure.check == "stale" and "after the timed ones" in p.failure.detail, p.failure
+    assert f"moved by {move} in place" in p.failure.detail, p.failure.detail
+    assert sets.tampered() is None  # the nudge put back: the sets stay cached for the next candidate
+
+
+def test_an_honest_kernel_passes_the_nudged_call_and_the_sets_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
+    before = [t.clone() for s in sets.views for t in s]
+    as_made = {s[0].data_ptr(): s[0].clone() for s in sets.views}
+    calls: list[tuple[int, bool]] = []
+
+    def honest(x, out):
+        calls.append((x.data_ptr(), torch.equal(x, as_made[x.data_ptr()])))
+        softmax(x, out)
+
+    p, _ = _profile_on_cpu(monkeypatch, honest, _Mapping(), sets)
+    assert isinstance(p, gpu_stages.ProfileResult) and p.ok, p
+    assert "nudged call: 8 elements moved by +1" in p.checks[0], p.checks
+    assert all(torch.equal(t, b) for t, b in zip((t for s in sets.views for t in s), before))
+    assert len(calls) == 3  # the timing's one call a set, then the nudged call
+    assert not calls[-1][1]  # (on moved inputs)
+
+
+def test_a_nudge_moves_one_element_a_row_and_is_put_back_unless_the_context_is_lost() -> None:
+    x = torch.randn(5, 7, dtype=torch.bfloat16)
+    before = x.clone()
+    nudge = gpu_stages.Nudge.of([torch.zeros(3, dtype=torch.int64), x], random.Random(1))
+    assert nudge is not None and sorted(int(w) // 7 for w in nudge.where) == [0, 1, 2, 3, 4]  # (5 rows < NUDGED_ROWS)
+    with nudge.moved():
+        assert int((x != before).sum()) == 5
+    assert torch.equal(x.view(torch.int16), before.view(torch.int16))
+    with pytest.raises(ValueError), nudge.moved():
+        raise ValueError("the candidate's own error")
+    assert torch.equal(x.view(torch.int16), before.view(torch.int16))
+    with pytest.raises(RuntimeError), nudge.moved():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert not torch.equal(x, before)  # (the worker ends: no call may follow a fault)
+    assert gpu_stages.Nudge.of([torch.zeros(3, dtype=torch.int64)], random.Random(0)) is None
+    many = gpu_stages.Nudge.of([torch.randn(100, 3)], random.Random(2))
+    assert many is not None and len({int(w) // 3 for w in many.where}) == gpu_stages.NUDGED_ROWS
+
+
+def test_a_kernel_wrong_on_every_call_is_told_wrong_not_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    def skips_half(x, out):
+        softmax(x[:32], out[:32])
+
+    checks = set()
+    for seed in range(4):  # (the nudged call on either set, so its output set is checked first or last)
+        monkeypatch.setattr(gpu_stages.random, "SystemRandom", lambda seed=seed: random.Random(seed))
+        p, _ = _profile_on_cpu(monkeypatch, skips_half, _Mapping())
+        assert isinstance(p, gpu_stages.ProfileResult) and p.failure is not None, p
+        checks.add(p.failure.check)
+    assert checks == {"timed_output"}

@@ -19,12 +19,15 @@ what stops each):
   `OpSpec.scalar_cases`) besides random inputs;
 - the timed calls write into output sets that rotate against the input sets, so skipping a call
   (or a part of one) leaves another set's answer behind; every set is checked afterwards, and
-  the number of replays is random, so a kernel cannot count its way to the last one.
+  the number of replays is random, so a kernel cannot count its way to the last one;
+- then one more call, on a set with a few elements moved and the workspace as the timing left
+  it: an answer kept there while timed (verification poisons it) shows.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -122,17 +125,25 @@ class JudgeCopy:
             for t, x in zip(self.tensors, xs):
                 t.copy_(x)
 
-    def nudge(self, seed: int) -> None:
-        """One element in every 1024 of the first floating input (and at least one) moved by 1,
-        in place: an answer cached by a sample of the input shows."""
-        for x in self.tensors:
-            if x.is_floating_point() and x.numel():
-                flat = x.view(-1)
-                gen = torch.Generator(device=x.device).manual_seed(seed)
-                where = torch.randint(0, flat.numel(), (max(1, flat.numel() // 1024),), generator=gen, device=x.device)
-                with _writable(self.mappings):
-                    flat[where] = (flat[where].float() + 1.0).to(x.dtype)
-                return
+    def nudge(self, seed: int, move: float = 1.0) -> Callable[[], None]:
+        """One element in every 1024 of the first floating input (and at least one) moved by
+        `move`, in place: an answer cached by a sample of the input shows. Returns what puts them
+        back."""
+        x = next((t for t in self.tensors if t.is_floating_point() and t.numel()), None)
+        if x is None:
+            return lambda: None
+        flat = x.view(-1)
+        gen = torch.Generator(device=x.device).manual_seed(seed)
+        where = torch.randint(0, flat.numel(), (max(1, flat.numel() // 1024),), generator=gen, device=x.device)
+        old = flat[where].clone()
+        with _writable(self.mappings):
+            flat[where] = (old.double() + move).to(x.dtype)
+
+        def back() -> None:
+            with _writable(self.mappings):
+                flat[where] = old
+
+        return back
 
     def release(self) -> None:
         if self.mappings:
@@ -436,7 +447,10 @@ def _verify_case(
             load_inputs()
         iv, ov = [g_.view for g_ in ins], [g_.view for g_ in outs]
 
-        def call_and_check(expected: list[torch.Tensor], what: str, poison: bool = True) -> CheckFailure | None:
+        def call_and_check(
+            expected: list[torch.Tensor], what: str, poison: bool = True, ref: verify.Reference | None = None
+        ) -> CheckFailure | None:
+            """`ref`: the float64 reference of `expected`, where one is made already."""
             if poison:
                 verify.poison(ov)
             poison_workspace(fn)
@@ -455,7 +469,12 @@ def _verify_case(
             refs = [x.to(device) for x in expected]
             if changed := [g_.name for g_, r in zip(ins, refs) if not _same_bits(g_.view, r)]:
                 return fail("input_modified", f"{what}the input `{changed[0]}` changed during the call")
-            bad = verify.compare(spec, dtype, refs, ov, dict(values), tally=st.kb if not what else None, exact=exact)
+            if ref is not None:
+                bad = ref.check(ov, exact)
+            else:
+                bad = verify.compare(
+                    spec, dtype, refs, ov, dict(values), tally=st.kb if not what else None, exact=exact
+                )
             if bad is not None:
                 return fail("unwritten" if bad.unwritten else "mismatch", what + bad.describe())
             return None
@@ -477,10 +496,20 @@ def _verify_case(
         load_inputs()
         if failure := call_and_check(copy.tensors, "second call on new inputs at the same addresses: ", poison=False):
             return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
-        copy.nudge(case.seed + 4242)
+        # (moved by a move the check sees: the answer the outputs now hold must fail on the moved
+        # inputs; +1 hides within bf16's bound on a softmax row of 1024)
+        for move in NUDGE_MOVES:
+            back = copy.nudge(case.seed + 4242, move)
+            ref = verify.Reference(spec, dtype, [x.to(device) for x in copy.tensors], dict(values))
+            if ref.check(ov, exact) is not None:
+                break
+            back()
+        else:
+            copy.nudge(case.seed + 4242)
+            ref = None
         load_inputs()
         if failure := call_and_check(
-            copy.tensors, "third call with a few input elements changed in place: ", poison=False
+            copy.tensors, "third call with a few input elements changed in place: ", poison=False, ref=ref
         ):
             return CheckFailure("stale", m, n, case.name, case.seed, failure.detail)
         return None
@@ -714,10 +743,11 @@ def timed_fairly(
 
 @contextmanager
 def _candidates_turn(sets: InputSets, read_only: bool, progress: Callable[[str], None]) -> Iterator[None]:
-    """The candidate's timing: its inputs read-only where `read_only` (the baselines' never: a
-    fault there is the judge's), and its start and end told (`progress`), so that a fault is
-    attributed to the candidate's read-only run only where it happened there. Leaving the block
-    synchronizes: a fault of the candidate's work cannot surface after it."""
+    """The candidate's timing (and its nudged call, `TimedCalls._nudged_call`): its inputs read-only
+    where `read_only` (the baselines' never: a fault there is the judge's), and its start and end
+    told (`progress`), so that a fault is attributed to the candidate's read-only run only where it
+    happened there. Leaving the block synchronizes: a fault of the candidate's work cannot surface
+    after it."""
     progress("timed")
     try:
         with sets.read_only() if read_only else nullcontext():
@@ -803,6 +833,7 @@ def profile_candidate(
         sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
         guarded_all = guarded_all and read_only and sets.mapping is not None
         timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, sets, kb)
+        timed.turn = functools.partial(_candidates_turn, sets, read_only, functools.partial(progress, m, n))
         # (room for the float64 check: the other shapes' sets go before it falls back to torch's output)
         timed.make_room = lambda key=(spec.ref, m, n, dtype): forget_sets(keep=lambda k: k == key)
         known = (cached or {}).get((m, n), {})
@@ -814,7 +845,7 @@ def profile_candidate(
                 dtype,
                 ceil,
                 [b for b in baselines if b not in known],
-                functools.partial(_candidates_turn, sets, read_only, functools.partial(progress, m, n)),
+                timed.turn,
                 sets.views,
             ),
             calm,
@@ -842,7 +873,7 @@ def profile_candidate(
                 break
         out.append(st)
         one = " on one input set (two did not fit: outputs could not rotate)" if timed.k == 1 else ""
-        checks.append(f"M={m} N={n}: {timed.method}{one}")
+        checks.append(f"M={m} N={n}: {timed.method}{one}{timed.nudge_note}")
         timed.release()
         if timed.failure is not None:
             failure = CheckFailure(timed.check_kind, m, n, "random", 0, timed.failure)
@@ -881,13 +912,63 @@ def profile_candidate(
     )
 
 
+NUDGED_ROWS = 8  # rows of the nudged call's input given one moved element each (fewer where it has fewer)
+# The moves tried, in turn, until the answer the timed calls gave for the set fails the check on the
+# moved inputs (the check must see a stale answer): +1 is within bf16's tolerance of a softmax row of
+# 1024, +16 is not; a min sees only a move down. A check over the whole shape (rows not
+# independent) tries only the largest, each try being a float64 reference of the whole set.
+NUDGE_MOVES = (1.0, 16.0, 256.0, -1.0, -16.0, -256.0)
+NUDGE_MOVES_WHOLE = (256.0, -256.0)
+
+
+@dataclass
+class Nudge:
+    """One element in each of a few random rows (the first dimension) of an input set's first
+    floating input (`index`), moved by `move` in place only within `moved()`: a cache keyed by a
+    sample of the whole input, or of each row, misses them."""
+
+    index: int
+    flat: torch.Tensor
+    where: torch.Tensor
+    old: torch.Tensor
+    rows: torch.Tensor  # the rows they lie in
+    move: float = 1.0
+
+    @classmethod
+    def of(cls, inputs: list[torch.Tensor], rng: random.Random) -> Nudge | None:
+        """None: no floating input to move."""
+        k, x = next(((k, t) for k, t in enumerate(inputs) if t.is_floating_point() and t.numel()), (0, None))
+        if x is None:
+            return None
+        rows = x.shape[0] if x.dim() else 1
+        per = x.numel() // rows
+        picked = sorted(rng.sample(range(rows), min(NUDGED_ROWS, rows)))
+        where = torch.tensor([r * per + rng.randrange(per) for r in picked], device=x.device)
+        flat = x.view(-1)
+        return cls(k, flat, where, flat[where].clone(), torch.tensor(picked, device=x.device))
+
+    @contextmanager
+    def moved(self) -> Iterator[None]:
+        """The elements moved for the block, put back after it (bit for bit: the input sets stay
+        cached for the next candidate); a device fault leaves them, as the context is lost."""
+        self.flat[self.where] = (self.old.double() + self.move).to(self.flat.dtype)
+        try:
+            yield
+        except BaseException as e:
+            if not device_fault(e):
+                self.flat[self.where] = self.old
+            raise
+        self.flat[self.where] = self.old
+
+
 class TimedCalls:
     """The candidate as the benchmark calls it. Each call on input set i writes output set
     (i + calls so far on i) mod k: the output sets rotate against the input sets every round, so
     a call that skips work (all of it, or part, or only when timed back to back) leaves behind an
     answer to another input set. After the timing every output set is checked against the input
     set it was last written from (float64 where memory allows, `verify.check_method`), every
-    guard band, and every input's fingerprint."""
+    guard band, and every input's fingerprint; then one more call on a random set with a few
+    elements moved is checked (`_nudged_call`)."""
 
     def __init__(
         self,
@@ -917,13 +998,81 @@ class TimedCalls:
         self.check_kind = "timed_output"
         self.method = ""
         self.make_room: Callable[[], None] = lambda: None  # frees what the float64 check may need
+        # the candidate's turn at the GPU (inputs read-only, its start and end told: `_candidates_turn`)
+        self.turn: Callable[[], AbstractContextManager[None]] = nullcontext
+        self.nudge_note = ""  # what the nudged call moved (or why there was none), for the checks' list
 
     def __call__(self, *ins: torch.Tensor) -> None:
-        i = self.index[ins[0].data_ptr()]
-        o = (i + self.turns[i]) % self.k
-        self.turns[i] += 1
+        self._call(self.index[ins[0].data_ptr()], ins)
+
+    def _call(self, i: int, ins: tuple[torch.Tensor, ...] | list[torch.Tensor], o: int | None = None) -> None:
+        """The call on input set i (`ins`), into output set `o` (None: its turn in the rotation)."""
+        if o is None:
+            o = (i + self.turns[i]) % self.k
+            self.turns[i] += 1
         self.last[o] = i
         self.fn(*ins, *(g_.view for g_ in self.outputs[o]), *self.scalars)
+
+    def _nudged_call(self, sets: list[list[torch.Tensor]]) -> str | None:
+        """One more call, on a random input set with a few elements moved (`Nudge`), its workspace as
+        the timing left it, and its output checked: verification poisons the workspace before each
+        call, so a kernel keeping its answers there, keyed by the input's address or a sample of it,
+        could serve them to the timed calls alone; here it serves the old values' answer. The move
+        is one the check sees: the set's answer from the timed calls (checked) must fail it on the
+        moved inputs. Made after the timed outputs are checked: it overwrites one of them."""
+        rng = random.SystemRandom()  # (drawn here, each time: nothing a kernel could know)
+        i = rng.randrange(self.k)
+        held = next((o for o in range(self.k) if self.last[o] == i), None)  # set i's timed answer
+        nudge = Nudge.of(sets[i], rng)
+        if held is None or nudge is None:
+            self.nudge_note = "; no nudged call (no floating input)" if nudge is None else ""
+            return None
+        rows = nudge.rows if self._by_rows(nudge) else None
+        for nudge.move in NUDGE_MOVES if rows is not None else NUDGE_MOVES_WHOLE:
+            with nudge.moved():
+                if self._against(sets[i], self.outputs[held], rows) is not None:
+                    break
+        else:
+            self.nudge_note = "; no nudged call (no move of a few elements changes the answer beyond the bound)"
+            return None
+        self.nudge_note = f"; nudged call: {nudge.where.numel()} elements moved by {nudge.move:+g}"
+        o = held if self.k == 1 else (held + 1) % self.k
+        with nudge.moved():
+            try:
+                with self.turn():
+                    self._call(i, sets[i], o)
+            except Exception as e:
+                if device_fault(e):
+                    raise
+                self.check_kind = "error"
+                return f"the call after the timed ones raised {type(e).__name__}: {str(e)[:300]}"
+            bad = self._against(sets[i], self.outputs[o], rows)
+        if bad is None:
+            return None
+        self.check_kind = "stale"
+        return (
+            f"a call after the timed ones, its workspace as they left it, on input set {i} of {self.k} with "
+            f"{nudge.where.numel()} elements moved by {nudge.move:+g} in place (an answer kept from the timed "
+            f"calls?): {bad.describe()}"
+        )
+
+    def _by_rows(self, nudge: Nudge) -> bool:
+        """Whether the nudged rows can be checked alone: rows independent, and the nudged input's
+        first dimension is theirs."""
+        return verify.rows_independent(self.spec) and self.spec.inputs[nudge.index].dims[:1] == ("M",)
+
+    def _against(
+        self, ins: list[torch.Tensor], outs: list[Guarded], rows: torch.Tensor | None
+    ) -> verify.Mismatch | None:
+        """`outs` checked as the answer to `ins` (as they now stand): on `rows` alone, or whole."""
+        views = [g_.view for g_ in outs]
+        if rows is None:
+            return verify.compare_rows(self.spec, self.dtype, ins, views)
+
+        def pick(ts: list[torch.Tensor], descs: tuple) -> list[torch.Tensor]:
+            return [t[rows] if d.dims[:1] == ("M",) else t for t, d in zip(ts, descs)]
+
+        return verify.compare(self.spec, self.dtype, pick(ins, self.spec.inputs), pick(views, self.spec.outputs))
 
     def check(self, sets: list[list[torch.Tensor]]) -> str | None:
         """What is wrong with what the timed calls did (None: nothing)."""
@@ -955,7 +1104,7 @@ class TimedCalls:
             if bad is not None:
                 return f"output set {o}, last written from input set {i} of {self.k}: {bad.describe()}"
         self.method = ", ".join(sorted(methods))
-        return None
+        return self._nudged_call(sets)
 
     def release(self) -> None:
         self.outputs, self.workspace = [], []

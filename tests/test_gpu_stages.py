@@ -571,12 +571,14 @@ def test_a_timing_flag_stands_only_where_it_stays_on_a_gpu_that_times_the_judges
 
 @pytest.mark.parametrize("calm", [["events 0.25 ms vs wall clock 0.53 ms"], [None, "ran at 1.9 TB/s"]])
 def test_a_gpu_that_times_the_judges_own_copy_wrong_is_the_gpus_trouble_not_the_candidates(
-    calm: list[str | None],
+    calm: list[str | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process on the GPU leaves a cheat's marks on an honest kernel: no verdict, said so."""
     probes = list(calm)
+    monkeypatch.setattr(gpu_stages, "_BANDWIDTH", {"copy": 1.85, "read": 2.6})  # (measured beside the other process)
     with pytest.raises(gpu_stages.GpuShared, match=calm[-1]):
         gpu_stages.timed_fairly(_rows(MISMATCH, MISMATCH), lambda: probes.pop(0), lambda: None)
+    assert gpu_stages._BANDWIDTH == {}  # the next profile measures its ceiling again
 
 
 class _Mapping:
@@ -662,6 +664,7 @@ def _profile_on_cpu(
     mapping: _Mapping,
     sets: gpu_stages.InputSets | None = None,
     dtype: str = "float32",
+    disturbance: str | None = None,
 ) -> tuple[object, list]:
     """`profile_candidate` whole on the CPU, its timing stubbed (each call made once), on sets
     whose mapping is the stand-in `mapping`: (its result or the exception it raised, the progress
@@ -671,8 +674,9 @@ def _profile_on_cpu(
     sets = sets or gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
     sets.mapping = mapping
     monkeypatch.setattr(gpu_stages, "cached_sets", lambda *a, **k: sets)
-    for name in ("settle", "wait_calm", "disturbance"):
+    for name in ("settle", "wait_calm"):
         monkeypatch.setattr(timing, name, lambda *a, **k: None)
+    monkeypatch.setattr(timing, "disturbance", lambda *a, **k: disturbance)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
     def time_calls(calls, graph=True):
@@ -814,3 +818,14 @@ def test_a_kernel_wrong_on_every_call_is_told_wrong_not_stale(monkeypatch: pytes
         assert isinstance(p, gpu_stages.ProfileResult) and p.failure is not None, p
         checks.add(p.failure.check)
     assert checks == {"timed_output"}
+
+
+def test_a_profile_that_found_the_gpu_shared_leaves_no_ceiling_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its baselines are not cached, and its ceiling is not kept for the next candidate either."""
+    monkeypatch.setattr(gpu_stages, "_BANDWIDTH", {"copy": 1.85, "read": 2.6})
+    p, _ = _profile_on_cpu(monkeypatch, softmax, _Mapping(), disturbance="ran at 1.9 TB/s")
+    assert isinstance(p, gpu_stages.ProfileResult) and p.ok and p.disturbed == "ran at 1.9 TB/s", p
+    assert gpu_stages._BANDWIDTH == {}
+    monkeypatch.setattr(gpu_stages, "_BANDWIDTH", {"copy": 4.0, "read": 4.2})
+    p, _ = _profile_on_cpu(monkeypatch, softmax, _Mapping())
+    assert isinstance(p, gpu_stages.ProfileResult) and not p.disturbed and gpu_stages._BANDWIDTH["copy"] == 4.0

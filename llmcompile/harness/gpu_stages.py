@@ -577,6 +577,13 @@ def device_bandwidth(
 _GEMM: dict[str, float] = {}
 
 
+def forget_ceilings() -> None:
+    """Drop the ceilings this process measured: the GPU was found shared, and they may have been
+    measured beside the other work, low (an honest kernel then read 137% of copy on an H200)."""
+    _BANDWIDTH.clear()
+    _GEMM.clear()
+
+
 def ceiling(
     spec: OpSpec,
     dtype: str,
@@ -732,11 +739,13 @@ def timed_fairly(
     if "WRONG TIMED OUTPUT" in note or not any(w in note for w in TIMING_FLAGS):
         return rows
     if (why := calm()) is not None:
+        forget_ceilings()
         raise GpuShared(why)
     if "IMPOSSIBLE" in note:
         remeasure()
     rows = time_shape()
     if any(w in rows[0].note for w in TIMING_FLAGS) and (why := calm()) is not None:
+        forget_ceilings()
         raise GpuShared(why)
     return rows
 
@@ -896,6 +905,8 @@ def profile_candidate(
     # cached for a week; a false alarm costs only their timing again next time)
     fresh = any(st.baselines.keys() - st.baseline_age_s.keys() for st in out)
     disturbed = (timing.disturbance(_BANDWIDTH.get("copy")) or "") if fresh else ""  # (as calm(): TB/s)
+    if disturbed:
+        forget_ceilings()
     return ProfileResult(
         not flags,
         ceil["copy"],

@@ -829,3 +829,36 @@ def test_a_profile_that_found_the_gpu_shared_leaves_no_ceiling_behind(monkeypatc
     monkeypatch.setattr(gpu_stages, "_BANDWIDTH", {"copy": 4.0, "read": 4.2})
     p, _ = _profile_on_cpu(monkeypatch, softmax, _Mapping())
     assert isinstance(p, gpu_stages.ProfileResult) and not p.disturbed and gpu_stages._BANDWIDTH["copy"] == 4.0
+
+
+def test_a_whole_shape_op_is_nudged_and_checked_whole() -> None:
+    """Rows not independent (a loss's sum over the rows): the nudged call tries the largest moves
+    only, each checked against the whole shape's float64 reference."""
+    spec = get_op("cross_entropy_total")
+    scalars = list(spec.scalars.values())
+
+    def honest(x, target, *outs_and_scalars):
+        outs = outs_and_scalars[: len(spec.outputs)]
+        for o, r in zip(outs, spec.run_reference([x, target], **spec.scalars)):
+            o.copy_(r.reshape(o.shape).to(o.dtype))
+
+    kept: dict = {}
+
+    def keeps(x, target, *rest):
+        key = (x.data_ptr(), float(x[0, 0]))
+        if key not in kept:
+            honest(x, target, *rest)
+            kept[key] = [o.clone() for o in rest[: len(spec.outputs)]]
+        for o, k in zip(rest, kept[key]):
+            o.copy_(k)
+
+    for fn, want in ((honest, None), (keeps, "stale")):
+        sets = gpu_stages.make_sets(spec, 16, 64, "float32", count=2, device="cpu")
+        timed = gpu_stages.TimedCalls(fn, spec, 16, 64, "float32", scalars, sets)
+        for _ in range(2):
+            for s in sets.views:
+                timed(*s)
+        why = timed.check(sets.views)
+        assert (timed.check_kind if why else None) == want, why
+        assert "moved by +256" in timed.nudge_note or "moved by -256" in timed.nudge_note, timed.nudge_note
+        assert sets.tampered() is None

@@ -1039,7 +1039,8 @@ class TimedCalls:
             self.nudge_note = "; no nudged call (no floating input)" if nudge is None else ""
             return None
         rows = nudge.rows if self._by_rows(nudge) else None
-        for nudge.move in NUDGE_MOVES if rows is not None else NUDGE_MOVES_WHOLE:
+        for move in NUDGE_MOVES if rows is not None else NUDGE_MOVES_WHOLE:
+            nudge.move = move
             with nudge.moved():
                 check = self._checker(sets[i], rows)
                 if check(self.outputs[held]) is not None:

@@ -40,6 +40,7 @@ from llmcompile.bench import grid, timing
 from llmcompile.harness import readonly, verify
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
 from llmcompile.specs import DTYPES, GENERIC_CASES, OpSpec, generic_inputs
+from llmcompile.specs.targets import target_here
 
 GUARD_BYTES = 4096
 INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
@@ -561,15 +562,29 @@ def _produce_inputs(ins: list[Guarded], copy: list[torch.Tensor]) -> None:
 _BANDWIDTH: dict[str, float] = {}
 
 
+# A copy below this share of the card's datasheet bandwidth was measured beside other work, or in
+# a slow spell: measured again, up to LOW_COPY_TRIES times, the best kept. Alone, a copy reads
+# 0.90 of an H100's 3.35 TB/s and 0.83-0.88 of an H200's 4.8. A worker whose copy was measured
+# beside another process put an honest kernel at 137% of it (a copy of about 1.85 TB/s, 0.39).
+LOW_COPY_SHARE = 0.7
+LOW_COPY_TRIES = 3
+
+
 def device_bandwidth(
     copy_fn: Callable[[torch.Tensor, torch.Tensor], object] | None,
     read_probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
     fresh: bool = False,
 ) -> tuple[float, float]:
-    """(copy, read-only) TB/s, measured once per worker process (again where `fresh`)."""
+    """(copy, read-only) TB/s, measured once per worker process (again where `fresh`); a copy far
+    below the card's datasheet measured again (`LOW_COPY_SHARE`)."""
     if not _BANDWIDTH or fresh:
-        copies = timing.copy_bandwidths({"cute copy": copy_fn} if copy_fn else None)
-        _BANDWIDTH["copy"] = max(copies.values())
+        here = target_here()
+        best = 0.0
+        for _ in range(LOW_COPY_TRIES):
+            best = max(best, *timing.copy_bandwidths({"cute copy": copy_fn} if copy_fn else None).values())
+            if here is None or best >= LOW_COPY_SHARE * here.nominal_bandwidth_tbs:
+                break
+        _BANDWIDTH["copy"] = best
         _BANDWIDTH["read"] = timing.read_bandwidth(read_probes)
     return _BANDWIDTH["copy"], _BANDWIDTH["read"]
 

@@ -45,6 +45,14 @@ from llmcompile.specs.targets import target_here
 GUARD_BYTES = 4096
 INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
 MIN_TIMED_SETS = 2  # input sets the timed calls rotate over at least: outputs rotate against them
+NUDGED_ROWS = 8  # rows of the nudged call's input given one moved element each (fewer where it has fewer)
+# The moves tried, in turn, until the answer already held (the timed calls', or verification's
+# second call's) fails the check on the moved inputs (the check must see a stale answer): +1 is
+# within bf16's tolerance of a softmax row of 1024, +16 is not; a min sees only a move down. The
+# nudged call on a shape checked whole (rows not independent) tries only the largest, each try a
+# float64 reference of the whole set.
+NUDGE_MOVES = (1.0, 16.0, 256.0, -1.0, -16.0, -256.0)
+NUDGE_MOVES_WHOLE = (256.0, -256.0)
 
 
 class CandidateFault(Exception):
@@ -936,15 +944,6 @@ def profile_candidate(
         disturbed,
         guarded_all,
     )
-
-
-NUDGED_ROWS = 8  # rows of the nudged call's input given one moved element each (fewer where it has fewer)
-# The moves tried, in turn, until the answer the timed calls gave for the set fails the check on the
-# moved inputs (the check must see a stale answer): +1 is within bf16's tolerance of a softmax row of
-# 1024, +16 is not; a min sees only a move down. A check over the whole shape (rows not
-# independent) tries only the largest, each try being a float64 reference of the whole set.
-NUDGE_MOVES = (1.0, 16.0, 256.0, -1.0, -16.0, -256.0)
-NUDGE_MOVES_WHOLE = (256.0, -256.0)
 
 
 @dataclass

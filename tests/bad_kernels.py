@@ -308,6 +308,28 @@ def _with_workspace(elems: int) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _slot_lookup(head: int) -> str:
+    """The workspace cheats' lookup: a slot per input set, each row `head` floats (its key, the
+    row's first four elements, and anything else) then its answer; `hit` the slot whose key
+    matches, `free` the first never written (NaN)."""
+    return (
+        "    tidx, _, _ = cute.arch.thread_idx()\n"
+        "    n = mX.shape[1]\n"
+        f"    per = mX.shape[0] * (n + {head})\n"
+        f"    at = bidx * (n + {head})\n"
+        "    hit = Int32(-1)\n"
+        "    free = Int32(-1)\n"
+        "    for s in cutlass.range(WORKSPACE // per):\n"
+        "        b = s * per + at\n"
+        "        same = mW[b] == Float32(mX[bidx, 0]) and mW[b + 1] == Float32(mX[bidx, 1])\n"
+        "        same = same and mW[b + 2] == Float32(mX[bidx, 2]) and mW[b + 3] == Float32(mX[bidx, 3])\n"
+        "        if hit < 0 and same:\n"
+        "            hit = s\n"
+        "        if free < 0 and mW[b] != mW[b]:\n"
+        "            free = s\n"
+    )
+
+
 _WITH_WORKSPACE = _with_workspace(4)
 _RMS_STORE = "        mO[row, c] = (Float32(mX[row, c]) * rstd * Float32(mW[c])).to(mO.element_type)\n"
 INPUT_WRITE = ("input_write", "out_of_bounds_write", "input_modified")
@@ -433,21 +455,7 @@ NEW: tuple[Bad, ...] = (
             *_with_workspace(1 << 23),
             (
                 _ROW_CALL,
-                "    tidx, _, _ = cute.arch.thread_idx()\n"
-                "    n = mX.shape[1]\n"
-                "    per = mX.shape[0] * (n + 4)\n"  # a slot: each row's key, then its answer
-                "    at = bidx * (n + 4)\n"
-                "    hit = Int32(-1)\n"
-                "    free = Int32(-1)\n"
-                "    for s in cutlass.range(WORKSPACE // per):\n"
-                "        b = s * per + at\n"
-                "        same = mW[b] == Float32(mX[bidx, 0]) and mW[b + 1] == Float32(mX[bidx, 1])\n"
-                "        same = same and mW[b + 2] == Float32(mX[bidx, 2]) and mW[b + 3] == Float32(mX[bidx, 3])\n"
-                "        if hit < 0 and same:\n"
-                "            hit = s\n"
-                "        if free < 0 and mW[b] != mW[b]:\n"
-                "            free = s\n"
-                "    if hit >= 0:\n"
+                _slot_lookup(4) + "    if hit >= 0:\n"
                 "        for c in cutlass.range(tidx, n, THREADS):\n"
                 "            mO[bidx, c] = mW[hit * per + at + 4 + c].to(mO.element_type)\n"
                 "    else:\n"
@@ -459,6 +467,46 @@ NEW: tuple[Bad, ...] = (
                 "            cute.arch.barrier()\n"  # (the answer whole before its key)
                 "            if tidx < 4:\n"
                 "                mW[b + tidx] = Float32(mX[bidx, tidx])\n",
+            ),
+        ),
+        "wrong",
+        ("stale",),
+        timed_shape=(64, 1024),
+    ),
+    Bad(
+        "keeps_answers_while_called_back_to_back",
+        "keeps each row's answer in its workspace as keeps_answers_in_workspace does, but serves it only "
+        "where that row was last seen under 2 ms ago by the GPU's clock: a call made after the judge's "
+        "checks (milliseconds of float64 work) computes honestly; the timed calls are served",
+        (
+            *_with_workspace(1 << 23),
+            ("LOG2_E = 1.4426950408889634\n", "LOG2_E = 1.4426950408889634\nQUICK_US = 2000\nCLOCK = 0x3FFFFF\n"),
+            (
+                _ROW_CALL,
+                # (the clock in about microseconds, one value for the CTA: its threads read it apart)
+                _slot_lookup(5)
+                + "    now = block_reduce(Float32((cute.arch.globaltimer_lo() >> 10) & CLOCK), red, True)\n"
+                "    fresh = Int32(0)\n"
+                "    if hit >= 0:\n"
+                "        if ((Int32(now) - Int32(mW[hit * per + at + 4])) & CLOCK) < QUICK_US:\n"
+                "            fresh = Int32(1)\n"
+                "    slot = hit\n"
+                "    if fresh == 1:\n"
+                "        for c in cutlass.range(tidx, n, THREADS):\n"
+                "            mO[bidx, c] = mW[hit * per + at + 5 + c].to(mO.element_type)\n"
+                "    else:\n"
+                "        softmax_row(mX, mO, bidx, red)\n"
+                "        if slot < 0:\n"
+                "            slot = free\n"
+                "        if slot >= 0:\n"
+                "            b = slot * per + at\n"
+                "            for c in cutlass.range(tidx, n, THREADS):\n"
+                "                mW[b + 5 + c] = Float32(mO[bidx, c])\n"
+                "            cute.arch.barrier()\n"  # (the answer whole before its key)
+                "            if tidx < 4:\n"
+                "                mW[b + tidx] = Float32(mX[bidx, tidx])\n"
+                "    if slot >= 0 and tidx == 0:\n"  # (served or made: the row seen now)
+                "        mW[slot * per + at + 4] = now\n",
             ),
         ),
         "wrong",

@@ -60,23 +60,24 @@ def test_timed_output_check_runs_after_every_implementation(monkeypatch: pytest.
     monkeypatch.setattr(grid, "input_sets", lambda *a, **k: [["x"]])
     monkeypatch.setitem(grid.BASELINES, "quack", lambda spec, s, sc: lambda: events.append("quack call"))
 
-    def fake_time(calls, graph=True):
+    def fake_time(calls, graph=True, keep=False):
         for c in calls:
             c()
         events.append("timed")
-        return timing.Timing(1.0, 1.0, 1, graph)
+        return timing.Timing(1.0, 1.0, 1, graph, replay=(lambda: events.append("replayed")) if keep else None)
 
     monkeypatch.setattr(timing, "time_calls", fake_time)
     monkeypatch.setattr(timing, "settle", lambda seconds=0.0: events.append("settle"))
 
-    def check(sets):
+    def check(sets, replay):
         events.append("check")
+        replay()  # (ours, kept: the baselines' work is not)
         return "row 3 differs"
 
     rows = grid.bench_one(
         get_op("softmax"), lambda *s: events.append("ours call"), 4, 1024, "bfloat16", 3.0, ["quack"], check=check
     )
-    assert events == ["ours call", "timed", "quack call", "timed", "check", "settle"]
+    assert events == ["ours call", "timed", "quack call", "timed", "check", "replayed", "settle"]
     assert "WRONG TIMED OUTPUT: row 3 differs" in rows[0].note and not rows[1].note
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -481,6 +482,15 @@ def test_the_profiles_input_sets_share_one_mapping_read_only_while_timed() -> No
             out = torch.empty_like(sets.views[0][0])
             out.copy_(sets.views[3][0])  # reading is as ever
         assert sets.mapping.writable and torch.equal(out, sets.views[3][0])
+        # the judge's writes in stream order while the candidate's view stays read-only: a second address
+        x = sets.views[1][0]
+        with sets.read_only(), sets.writable_alias() as alias:
+            w = alias(x)
+            assert w.data_ptr() != x.data_ptr() and not sets.mapping.writable
+            w[5, 7] = 3.0
+            seen = float(x[5, 7])  # (through the read-only address, in stream order)
+        assert seen == 3.0 and float(x[5, 7]) == 3.0 and sets.guarded[1][0].guards_intact()
+        assert sets.tampered() is not None  # (the judge's write is seen as any other)
     finally:
         sets.release()
     assert sets.mapping is None
@@ -594,6 +604,11 @@ class _Mapping:
     def free(self) -> None:
         self.freed = True
 
+    def alias(self) -> SimpleNamespace:
+        """The judge's writable view of the inputs: on the CPU, the tensors themselves."""
+        self.aliases = getattr(self, "aliases", 0) + 1
+        return SimpleNamespace(view_of=lambda t: t, free=lambda: None)
+
 
 def test_the_inputs_are_read_only_only_while_the_candidate_is_timed() -> None:
     sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
@@ -666,7 +681,7 @@ def _profile_on_cpu(
     dtype: str = "float32",
     disturbance: str | None = None,
 ) -> tuple[object, list]:
-    """`profile_candidate` whole on the CPU, its timing stubbed (each call made once), on sets
+    """`profile_candidate` whole on the CPU, its timing stubbed (each call made twice), on sets
     whose mapping is the stand-in `mapping`: (its result or the exception it raised, the progress
     events with the mapping's access at each)."""
     from llmcompile.bench import timing
@@ -679,10 +694,14 @@ def _profile_on_cpu(
     monkeypatch.setattr(timing, "disturbance", lambda *a, **k: disturbance)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
 
-    def time_calls(calls, graph=True):
-        for c in calls:
-            c()
-        return timing.Timing(1.0, 1.0, 1, graph)
+    def time_calls(calls, graph=True, keep=False):
+        def run() -> None:
+            for c in calls:
+                c()
+
+        run()  # (a warm-up, then the timed run)
+        run()
+        return timing.Timing(1.0, 1.0, 1, graph, replay=run if keep else None)
 
     monkeypatch.setattr(timing, "time_calls", time_calls)
     events: list = []
@@ -770,6 +789,55 @@ def test_answers_kept_from_the_timed_calls_are_stale_on_the_nudged_call(
     assert sets.tampered() is None  # the nudge put back: the sets stay cached for the next candidate
 
 
+def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudged_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kernel that keeps its answers and serves them only where its last call was moments ago
+    (on a GPU it would read the clock): the judge's float64 checks between the timing and the
+    nudged call stand for seconds here, each a tick of the kernel's clock. The timing's own work
+    replayed, then a round, then the nudged call, meet it with no tick between."""
+    ticks = [0]
+    for name in ("compare_rows",):
+        real = getattr(gpu_stages.verify, name)
+        monkeypatch.setattr(gpu_stages.verify, name, lambda *a, real=real, **k: (ticks.__setitem__(0, ticks[0] + 1), real(*a, **k))[1])  # fmt: skip
+    real_check = gpu_stages.verify.Reference.check
+    monkeypatch.setattr(gpu_stages.verify.Reference, "check", lambda self, *a, **k: (ticks.__setitem__(0, ticks[0] + 1), real_check(self, *a, **k))[1])  # fmt: skip
+    kept: dict = {}
+    last_tick = [-1]
+    served = [0]
+
+    def in_quick_succession(x: torch.Tensor, out: torch.Tensor) -> None:
+        quick, last_tick[0] = last_tick[0] == ticks[0], ticks[0]
+        if quick and x.data_ptr() in kept:
+            out.copy_(kept[x.data_ptr()])
+            served[0] += 1
+            return
+        softmax(x, out)
+        kept[x.data_ptr()] = out.clone()
+
+    monkeypatch.setattr(gpu_stages.random, "SystemRandom", lambda: random.Random(7))
+    p, _ = _profile_on_cpu(monkeypatch, in_quick_succession, _Mapping())
+    assert served[0] > 0  # (its answers served while timed: right there, the inputs unchanged)
+    assert isinstance(p, gpu_stages.ProfileResult) and p.failure is not None, p
+    assert p.failure.check == "stale" and "right after the timed ones" in p.failure.detail, p.failure
+
+
+def test_an_input_changed_during_the_nudged_calls_round_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's calls see read-only inputs, but a second, writable mapping of them exists then
+    (the judge's, for the move): the sets are fingerprinted again after it."""
+    calls = [0]
+
+    def marks_late(x: torch.Tensor, out: torch.Tensor) -> None:
+        calls[0] += 1
+        softmax(x, out)
+        if calls[0] == 8:  # (the timing's 2 x 2 calls, its replay's 2, then the round's second call)
+            x[0, 0] += 1e-3
+
+    p, _ = _profile_on_cpu(monkeypatch, marks_late, _Mapping())
+    assert isinstance(p, gpu_stages.ProfileResult) and p.failure is not None, p
+    assert p.failure.check == "input_modified" and "after the nudged call" in p.failure.detail, p.failure
+
+
 def test_an_honest_kernel_passes_the_nudged_call_and_the_sets_are_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
     sets = gpu_stages.make_sets(SOFTMAX, 64, 256, "float32", count=2, device="cpu")
     before = [t.clone() for s in sets.views for t in s]
@@ -782,10 +850,13 @@ def test_an_honest_kernel_passes_the_nudged_call_and_the_sets_are_put_back(monke
 
     p, _ = _profile_on_cpu(monkeypatch, honest, _Mapping(), sets)
     assert isinstance(p, gpu_stages.ProfileResult) and p.ok, p
-    assert "nudged call: 8 elements moved by +1" in p.checks[0], p.checks
+    assert "nudged call: 8 elements moved by +1, the timing replayed, then a round, eagerly" in p.checks[0], p.checks
     assert all(torch.equal(t, b) for t, b in zip((t for s in sets.views for t in s), before))
-    assert len(calls) == 3  # the timing's one call a set, then the nudged call
-    assert not calls[-1][1]  # (on moved inputs)
+    # the timing's two calls a set, its replay, then a round (the nudged set first) and the nudged call
+    assert len(calls) == 9, calls
+    (first, as_made_1), (other, as_made_2), (last, moved_away) = calls[-3:]
+    assert as_made_1 and as_made_2 and not moved_away  # (the move between the two calls on the set)
+    assert first == last != other
 
 
 def test_a_nudge_moves_one_element_a_row_and_is_put_back_unless_the_context_is_lost() -> None:

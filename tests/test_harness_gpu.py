@@ -62,6 +62,10 @@ def test_reference_kernel_accepted(judge: Judge, op: str, dtype: str) -> None:
     # cross-entropy) ran at 105-113% of the copy on an H200, whose reads outrun its copy
     ceiling = max(v.profile.sol_tbs, v.profile.read_tbs)
     assert all(s.pct_sol > 0.3 and s.tbs < 1.1 * ceiling for s in v.profile.shapes), v.message
+    # the nudged call right behind the timing's own graph, as a graph (so as closely as the timed calls),
+    # wherever a move of a few elements shows (the checks' list says where none does)
+    nudged = [c for c in v.profile.checks if "no nudged call" not in c]
+    assert nudged and all("the timing replayed, then a round, in a graph" in c for c in nudged), v.profile.checks
 
 
 # another process copying on the judge's GPU all along (docs/judge.md, a GPU not the judge's alone)

@@ -137,7 +137,7 @@ def bench_one(
     baselines: Iterable[str],
     seed: int = 0,
     ceiling_tbs: float | None = None,
-    check: Callable[[list[list[torch.Tensor]]], str | None] | None = None,
+    check: Callable[[list[list[torch.Tensor]], Callable[[], None] | None], str | None] | None = None,
     graph: bool = True,
     rounds: int = 1,
     sets: list[list[torch.Tensor]] | None = None,
@@ -148,8 +148,9 @@ def bench_one(
     of the host or of the clocks falls on all of them alike. A rate above 1.05x the
     ceiling (the best of copy and read-only bandwidth, when measured; the GEMM probe for a
     compute-bound op, whose rates and `sol_tbs` are TFLOP/s) is flagged IMPOSSIBLE.
-    `check(sets)`, run right after ours is timed, says what is wrong with what the timed calls
-    wrote (None: nothing); its answer is flagged WRONG TIMED OUTPUT on our row. `inside`: a
+    `check(sets, replay)`, run once every implementation is timed, says what is wrong with what
+    our timed calls wrote (None: nothing; `replay` makes those calls again as timed, for a call
+    that must follow them closely); its answer is flagged WRONG TIMED OUTPUT on our row. `inside`: a
     context each timing of the named implementation runs in (the judge's: inputs read-only)."""
     work = spec.work(m, n, dtype)
     own_sets = sets is None
@@ -165,7 +166,10 @@ def bench_one(
             impls[b] = str(e)
     rows = []
     errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
-    timings = time_in_turns({k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside)
+    mine = ("llmcompile",) if check is not None else ()
+    timings = time_in_turns(
+        {k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside, keep=mine
+    )
     for name in impls:
         if name in errors:
             rows.append(BenchRow(spec.name, dtype, m, n, name, None, None, None, errors[name], spec.unit))
@@ -184,7 +188,7 @@ def bench_one(
     # (after every implementation is timed: the float64 check lowers the clocks for seconds, and
     # whatever were timed next would run slow)
     if check is not None and rows and rows[0].impl == "llmcompile" and rows[0].tbs is not None:
-        if wrong := check(sets):
+        if wrong := check(sets, timings["llmcompile"][-1].replay):
             mine = rows[0]
             mine.note = "; ".join(filter(None, (mine.note, f"WRONG TIMED OUTPUT: {wrong}")))
         timing.settle(sol_tbs if not spec.compute_bound else None)  # (before the next shape is timed)
@@ -200,11 +204,12 @@ def time_in_turns(
     graph: bool,
     errors: dict[str, str],
     inside: dict[str, Callable[[], AbstractContextManager[None]]] | None = None,
+    keep: tuple[str, ...] = (),
 ) -> dict[str, list[timing.Timing]]:
     """Each implementation's calls timed `rounds` times, the implementations taking turns in a
     rotated order, so that a slow spell of the host or of the clocks falls on all of them alike;
     one that fails is put in `errors` (reported, not fatal) and not timed again. `inside`: as
-    `bench_one`'s."""
+    `bench_one`'s; `keep`: the implementations whose last timing keeps its work to replay."""
     timings: dict[str, list[timing.Timing]] = {}
     order = list(calls)
     for r in range(rounds):
@@ -214,7 +219,8 @@ def time_in_turns(
                 continue
             try:
                 with (inside or {}).get(name, nullcontext)():
-                    timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph))
+                    kept = {"keep": True} if name in keep else {}
+                    timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph, **kept))
             except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal
                 errors[name] = f"{type(e).__name__}: {e}"[:200]
                 torch.cuda.synchronize()

@@ -13,7 +13,7 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -29,6 +29,9 @@ class Timing:
     # Per call by the host's clock around a device-wide synchronize: work that escapes the
     # timed stream (a side stream, a deferred launch) shows here and not in the events.
     wall_ms: float = 0.0
+    # The timed work once more as it was timed (its graph replayed), where kept (`time_calls`):
+    # a call made right after it follows the timed calls as closely as they followed each other.
+    replay: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def events_disagree(self) -> bool:
@@ -70,9 +73,14 @@ def replays(reps: int) -> int:
 
 
 def time_calls(
-    calls: Sequence[Callable[[], object]], reps: int = 20, min_batch_ms: float = 2.0, graph: bool = True
+    calls: Sequence[Callable[[], object]],
+    reps: int = 20,
+    min_batch_ms: float = 2.0,
+    graph: bool = True,
+    keep: bool = False,
 ) -> Timing:
-    """Median milliseconds per call; `calls` are equivalent calls on different input sets."""
+    """Median milliseconds per call; `calls` are equivalent calls on different input sets. `keep`:
+    the Timing holds the timed work to run again (`Timing.replay`; its graph stays alive)."""
     reps = replays(reps)
     for c in calls:  # warm-up: compiles, autotunes, allocator pools
         c()
@@ -110,7 +118,7 @@ def time_calls(
     run()
     samples = [t / (rounds * len(calls)) for t in _time_events(run, reps)]
     wall = wall_ms(run) / (rounds * len(calls))
-    return Timing(statistics.median(samples), min(samples), len(samples), used_graph, wall)
+    return Timing(statistics.median(samples), min(samples), len(samples), used_graph, wall, run if keep else None)
 
 
 # Wall-clock runs whose fastest stands for the host's view of the work: one run alone was once

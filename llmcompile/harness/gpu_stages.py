@@ -21,7 +21,8 @@ what stops each):
   (or a part of one) leaves another set's answer behind; every set is checked afterwards, and
   the number of replays is random, so a kernel cannot count its way to the last one;
 - then one more call, on a set with a few elements moved and the workspace as the timing left
-  it: an answer kept there while timed (verification poisons it) shows.
+  it, made right behind the timing's own graph as the timed calls were: an answer kept there
+  while timed (verification poisons it) shows, even one served only to calls in quick succession.
 """
 
 from __future__ import annotations
@@ -661,6 +662,26 @@ class InputSets:
         the context takes no further calls, and the worker ends."""
         return _access([self.mapping] if self.mapping is not None else [], False)
 
+    @contextmanager
+    def writable_alias(self) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
+        """For the block, each input tensor as the judge may write it in stream order while the
+        candidate sees it read-only: the same bytes at a second, writable address
+        (`readonly.Alias`); the tensor itself where there is no mapping. Unmapped after the block
+        (which synchronizes first, `_candidates_turn`)."""
+        if self.mapping is None:
+            yield lambda t: t
+            return
+        alias = self.mapping.alias()
+        try:
+            yield alias.view_of
+        except BaseException as e:
+            if not device_fault(e):  # (after a fault the context takes no more calls: the worker ends)
+                _sync()
+                alias.free()
+            raise
+        _sync()
+        alias.free()
+
     def release(self) -> None:
         """Free the mapping (the views into it must not be used after)."""
         self.mapping = _freed(self.mapping)
@@ -972,18 +993,29 @@ class Nudge:
         flat = x.view(-1)
         return cls(k, flat, where, flat[where].clone(), torch.tensor(picked, device=x.device))
 
+    def write(self, into: torch.Tensor | None = None) -> None:
+        """The moved values into `flat` (or `into`, the same bytes at another address), in stream
+        order: capturable in a CUDA graph."""
+        new = (self.old.double() + self.move).to(self.flat.dtype)
+        (self.flat if into is None else into).index_copy_(0, self.where, new)
+
+    def put_back(self) -> None:
+        self.flat[self.where] = self.old
+
     @contextmanager
-    def moved(self) -> Iterator[None]:
-        """The elements moved for the block, put back after it (bit for bit: the input sets stay
-        cached for the next candidate); a device fault leaves them, as the context is lost."""
-        self.flat[self.where] = (self.old.double() + self.move).to(self.flat.dtype)
+    def moved(self, written: bool = False) -> Iterator[None]:
+        """The elements moved for the block (already, where `written`), put back after it (bit
+        for bit: the input sets stay cached for the next candidate); a device fault leaves them,
+        as the context is lost."""
+        if not written:
+            self.write()
         try:
             yield
         except BaseException as e:
             if not device_fault(e):
-                self.flat[self.where] = self.old
+                self.put_back()
             raise
-        self.flat[self.where] = self.old
+        self.put_back()
 
 
 class TimedCalls:
@@ -1038,13 +1070,16 @@ class TimedCalls:
         self.last[o] = i
         self.fn(*ins, *(g_.view for g_ in self.outputs[o]), *self.scalars)
 
-    def _nudged_call(self, sets: list[list[torch.Tensor]]) -> str | None:
+    def _nudged_call(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None = None) -> str | None:
         """One more call, on a random input set with a few elements moved (`Nudge`), its workspace as
         the timing left it, and its output checked: verification poisons the workspace before each
         call, so a kernel keeping its answers there, keyed by the input's address or a sample of it,
-        could serve them to the timed calls alone; here it serves the old values' answer. The move
+        could serve them to the timed calls alone; here it serves the old values' answer. One that
+        serves them only to calls that follow closely (it can read the GPU's clock) meets the
+        call as it met the timed ones: the timing's own graph again (`replay`), then at once a
+        round of calls with the move written meanwhile and the nudged call last (`_tail`). The move
         is one the check sees: the set's answer from the timed calls (checked) must fail it on the
-        moved inputs. Made after the timed outputs are checked: it overwrites one of them."""
+        moved inputs. Made after the timed outputs are checked: it overwrites them."""
         rng = random.SystemRandom()  # (drawn here, each time: nothing a kernel could know)
         i = rng.randrange(self.k)
         held = next((o for o in range(self.k) if self.last[o] == i), None)  # set i's timed answer
@@ -1062,26 +1097,82 @@ class TimedCalls:
         else:
             self.nudge_note = "; no nudged call (no move of a few elements changes the answer beyond the bound)"
             return None
-        self.nudge_note = f"; nudged call: {nudge.where.numel()} elements moved by {nudge.move:+g}"
-        o = held if self.k == 1 else (held + 1) % self.k
-        with nudge.moved():
+        self.nudge_note = f"; nudged call: {nudge.where.numel()} elements moved by {nudge.move:+g}, " + (
+            "the timing replayed, then a round" if replay is not None else "after a round"
+        )
+        with self.sets.writable_alias() as alias:  # (outside the candidate's try: its failure is the judge's)
+            write = functools.partial(nudge.write, alias(nudge.flat))
             try:
                 with self.turn():
-                    self._call(i, sets[i], o)
+                    tail = self._tail(sets, i, held, write)
+                    if replay is not None:
+                        replay()
+                    tail()
             except Exception as e:
                 if device_fault(e):
                     raise
+                nudge.put_back()
                 self.check_kind = "error"
                 return f"the call after the timed ones raised {type(e).__name__}: {str(e)[:300]}"
-            bad = check(self.outputs[o])
+        with nudge.moved(written=True):
+            if (name := broken_guard(self.outputs[held] + self.workspace)) is not None:
+                self.check_kind = "out_of_bounds_write"
+                return f"the nudged call wrote outside {'its scratch workspace' if name == 'workspace' else f'the output `{name}`'}"
+            bad = check(self.outputs[held])
+        # (the round's calls had the inputs read-only, but a second, writable mapping existed meanwhile)
+        if bad is None and (why := self.sets.tampered()) is not None:
+            self.check_kind = "input_modified" if "changed during" in why else "out_of_bounds_write"
+            return f"after the nudged call: {why}"
         if bad is None:
             return None
         self.check_kind = "stale"
         return (
-            f"a call after the timed ones, its workspace as they left it, on input set {i} of {self.k} with "
+            f"a call right after the timed ones, its workspace as they left it, on input set {i} of {self.k} with "
             f"{nudge.where.numel()} elements moved by {nudge.move:+g} in place (an answer kept from the timed "
             f"calls?): {bad.describe()}"
         )
+
+    def _tail(
+        self, sets: list[list[torch.Tensor]], i: int, o: int, write_nudge: Callable[[], None]
+    ) -> Callable[[], None]:
+        """The nudged call, made as the timed calls are: a round of calls, set i's first (into
+        output set o) and the others' into the other output sets; once set i's is done, the move
+        written and o poisoned on a side stream while the others run; then set i's call into o.
+        The gap before that call is the timed calls' own, but for one set (the move is made
+        between two calls on it). A CUDA graph where the GPU captures one: launched right after the
+        timing's own graph, its calls follow the timed ones as those followed each other."""
+        order = [i] + [j for j in range(self.k) if j != i]
+        slots = [o] + [q for q in range(self.k) if q != o]
+        outs = [g_.view for g_ in self.outputs[o]]
+
+        def body(side: torch.cuda.Stream | None) -> None:
+            self._call(i, sets[i], o)
+            main = torch.cuda.current_stream() if side is not None else None
+            if side is not None:
+                side.wait_stream(main)
+            with torch.cuda.stream(side) if side is not None else nullcontext():
+                write_nudge()
+                verify.poison(outs)
+            for j, q in zip(order[1:], slots[1:]):
+                self._call(j, sets[j], q)
+            if side is not None:
+                main.wait_stream(side)
+            self._call(i, sets[i], o)
+
+        if sets[i][0].device.type != "cuda":
+            self.nudge_note += ", eagerly"
+            return functools.partial(body, None)
+        side = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                body(side)
+        except Exception:  # noqa: BLE001 - as the timing: a candidate that cannot be captured is called eagerly
+            _sync()
+            self.nudge_note += ", eagerly"
+            return functools.partial(body, side)
+        self.nudge_note += ", in a graph"
+        return g.replay
 
     def _by_rows(self, nudge: Nudge) -> bool:
         """Whether the nudged rows can be checked alone: rows independent, and the nudged input's
@@ -1109,13 +1200,14 @@ class TimedCalls:
             return lambda outs: whole.check(views(outs))
         return lambda outs: verify.compare_rows(self.spec, self.dtype, ins, views(outs))
 
-    def check(self, sets: list[list[torch.Tensor]]) -> str | None:
-        """What is wrong with what the timed calls did (None: nothing)."""
+    def check(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None = None) -> str | None:
+        """What is wrong with what the timed calls did (None: nothing). `replay`: the timing's
+        calls made again as timed (its graph), for the nudged call to follow."""
         _sync()
-        self.failure = self._check(sets)
+        self.failure = self._check(sets, replay)
         return self.failure
 
-    def _check(self, sets: list[list[torch.Tensor]]) -> str | None:
+    def _check(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None) -> str | None:
         if (why := self.sets.tampered()) is not None:
             self.check_kind = "input_modified" if "changed during" in why else "out_of_bounds_write"
             return why
@@ -1139,7 +1231,7 @@ class TimedCalls:
             if bad is not None:
                 return f"output set {o}, last written from input set {i} of {self.k}: {bad.describe()}"
         self.method = ", ".join(sorted(methods))
-        return self._nudged_call(sets)
+        return self._nudged_call(sets, replay)
 
     def release(self) -> None:
         self.outputs, self.workspace = [], []

@@ -80,6 +80,46 @@ class Mapping:
         _check(cu.cuMemAddressFree(self.ptr, self.size), "cuMemAddressFree")
         _check(cu.cuMemRelease(self.handle), "cuMemRelease")
 
+    def alias(self) -> Alias:
+        """The same memory at a second address, writable there whatever this one's access: the
+        judge's own writes, ordered on a stream between a candidate's calls that see it read-only
+        (a host-side access change would synchronize between them)."""
+        cu = _driver()
+        ptr = int(_check(cu.cuMemAddressReserve(self.size, 0, 0, 0), "cuMemAddressReserve"))
+        try:
+            _check(cu.cuMemMap(ptr, self.size, 0, self.handle, 0), "cuMemMap")
+        except ReadOnlyUnavailable:
+            cu.cuMemAddressFree(ptr, self.size)
+            raise
+        alias = Alias(self, Mapping(self.handle, ptr, self.size, self.device, writable=False))
+        try:
+            alias.at.set_writable(True)
+        except ReadOnlyUnavailable:
+            alias.free()
+            raise
+        return alias
+
+
+@dataclass
+class Alias:
+    """A second, writable mapping of `of`'s memory (`Mapping.alias`); `free` unmaps it only."""
+
+    of: Mapping
+    at: Mapping
+
+    def view_of(self, t: torch.Tensor) -> torch.Tensor:
+        """`t`, a contiguous tensor inside `of`, as the same bytes at the alias's address."""
+        start = t.data_ptr() - self.of.ptr
+        if not (0 <= start and start + t.numel() * t.element_size() <= self.of.size and t.is_contiguous()):
+            raise ValueError("not a contiguous tensor inside the aliased mapping")
+        nbytes = t.numel() * t.element_size()
+        return self.at.tensor(self.at.size)[start : start + nbytes].view(t.dtype).view(t.shape)
+
+    def free(self) -> None:
+        cu = _driver()
+        _check(cu.cuMemUnmap(self.at.ptr, self.at.size), "cuMemUnmap")
+        _check(cu.cuMemAddressFree(self.at.ptr, self.at.size), "cuMemAddressFree")
+
 
 def _prop(cu: Any, device: int) -> Any:
     prop = cu.CUmemAllocationProp()

@@ -166,9 +166,9 @@ def bench_one(
             impls[b] = str(e)
     rows = []
     errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
-    mine = ("llmcompile",) if check is not None else ()
+    replayed = ("llmcompile",) if check is not None else ()  # (ours, for the check: `check`)
     timings = time_in_turns(
-        {k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside, keep=mine
+        {k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside, keep=replayed
     )
     for name in impls:
         if name in errors:

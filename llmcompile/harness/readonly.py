@@ -84,13 +84,7 @@ class Mapping:
         """The same memory at a second address, writable there whatever this one's access: the
         judge's own writes, ordered on a stream between a candidate's calls that see it read-only
         (a host-side access change would synchronize between them)."""
-        cu = _driver()
-        ptr = int(_check(cu.cuMemAddressReserve(self.size, 0, 0, 0), "cuMemAddressReserve"))
-        try:
-            _check(cu.cuMemMap(ptr, self.size, 0, self.handle, 0), "cuMemMap")
-        except ReadOnlyUnavailable:
-            cu.cuMemAddressFree(ptr, self.size)
-            raise
+        ptr = _map(_driver(), self.size, self.handle)
         alias = Alias(self, Mapping(self.handle, ptr, self.size, self.device, writable=False))
         try:
             alias.at.set_writable(True)
@@ -109,10 +103,9 @@ class Alias:
 
     def view_of(self, t: torch.Tensor) -> torch.Tensor:
         """`t`, a contiguous tensor inside `of`, as the same bytes at the alias's address."""
-        start = t.data_ptr() - self.of.ptr
-        if not (0 <= start and start + t.numel() * t.element_size() <= self.of.size and t.is_contiguous()):
+        start, nbytes = t.data_ptr() - self.of.ptr, t.numel() * t.element_size()
+        if not (0 <= start and start + nbytes <= self.of.size and t.is_contiguous()):
             raise ValueError("not a contiguous tensor inside the aliased mapping")
-        nbytes = t.numel() * t.element_size()
         return self.at.tensor(self.at.size)[start : start + nbytes].view(t.dtype).view(t.shape)
 
     def free(self) -> None:
@@ -143,6 +136,18 @@ def _create(cu: Any, size: int, prop: Any) -> Any:
     return _check((err, *handle), "cuMemCreate")
 
 
+def _map(cu: Any, size: int, handle: Any) -> int:
+    """A new virtual range of `size` bytes with the physical chunk `handle` mapped there (no access
+    yet: `Mapping.set_writable`); the range given back where the mapping fails."""
+    ptr = int(_check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
+    try:
+        _check(cu.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
+    except ReadOnlyUnavailable:
+        cu.cuMemAddressFree(ptr, size)
+        raise
+    return ptr
+
+
 def allocate(nbytes: int, device: int | None = None) -> Mapping:
     """A writable mapping of at least `nbytes` (rounded up to the allocation granularity, 2 MB
     on an H100); make it read-only with `set_writable(False)` once it is filled."""
@@ -154,14 +159,8 @@ def allocate(nbytes: int, device: int | None = None) -> Mapping:
     size = max(gran, -(-nbytes // gran) * gran)
     handle = _create(cu, size, prop)
     try:
-        ptr = int(_check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
+        ptr = _map(cu, size, handle)
     except ReadOnlyUnavailable:
-        cu.cuMemRelease(handle)
-        raise
-    try:
-        _check(cu.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
-    except ReadOnlyUnavailable:
-        cu.cuMemAddressFree(ptr, size)
         cu.cuMemRelease(handle)
         raise
     m = Mapping(handle, ptr, size, dev, writable=False)

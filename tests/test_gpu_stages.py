@@ -797,11 +797,16 @@ def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudge
     nudged call stand for seconds here, each a tick of the kernel's clock. The timing's own work
     replayed, then a round, then the nudged call, meet it with no tick between."""
     ticks = [0]
-    for name in ("compare_rows",):
-        real = getattr(gpu_stages.verify, name)
-        monkeypatch.setattr(gpu_stages.verify, name, lambda *a, real=real, **k: (ticks.__setitem__(0, ticks[0] + 1), real(*a, **k))[1])  # fmt: skip
-    real_check = gpu_stages.verify.Reference.check
-    monkeypatch.setattr(gpu_stages.verify.Reference, "check", lambda self, *a, **k: (ticks.__setitem__(0, ticks[0] + 1), real_check(self, *a, **k))[1])  # fmt: skip
+
+    def ticking(check: Callable) -> Callable:
+        def checked(*a: object, **k: object) -> object:
+            ticks[0] += 1
+            return check(*a, **k)
+
+        return checked
+
+    monkeypatch.setattr(gpu_stages.verify, "compare_rows", ticking(gpu_stages.verify.compare_rows))
+    monkeypatch.setattr(gpu_stages.verify.Reference, "check", ticking(gpu_stages.verify.Reference.check))
     kept: dict = {}
     last_tick = [-1]
     served = [0]

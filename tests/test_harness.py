@@ -282,14 +282,14 @@ def test_bit_checks_take_a_0_dim_output() -> None:
     and the judge's error was recorded as the candidate's crash)."""
     import torch
 
-    from llmcompile.harness.gpu_stages import _same_bits
+    from llmcompile.harness.guards import same_bits
 
     a = torch.tensor(1.5)
-    assert _same_bits(a, a.clone()) and not _same_bits(a, torch.tensor(2.5))
+    assert same_bits(a, a.clone()) and not same_bits(a, torch.tensor(2.5))
 
 
 def test_a_judge_bug_on_the_gpu_is_not_the_candidates_crash() -> None:
-    from llmcompile.harness.gpu_stages import CandidateFault, device_fault
+    from llmcompile.harness.guards import CandidateFault, device_fault
 
     assert device_fault(CandidateFault("AcceleratorError: illegal memory access"))
     assert device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))

@@ -1,5 +1,5 @@
 """CPU (CI): read-only device memory's own failures are the judge's, never a candidate's. (The
-mappings themselves need the GPU: tests/test_gpu_stages.py and tests/test_harness_gpu.py.)"""
+mappings themselves need the GPU: tests/test_guards.py, tests/test_input_sets.py and tests/test_harness_gpu.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import enum
 import pytest
 import torch
 
-from llmcompile.harness import gpu_stages, readonly
+from llmcompile.harness import guards, readonly
 
 
 class _Driver:
@@ -41,4 +41,4 @@ def test_running_out_is_an_out_of_memory_error_not_a_device_fault(monkeypatch: p
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     with pytest.raises(torch.OutOfMemoryError) as e:
         readonly._create(_Driver(fails=2), 1 << 21, None)
-    assert not gpu_stages.device_fault(e.value)
+    assert not guards.device_fault(e.value)

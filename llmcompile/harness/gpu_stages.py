@@ -1,4 +1,6 @@
-"""Stages 3 and 4, on the GPU inside a worker: verify a compiled candidate, then profile it.
+"""Stages 3 and 4, on the GPU inside a worker: verify a compiled candidate, then profile it (the
+memory its calls touch: `guards`; the profile's input sets: `input_sets`; the timed calls and
+their checks: `timed_calls`).
 
 Both assume the candidate is hostile and has read this file (docs/judge.md lists the attacks and
 what stops each):
@@ -28,7 +30,6 @@ what stops each):
 from __future__ import annotations
 
 import functools
-import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -39,259 +40,33 @@ import torch
 
 from llmcompile.bench import grid, timing
 from llmcompile.harness import readonly, verify
+from llmcompile.harness.guards import (
+    CandidateFault,
+    Guarded,
+    broken_guard,
+    device_fault,
+    guard_workspace,
+    guarded,
+    judge_copy,
+    poison_workspace,
+    same_bits,
+    sync,
+)
+from llmcompile.harness.input_sets import InputSets, cached_sets, forget_sets
+from llmcompile.harness.timed_calls import NUDGE_MOVES, TimedCalls
 from llmcompile.harness.verdict import CheckFailure, ProfileResult, ShapeTiming, VerifyResult
 from llmcompile.specs import DTYPES, GENERIC_CASES, OpSpec, generic_inputs
 from llmcompile.specs.targets import target_here
-
-GUARD_BYTES = 4096
-INT_GUARD = 1 << 40  # an index no row has: reading it as a target gives nonsense, not a pass
-MIN_TIMED_SETS = 2  # input sets the timed calls rotate over at least: outputs rotate against them
-NUDGED_ROWS = 8  # rows of the nudged call's input given one moved element each (fewer where it has fewer)
-# The moves tried, in turn, until the answer already held (the timed calls', or verification's
-# second call's) fails the check on the moved inputs (the check must see a stale answer): +1 is
-# within bf16's tolerance of a softmax row of 1024, +16 is not; a min sees only a move down. The
-# nudged call on a shape checked whole (rows not independent) tries only the largest, each try a
-# float64 reference of the whole set.
-NUDGE_MOVES = (1.0, 16.0, 256.0, -1.0, -16.0, -256.0)
-NUDGE_MOVES_WHOLE = (256.0, -256.0)
-
-
-class CandidateFault(Exception):
-    """The candidate broke the CUDA context (illegal address, trap): the worker must go."""
-
-
-@contextmanager
-def _access(mappings: list[readonly.Mapping], writable: bool) -> Iterator[None]:
-    """`mappings` writable (or read-only) for the block, back after it (access changes are not
-    stream-ordered: synchronised around). A block that raises a device fault leaves them to
-    `release`: after a fault, the context may take no further calls."""
-
-    def flip(to: bool) -> None:
-        if mappings:
-            _sync()
-        for m in mappings:
-            m.set_writable(to)
-
-    flip(writable)
-    try:
-        yield
-    except BaseException as e:
-        if not device_fault(e):
-            flip(not writable)
-        raise
-    flip(not writable)
-
-
-def _writable(mappings: list[readonly.Mapping]) -> AbstractContextManager[None]:
-    """Read-only `mappings` made writable for the block (the judge's own loads)."""
-    return _access(mappings, True)
-
-
-def _freed(mapping: readonly.Mapping | None) -> None:
-    """Free `mapping` once the GPU is done with it (None: nothing to free); None, to assign."""
-    if mapping is not None:
-        _sync()
-        mapping.free()
-
-
-@dataclass
-class Guarded:
-    """A tensor between two guard bands; in read-only device memory when `mapping` is set."""
-
-    name: str
-    view: torch.Tensor
-    buf: torch.Tensor
-    g: int  # guard elements on each side
-    guard: torch.Tensor  # the bytes of one band as allocated
-    mapping: readonly.Mapping | None = None
-
-    def guards_intact(self) -> bool:
-        b = self.buf.view(torch.uint8)
-        gb = self.g * self.buf.element_size()
-        return torch.equal(b[:gb], self.guard) and torch.equal(b[-gb:], self.guard)
-
-    def load(self, x: torch.Tensor) -> None:
-        """Copy `x` in; a read-only one is made writable for the copy and read-only again."""
-        with _writable([self.mapping] if self.mapping is not None else []):
-            self.view.copy_(x)
-
-    def release(self) -> None:
-        self.mapping = _freed(self.mapping)
-
-
-@dataclass
-class JudgeCopy:
-    """The judge's own copy of a case's inputs, which the guarded inputs are loaded from and the
-    answer is checked against: a candidate must not change it during its call. Read-only device
-    memory where the device has it (no call moves it: on the host, KernelBench 45's 3.2 GB input
-    took 2.3 s to copy there, 0.4 s back per check, 5.4 s to nudge; H200); else pageable host
-    memory, which these GPUs' kernels cannot address (no pageable memory access)."""
-
-    tensors: list[torch.Tensor]
-    mappings: list[readonly.Mapping] = field(default_factory=list)
-
-    def load(self, xs: list[torch.Tensor]) -> None:
-        with _writable(self.mappings):
-            for t, x in zip(self.tensors, xs):
-                t.copy_(x)
-
-    def nudge(self, seed: int, move: float = 1.0) -> Callable[[], None]:
-        """One element in every 1024 of the first floating input (and at least one) moved by
-        `move`, in place: an answer cached by a sample of the input shows. Returns what puts them
-        back."""
-        x = next((t for t in self.tensors if t.is_floating_point() and t.numel()), None)
-        if x is None:
-            return lambda: None
-        flat = x.view(-1)
-        gen = torch.Generator(device=x.device).manual_seed(seed)
-        where = torch.randint(0, flat.numel(), (max(1, flat.numel() // 1024),), generator=gen, device=x.device)
-        old = flat[where].clone()
-        with _writable(self.mappings):
-            flat[where] = (old.double() + move).to(x.dtype)
-
-        def back() -> None:
-            with _writable(self.mappings):
-                flat[where] = old
-
-        return back
-
-    def release(self) -> None:
-        if self.mappings:
-            _sync()
-        for m in self.mappings:
-            m.free()
-        self.mappings = []
-
-
-def judge_copy(xs: list[torch.Tensor], on_device: bool) -> JudgeCopy:
-    """A JudgeCopy of `xs`: on the device (read-only) or on the host."""
-    if not on_device:
-        return JudgeCopy([x.to("cpu", copy=True) for x in xs])
-    copy = JudgeCopy([])
-    try:
-        for x in xs:
-            nbytes = x.numel() * x.element_size()
-            copy.mappings.append(readonly.allocate(max(1, nbytes), x.device.index))
-            copy.tensors.append(copy.mappings[-1].tensor(nbytes).view(x.dtype).view(x.shape))
-        copy.load(xs)
-    except BaseException:
-        copy.release()
-        raise
-    return copy
-
-
-def slab_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    """Bytes a guarded tensor takes, its bands included, rounded up to the 512 bytes torch aligns
-    allocations to (so slabs laid end to end keep every view aligned as its own allocation would)."""
-    esize = torch.empty((), dtype=dtype).element_size()
-    raw = (torch.Size(shape).numel() + 2 * (GUARD_BYTES // esize)) * esize
-    return -(-raw // 512) * 512
-
-
-def guarded(
-    name: str,
-    shape: tuple[int, ...],
-    dtype: torch.dtype,
-    device: str = "cuda",
-    read_only: bool = False,
-    within: torch.Tensor | None = None,
-) -> Guarded:
-    """`within`: uint8 memory of `slab_bytes` to lay the tensor in (its owner frees it), in place
-    of an allocation of its own (a read-only mapping of its own where `read_only`)."""
-    numel = torch.Size(shape).numel()
-    esize = torch.empty((), dtype=dtype).element_size()
-    g = GUARD_BYTES // esize  # keeps the view 16-byte aligned: allocations are 512-aligned
-    mapping = None
-    try:
-        if within is not None:
-            buf = within[: (numel + 2 * g) * esize].view(dtype)
-        elif read_only:
-            mapping = readonly.allocate((numel + 2 * g) * esize)
-            buf = mapping.tensor((numel + 2 * g) * esize).view(dtype)
-        else:
-            buf = torch.empty(numel + 2 * g, dtype=dtype, device=device)
-        buf.fill_(float("nan") if dtype.is_floating_point else INT_GUARD)
-        guard = buf.view(torch.uint8)[: g * esize].clone()
-    except BaseException:
-        if mapping is not None:
-            mapping.free()
-        raise
-    return Guarded(name, buf[g : g + numel].view(shape), buf, g, guard, mapping)
-
-
-def device_fault(e: BaseException) -> bool:
-    """Whether an exception is a fault a kernel can raise on the device (an illegal address, a
-    trap: whatever the CUDA runtime reports). Running out of memory is not one: a kernel
-    allocates nothing, so that is the judge's memory plan falling short."""
-    text = f"{type(e).__name__} {e}"
-    if "OutOfMemory" in text or "out of memory" in text:
-        return False
-    return isinstance(e, CandidateFault) or any(w in text for w in ("CUDA", "cuda", "illegal"))
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def _call(fn: Callable, ins: list[torch.Tensor], outs: list[torch.Tensor], scalars: list) -> None:
     try:
         fn(*ins, *outs, *scalars)
-        _sync()
+        sync()
     except Exception as e:
         if device_fault(e):
             raise CandidateFault(f"{type(e).__name__}: {str(e)[:400]}") from None
         raise
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    # (flat first: a 0-dim tensor, a loss, has no byte view of its own)
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)) if a.numel() else True
-
-
-def poison_workspace(fn: Any) -> None:
-    """NaN into a kernel's scratch workspace (contract rule 6: undefined on entry), so a kernel
-    that keeps state there between calls shows."""
-    verify.poison(list(getattr(fn, "buffers", {}).values()))
-
-
-def guard_workspace(fn: Any, device: torch.device) -> list[Guarded]:
-    """The kernel's scratch workspace on `device` laid between guard bands (the runtime's own
-    allocation has none: a write past it would land unseen in whatever torch put next to it);
-    [] for a kernel without one. Its bands are checked as an output's are."""
-    elems = getattr(fn, "elems", 0)
-    if not elems or not isinstance(getattr(fn, "buffers", None), dict):
-        return []
-    ws = guarded("workspace", (elems,), torch.float32, str(device))
-    fn.buffers[device] = ws.view
-    return [ws]
-
-
-def broken_guard(tensors: list[Guarded]) -> str | None:
-    """The name of the first tensor whose guard bands changed."""
-    return next((t.name for t in tensors if not t.guards_intact()), None)
-
-
-# The weighted fingerprint's period: a prime, so a rotation or swap of elements changes it.
-_FP_PERIOD = 65521
-_FP_CHUNK = 1 << 24
-
-
-def fingerprint(t: torch.Tensor) -> tuple[int, int]:
-    """Two checksums of a tensor's bits (their sum, and their sum weighted by position), computed
-    on the device, in chunks: an input changed during the timed calls changes them. Host ints,
-    out of any kernel's reach."""
-    flat = t.reshape(-1)
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
-    bits = flat.view(ints)
-    total = torch.zeros((), dtype=torch.int64, device=t.device)
-    weighted = torch.zeros((), dtype=torch.int64, device=t.device)
-    w = torch.arange(min(_FP_CHUNK, bits.numel()), device=t.device, dtype=torch.int64) % _FP_PERIOD + 1
-    for lo in range(0, bits.numel(), _FP_CHUNK):
-        c = bits[lo : lo + _FP_CHUNK].to(torch.int64)
-        total += c.sum()
-        weighted += (c * w[: c.numel()]).sum()
-    return int(total), int(weighted)
 
 
 @dataclass(frozen=True)
@@ -477,7 +252,7 @@ def _verify_case(
                 kind = ({g_.name: "input" for g_ in ins} | {g_.name: "output" for g_ in outs} | {"workspace": "scratch"})[name]  # fmt: skip
                 return fail("out_of_bounds_write", f"{what}wrote outside the {kind} `{name}` (its guard band changed)")
             refs = [x.to(device) for x in expected]
-            if changed := [g_.name for g_, r in zip(ins, refs) if not _same_bits(g_.view, r)]:
+            if changed := [g_.name for g_, r in zip(ins, refs) if not same_bits(g_.view, r)]:
                 return fail("input_modified", f"{what}the input `{changed[0]}` changed during the call")
             if ref is not None:
                 bad = ref.check(ov, exact)
@@ -498,7 +273,7 @@ def _verify_case(
         for _ in range(repeats - 1):
             if failure := call_and_check(copy.tensors, "a repeat on the same inputs: "):
                 return CheckFailure("nondeterministic", m, n, case.name, case.seed, failure.detail)
-            if not all(_same_bits(a, b) for a, b in zip(first, ov)):
+            if not all(same_bits(a, b) for a, b in zip(first, ov)):
                 st.notes.append(f"M={m} N={n}: repeats differ in low bits (atomics or reduction order)")
         # New values at the same addresses, outputs left holding the old answer.
         regen = torch.Generator(device=device).manual_seed(case.seed + 999)
@@ -563,7 +338,7 @@ def _produce_inputs(ins: list[Guarded], copy: list[torch.Tensor]) -> None:
     staged = [x.to(g_.view.device) for g_, x in zip(ins, copy)]
     for g_ in ins:
         g_.view.fill_(float("nan") if g_.view.is_floating_point() else 0)
-    _sync()
+    sync()
     for g_, x in zip(ins, staged):
         producer.produce(x, g_.view)
 
@@ -623,140 +398,6 @@ def ceiling(
     if dtype not in _GEMM or fresh:
         _GEMM[dtype] = timing.gemm_tflops(DTYPES[dtype])
     return _GEMM[dtype], _GEMM[dtype]
-
-
-@dataclass
-class InputSets:
-    """The timed calls' input sets, each tensor between NaN guard bands, fingerprinted when made
-    (kept by the worker across candidates while memory allows: `cached_sets`). All of them in one
-    mapping (`mapping`; None where read-only device memory is unavailable, or on the CPU), which
-    `read_only` makes read-only while the candidate is timed: a write into an input faults there,
-    even one put back before the kernel returns, which fingerprints cannot see. One mapping for
-    all the sets, not one a tensor: a tiny shape has up to 64 sets of a few tensors each (enough
-    to keep L2 cold), and each mapping is a 2 MB granule at least."""
-
-    guarded: list[list[Guarded]]
-    prints: list[list[tuple[int, int]]]
-    mapping: readonly.Mapping | None = None
-
-    @property
-    def views(self) -> list[list[torch.Tensor]]:
-        return [[g_.view for g_ in s] for s in self.guarded]
-
-    def nbytes(self) -> int:
-        return sum(g_.buf.numel() * g_.buf.element_size() for s in self.guarded for g_ in s)
-
-    def tampered(self) -> str | None:
-        """Which input changed since the sets were made (its guard bands or its bits), if any."""
-        for k, (s, prints) in enumerate(zip(self.guarded, self.prints)):
-            for g_, p in zip(s, prints):
-                if not g_.guards_intact():
-                    return f"the guard band of input `{g_.name}` (set {k}) changed: a write past its edge"
-                if fingerprint(g_.view) != p:
-                    return f"input `{g_.name}` (set {k}) changed during the timed calls"
-        return None
-
-    def read_only(self) -> AbstractContextManager[None]:
-        """The sets read-only for the block (the candidate's timing), writable after it for the
-        judge's own code (baselines, checks). A block that raises a device fault leaves them:
-        the context takes no further calls, and the worker ends."""
-        return _access([self.mapping] if self.mapping is not None else [], False)
-
-    @contextmanager
-    def writable_alias(self) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
-        """For the block, each input tensor as the judge may write it in stream order while the
-        candidate sees it read-only: the same bytes at a second, writable address
-        (`readonly.Alias`); the tensor itself where there is no mapping. Unmapped after the block
-        (which synchronizes first, `_candidates_turn`)."""
-        if self.mapping is None:
-            yield lambda t: t
-            return
-        alias = self.mapping.alias()
-        try:
-            yield alias.view_of
-        except BaseException as e:
-            if not device_fault(e):  # (after a fault the context takes no more calls: the worker ends)
-                _sync()
-                alias.free()
-            raise
-        _sync()
-        alias.free()
-
-    def release(self) -> None:
-        """Free the mapping (the views into it must not be used after)."""
-        self.mapping = _freed(self.mapping)
-
-
-def make_sets(
-    spec: OpSpec, m: int, n: int, dtype: str, seed: int = 0, count: int | None = None, device: str = "cuda"
-) -> InputSets:
-    """Enough random input sets to keep L2 cold (and at least MIN_TIMED_SETS), made on the GPU,
-    in one read-only-capable mapping where the device has them."""
-    if count is None:
-        count = max(MIN_TIMED_SETS, timing.rotation_count(spec.bytes_moved(m, n, dtype)))
-    gen = torch.Generator(device=device).manual_seed(seed)
-    made = spec.make_inputs(m, n, dtype, gen, "random", device)
-    slabs = [slab_bytes(tuple(x.shape), x.dtype) for x in made]
-    sets = InputSets([], [])
-    if device != "cpu" and not readonly.unavailable_reason():
-        sets.mapping = readonly.allocate(count * sum(slabs), torch.device(device).index)
-    whole = sets.mapping.tensor(sets.mapping.size) if sets.mapping is not None else None
-    try:
-        at = 0
-        for k in range(count):
-            if k:
-                made = spec.make_inputs(m, n, dtype, gen, "random", device)
-            guard = []
-            for d, x, size in zip(spec.inputs, made, slabs):
-                within = whole[at : at + size] if whole is not None else None
-                at += size
-                g_ = guarded(d.name, tuple(x.shape), x.dtype, device, within=within)
-                g_.view.copy_(x)
-                guard.append(g_)
-            del made
-            sets.guarded.append(guard)
-            sets.prints.append([fingerprint(g_.view) for g_ in guard])
-    except BaseException:
-        sets.release()
-        raise
-    return sets
-
-
-_SETS: dict[tuple, InputSets] = {}
-
-
-def cached_sets(spec: OpSpec, m: int, n: int, dtype: str, need: tuple[int, int] = (0, 0)) -> InputSets:
-    """The input sets for (spec, shape, dtype), made once per worker process and reused by later
-    candidates of the same problem while they stay untouched (another problem's are dropped).
-    `need`: what the stage needs with its usual sets and with one; older shapes' sets are dropped
-    while the GPU's free memory falls short of the first, and where it still does, the shape is
-    timed on one set."""
-    key = (spec.ref, m, n, dtype)
-    forget_sets(keep=lambda k: k[0] == spec.ref and k[3] == dtype)
-    if key in _SETS and _SETS[key].tampered() is None:
-        _SETS[key] = _SETS.pop(key)  # most recently used last
-        return _SETS[key]
-    if key in _SETS:
-        _SETS.pop(key).release()
-    while _SETS and _free() < need[0]:
-        _SETS.pop(next(iter(_SETS))).release()
-    one = _free() < need[0]
-    _SETS[key] = made = make_sets(spec, m, n, dtype, count=1 if one else None)
-    return made
-
-
-def _free() -> int:
-    """What the GPU could give now: the driver's free memory and torch's cached, unused blocks."""
-    torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info()[0]
-
-
-def forget_sets(keep: Callable[[tuple], bool] = lambda k: False) -> None:
-    """Drop the cached input sets whose key `keep` does not want."""
-    for k in [k for k in _SETS if not keep(k)]:
-        _SETS.pop(k).release()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 # Flags of the timing alone: a kernel escaping the timed stream, or a rate no honest kernel
@@ -965,275 +606,3 @@ def profile_candidate(
         disturbed,
         guarded_all,
     )
-
-
-@dataclass
-class Nudge:
-    """One element in each of a few random rows (the first dimension) of an input set's first
-    floating input (`index`), moved by `move` in place only within `moved()`: a cache keyed by a
-    sample of the whole input, or of each row, misses them."""
-
-    index: int
-    flat: torch.Tensor
-    where: torch.Tensor
-    old: torch.Tensor
-    rows: torch.Tensor  # the rows they lie in
-    move: float = 1.0
-
-    @classmethod
-    def of(cls, inputs: list[torch.Tensor], rng: random.Random) -> Nudge | None:
-        """None: no floating input to move."""
-        k, x = next(((k, t) for k, t in enumerate(inputs) if t.is_floating_point() and t.numel()), (0, None))
-        if x is None:
-            return None
-        rows = x.shape[0] if x.dim() else 1
-        per = x.numel() // rows
-        picked = sorted(rng.sample(range(rows), min(NUDGED_ROWS, rows)))
-        where = torch.tensor([r * per + rng.randrange(per) for r in picked], device=x.device)
-        flat = x.view(-1)
-        return cls(k, flat, where, flat[where].clone(), torch.tensor(picked, device=x.device))
-
-    def write(self, into: torch.Tensor | None = None) -> None:
-        """The moved values into `flat` (or `into`, the same bytes at another address), in stream
-        order: capturable in a CUDA graph."""
-        new = (self.old.double() + self.move).to(self.flat.dtype)
-        (self.flat if into is None else into).index_copy_(0, self.where, new)
-
-    def put_back(self) -> None:
-        self.flat[self.where] = self.old
-
-    @contextmanager
-    def moved(self, written: bool = False) -> Iterator[None]:
-        """The elements moved for the block (already, where `written`), put back after it (bit
-        for bit: the input sets stay cached for the next candidate); a device fault leaves them,
-        as the context is lost."""
-        if not written:
-            self.write()
-        try:
-            yield
-        except BaseException as e:
-            if not device_fault(e):
-                self.put_back()
-            raise
-        self.put_back()
-
-
-class TimedCalls:
-    """The candidate as the benchmark calls it. Each call on input set i writes output set
-    (i + calls so far on i) mod k: the output sets rotate against the input sets every round, so
-    a call that skips work (all of it, or part, or only when timed back to back) leaves behind an
-    answer to another input set. After the timing every output set is checked against the input
-    set it was last written from (float64 where memory allows, `verify.check_method`), every
-    guard band, and every input's fingerprint; then one more call on a random set with a few
-    elements moved is checked (`_nudged_call`)."""
-
-    def __init__(
-        self,
-        fn: Any,
-        spec: OpSpec,
-        m: int,
-        n: int,
-        dtype: str,
-        scalars: list,
-        sets: InputSets,
-        tally: verify.KernelBenchTally | None = None,
-    ) -> None:
-        self.fn, self.spec, self.m, self.n, self.dtype, self.scalars = fn, spec, m, n, dtype, scalars
-        self.sets, self.tally = sets, tally
-        self.k = len(sets.guarded)
-        self.index = {s[0].view.data_ptr(): i for i, s in enumerate(sets.guarded)}
-        device = str(sets.guarded[0][0].view.device)
-        self.outputs = [
-            [guarded(t.name, t.shape(m, n), t.torch_dtype(dtype), device) for t in spec.outputs] for _ in range(self.k)
-        ]
-        for o in self.outputs:
-            verify.poison([g_.view for g_ in o])
-        self.workspace = guard_workspace(fn, sets.guarded[0][0].view.device)
-        self.turns = [0] * self.k
-        self.last: list[int | None] = [None] * self.k  # output set o was last written from input set last[o]
-        self.failure: str | None = None
-        self.check_kind = "timed_output"
-        self.method = ""
-        self.make_room: Callable[[], None] = lambda: None  # frees what the float64 check may need
-        # the candidate's turn at the GPU (inputs read-only, its start and end told: `_candidates_turn`)
-        self.turn: Callable[[], AbstractContextManager[None]] = nullcontext
-        self.nudge_note = ""  # what the nudged call moved (or why there was none), for the checks' list
-
-    def __call__(self, *ins: torch.Tensor) -> None:
-        self._call(self.index[ins[0].data_ptr()], ins)
-
-    def _call(self, i: int, ins: tuple[torch.Tensor, ...] | list[torch.Tensor], o: int | None = None) -> None:
-        """The call on input set i (`ins`), into output set `o` (None: its turn in the rotation)."""
-        if o is None:
-            o = (i + self.turns[i]) % self.k
-            self.turns[i] += 1
-        self.last[o] = i
-        self.fn(*ins, *(g_.view for g_ in self.outputs[o]), *self.scalars)
-
-    def _nudged_call(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None = None) -> str | None:
-        """One more call, on a random input set with a few elements moved (`Nudge`), its workspace as
-        the timing left it, and its output checked: verification poisons the workspace before each
-        call, so a kernel keeping its answers there, keyed by the input's address or a sample of it,
-        could serve them to the timed calls alone; here it serves the old values' answer. One that
-        serves them only to calls that follow closely (it can read the GPU's clock) meets the
-        call as it met the timed ones: the timing's own graph again (`replay`), then at once a
-        round of calls with the move written meanwhile and the nudged call last (`_tail`). The move
-        is one the check sees: the set's answer from the timed calls (checked) must fail it on the
-        moved inputs. Made after the timed outputs are checked: it overwrites them."""
-        rng = random.SystemRandom()  # (drawn here, each time: nothing a kernel could know)
-        i = rng.randrange(self.k)
-        held = next((o for o in range(self.k) if self.last[o] == i), None)  # set i's timed answer
-        nudge = Nudge.of(sets[i], rng)
-        if held is None or nudge is None:
-            self.nudge_note = "; no nudged call (no floating input)" if nudge is None else ""
-            return None
-        rows = nudge.rows if self._by_rows(nudge) else None
-        for move in NUDGE_MOVES if rows is not None else NUDGE_MOVES_WHOLE:
-            nudge.move = move
-            with nudge.moved():
-                check = self._checker(sets[i], rows)
-                if check(self.outputs[held]) is not None:
-                    break
-        else:
-            self.nudge_note = "; no nudged call (no move of a few elements changes the answer beyond the bound)"
-            return None
-        self.nudge_note = f"; nudged call: {nudge.where.numel()} elements moved by {nudge.move:+g}, " + (
-            "the timing replayed, then a round" if replay is not None else "after a round"
-        )
-        with self.sets.writable_alias() as alias:  # (outside the candidate's try: its failure is the judge's)
-            write = functools.partial(nudge.write, alias(nudge.flat))
-            try:
-                with self.turn():
-                    tail = self._tail(sets, i, held, write)
-                    if replay is not None:
-                        replay()
-                    tail()
-            except Exception as e:
-                if device_fault(e):
-                    raise
-                nudge.put_back()
-                self.check_kind = "error"
-                return f"the call after the timed ones raised {type(e).__name__}: {str(e)[:300]}"
-        with nudge.moved(written=True):
-            if (name := broken_guard(self.outputs[held] + self.workspace)) is not None:
-                self.check_kind = "out_of_bounds_write"
-                return f"the nudged call wrote outside {'its scratch workspace' if name == 'workspace' else f'the output `{name}`'}"
-            bad = check(self.outputs[held])
-        # (the round's calls had the inputs read-only, but a second, writable mapping existed meanwhile)
-        if bad is None and (why := self.sets.tampered()) is not None:
-            self.check_kind = "input_modified" if "changed during" in why else "out_of_bounds_write"
-            return f"after the nudged call: {why}"
-        if bad is None:
-            return None
-        self.check_kind = "stale"
-        return (
-            f"a call right after the timed ones, its workspace as they left it, on input set {i} of {self.k} with "
-            f"{nudge.where.numel()} elements moved by {nudge.move:+g} in place (an answer kept from the timed "
-            f"calls?): {bad.describe()}"
-        )
-
-    def _tail(
-        self, sets: list[list[torch.Tensor]], i: int, o: int, write_nudge: Callable[[], None]
-    ) -> Callable[[], None]:
-        """The nudged call, made as the timed calls are: a round of calls, set i's first (into
-        output set o) and the others' into the other output sets; once set i's is done, the move
-        written and o poisoned on a side stream while the others run; then set i's call into o.
-        The gap before that call is the timed calls' own, but for one set (the move is made
-        between two calls on it). A CUDA graph where the GPU captures one: launched right after the
-        timing's own graph, its calls follow the timed ones as those followed each other."""
-        order = [i] + [j for j in range(self.k) if j != i]
-        slots = [o] + [q for q in range(self.k) if q != o]
-        outs = [g_.view for g_ in self.outputs[o]]
-
-        def body(side: torch.cuda.Stream | None) -> None:
-            self._call(i, sets[i], o)
-            main = torch.cuda.current_stream() if side is not None else None
-            if side is not None:
-                side.wait_stream(main)
-            with torch.cuda.stream(side) if side is not None else nullcontext():
-                write_nudge()
-                verify.poison(outs)
-            for j, q in zip(order[1:], slots[1:]):
-                self._call(j, sets[j], q)
-            if side is not None:
-                main.wait_stream(side)
-            self._call(i, sets[i], o)
-
-        if sets[i][0].device.type != "cuda":
-            self.nudge_note += ", eagerly"
-            return functools.partial(body, None)
-        side = torch.cuda.Stream()
-        g = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(g):
-                body(side)
-        except Exception:  # noqa: BLE001 - as the timing: a candidate that cannot be captured is called eagerly
-            _sync()
-            self.nudge_note += ", eagerly"
-            return functools.partial(body, side)
-        self.nudge_note += ", in a graph"
-        return g.replay
-
-    def _by_rows(self, nudge: Nudge) -> bool:
-        """Whether the nudged rows can be checked alone: rows independent, and the nudged input's
-        first dimension is theirs."""
-        return verify.rows_independent(self.spec) and self.spec.inputs[nudge.index].dims[:1] == ("M",)
-
-    def _checker(
-        self, ins: list[torch.Tensor], rows: torch.Tensor | None
-    ) -> Callable[[list[Guarded]], verify.Mismatch | None]:
-        """What checks an output set as the answer to `ins` as they now stand: on `rows` alone, or
-        whole. The float64 reference is made once (it serves the held answer and the new one)
-        except where the whole shape's does not fit (`verify.check_method`)."""
-
-        def views(outs: list[Guarded]) -> list[torch.Tensor]:
-            return [g_.view for g_ in outs]
-
-        def pick(ts: list[torch.Tensor], descs: tuple) -> list[torch.Tensor]:
-            return [t[rows] if d.dims[:1] == ("M",) else t for t, d in zip(ts, descs)]
-
-        if rows is not None:
-            ref = verify.Reference(self.spec, self.dtype, pick(ins, self.spec.inputs))
-            return lambda outs: ref.check(pick(views(outs), self.spec.outputs))
-        if verify.check_method(self.spec, ins, views(self.outputs[0])) == "float64":
-            whole = verify.Reference(self.spec, self.dtype, ins)
-            return lambda outs: whole.check(views(outs))
-        return lambda outs: verify.compare_rows(self.spec, self.dtype, ins, views(outs))
-
-    def check(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None = None) -> str | None:
-        """What is wrong with what the timed calls did (None: nothing). `replay`: the timing's
-        calls made again as timed (its graph), for the nudged call to follow."""
-        _sync()
-        self.failure = self._check(sets, replay)
-        return self.failure
-
-    def _check(self, sets: list[list[torch.Tensor]], replay: Callable[[], None] | None) -> str | None:
-        if (why := self.sets.tampered()) is not None:
-            self.check_kind = "input_modified" if "changed during" in why else "out_of_bounds_write"
-            return why
-        for o, outs in enumerate(self.outputs):
-            if (name := broken_guard(outs)) is not None:
-                self.check_kind = "out_of_bounds_write"
-                return f"the timed calls wrote outside the output `{name}` (output set {o})"
-        if broken_guard(self.workspace) is not None:
-            self.check_kind = "out_of_bounds_write"
-            return "the timed calls wrote outside their scratch workspace"
-        methods = set()
-        for o, outs in enumerate(self.outputs):
-            i = self.last[o]
-            if i is None:
-                return f"the timed calls never wrote output set {o}"
-            views = [g_.view for g_ in outs]
-            if verify.check_method(self.spec, sets[i], views) == "torch's own output":
-                self.make_room()
-            methods.add(verify.check_method(self.spec, sets[i], views))
-            bad = verify.compare_rows(self.spec, self.dtype, sets[i], views, tally=self.tally)
-            if bad is not None:
-                return f"output set {o}, last written from input set {i} of {self.k}: {bad.describe()}"
-        self.method = ", ".join(sorted(methods))
-        return self._nudged_call(sets, replay)
-
-    def release(self) -> None:
-        self.outputs, self.workspace = [], []
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()

@@ -418,7 +418,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
     from dataclasses import asdict
 
     from llmcompile.bench import timing
-    from llmcompile.harness import gpu_stages
+    from llmcompile.harness import gpu_stages, guards
     from llmcompile.specs import get_op
 
     if job.get("problem_source") is not None:  # a KernelBench file: the judge sent its text
@@ -476,7 +476,7 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
              f"{timing.CALM_S:.0f} s (another process on this GPU, or a host too busy to feed it): no verdict")  # fmt: skip
         return False
     except Exception as e:  # noqa: BLE001 - a fault on the GPU may have poisoned the context: restart
-        if gpu_stages.device_fault(e):
+        if guards.device_fault(e):
             send(event="done", fatal=True, stage=stage, detail=f"{type(e).__name__}: {str(e)[:600]}")
         else:  # the judge's own bug (a check that cannot take this output): never the candidate's
             send(event="done", fatal=True, stage="harness", detail="harness error:\n" + traceback.format_exc()[-2000:])

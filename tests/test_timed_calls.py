@@ -192,6 +192,53 @@ def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudge
     assert p.failure.check == "stale" and "right after the timed ones" in p.failure.detail, p.failure
 
 
+def test_on_one_set_only_the_move_stands_between_the_two_calls_and_a_skipped_nudged_call_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shape timed on one set (two did not fit): the timed calls all write the same outputs, so a
+    kernel that skips its work when called again at once leaves the right answer there, and only
+    the nudged call can see it. Nothing but the move may stand between the round's call and the
+    nudged one (a poison of the output would take hundreds of us at those sizes: a gap a kernel
+    reading the clock tells from the timed calls'); the skip shows all the same, as the answer
+    to the unmoved inputs."""
+    ticks, poisons = [0], [0]
+
+    def counting(fn: Callable, counter: list[int]) -> Callable:
+        def counted(*a: object, **k: object) -> object:
+            counter[0] += 1
+            return fn(*a, **k)
+
+        return counted
+
+    monkeypatch.setattr(verify, "compare_rows", counting(verify.compare_rows, ticks))
+    monkeypatch.setattr(verify.Reference, "check", counting(verify.Reference.check, ticks))
+    real_poison = verify.poison
+
+    def poison(outs: list[torch.Tensor]) -> None:
+        poisons[0] += len(outs)
+        real_poison(outs)
+
+    monkeypatch.setattr(verify, "poison", poison)
+    last_tick, seen, skipped = [-1], [], [0]
+
+    def skips_when_called_again_at_once(x: torch.Tensor, out: torch.Tensor) -> None:
+        quick, last_tick[0] = last_tick[0] == ticks[0], ticks[0]
+        seen.append(poisons[0])
+        if quick:
+            skipped[0] += 1
+            return
+        softmax(x, out)
+
+    sets = input_sets.make_sets(SOFTMAX, 64, 256, "float32", count=1, device="cpu")
+    p, _ = profile_on_cpu(monkeypatch, skips_when_called_again_at_once, Mapping(), sets)
+    assert skipped[0] > 2 and seen[-1] == seen[-2], seen  # (the round's call, then the nudged one)
+    assert isinstance(p, ProfileResult) and p.failure is not None, p
+    assert p.failure.check == "stale" and "right after the timed ones" in p.failure.detail, p.failure
+    sets = input_sets.make_sets(SOFTMAX, 64, 256, "float32", count=1, device="cpu")
+    p, _ = profile_on_cpu(monkeypatch, softmax, Mapping(), sets)  # (its honest twin)
+    assert isinstance(p, ProfileResult) and p.ok and "on one input set" in p.checks[0], p
+
+
 def test_an_input_changed_during_the_nudged_calls_round_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The round's calls see read-only inputs, but a second, writable mapping of them exists then
     (the judge's, for the move): the sets are fingerprinted again after it."""

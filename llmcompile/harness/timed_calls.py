@@ -199,12 +199,16 @@ class TimedCalls:
         """The nudged call, made as the timed calls are: a round of calls, set i's first (into
         output set o) and the others' into the other output sets; once set i's is done, the move
         written and o poisoned on a side stream while the others run; then set i's call into o.
-        The gap before that call is the timed calls' own, but for one set (the move is made
+        The gap before that call is the timed calls' own, but for one set (the move alone is made
         between two calls on it). A CUDA graph where the GPU captures one: launched right after the
         timing's own graph, its calls follow the timed ones as those followed each other."""
         order = [i] + [j for j in range(self.k) if j != i]
         slots = [o] + [q for q in range(self.k) if q != o]
-        outs = [g_.view for g_ in self.outputs[o]]
+        # With one set nothing runs beside the poison: it would stand between the two calls on the
+        # set, a pass over the whole output (the shapes too large for two sets: hundreds of us).
+        # Unpoisoned, o holds the round's first call's answer to the unmoved inputs, which fails
+        # the check by the move's choice, so a nudged call that skips its work still shows.
+        outs = [g_.view for g_ in self.outputs[o]] if self.k > 1 else []
 
         def body(side: torch.cuda.Stream | None) -> None:
             self._call(i, sets[i], o)

@@ -307,3 +307,25 @@ def test_a_whole_shape_op_is_nudged_and_checked_whole() -> None:
         assert (timed.check_kind if why else None) == want, why
         assert "moved by +256" in timed.nudge_note or "moved by -256" in timed.nudge_note, timed.nudge_note
         assert sets.tampered() is None
+
+
+@pytest.mark.gpu
+def test_a_shape_on_one_set_gets_its_nudged_call_in_a_graph_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-set tail (the move alone between the two calls) as the GPU runs it: captured, and
+    an honest kernel's answer to the moved inputs passes."""
+    from llmcompile.harness import gpu_stages
+
+    sets = input_sets.make_sets(SOFTMAX, 8192, 4096, "float32", count=1)
+    monkeypatch.setattr(gpu_stages, "cached_sets", lambda *a, **k: sets)
+
+    def kernel(x: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(torch.softmax(x, -1))
+
+    try:
+        sol = gpu_stages.device_bandwidth(None)
+        p = gpu_stages.profile_candidate({4096: kernel}, SOFTMAX, "float32", [(8192, 4096)], sol, [])
+        assert p.ok, p.failure
+        assert "on one input set" in p.checks[0] and "then a round, in a graph" in p.checks[0], p.checks
+        assert sets.tampered() is None
+    finally:
+        sets.release()

@@ -205,7 +205,7 @@ class TimedCalls:
         order = [i] + [j for j in range(self.k) if j != i]
         slots = [o] + [q for q in range(self.k) if q != o]
         # With one set nothing runs beside the poison: it would stand between the two calls on the
-        # set, a pass over the whole output (the shapes too large for two sets: hundreds of us).
+        # set, a pass over the whole output (large: two sets of the shape did not fit).
         # Unpoisoned, o holds the round's first call's answer to the unmoved inputs, which fails
         # the check by the move's choice, so a nudged call that skips its work still shows.
         outs = [g_.view for g_ in self.outputs[o]] if self.k > 1 else []

@@ -154,13 +154,9 @@ def test_answers_kept_from_the_timed_calls_are_stale_on_the_nudged_call(
     assert sets.tampered() is None  # the nudge put back: the sets stay cached for the next candidate
 
 
-def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudged_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A kernel that keeps its answers and serves them only where its last call was moments ago
-    (on a GPU it would read the clock): the judge's float64 checks between the timing and the
-    nudged call stand for seconds here, each a tick of the kernel's clock. The timing's own work
-    replayed, then a round, then the nudged call, meet it with no tick between."""
+def _ticking_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The judge's float64 checks, each a tick of a stand-in kernel's clock (on a GPU it would read
+    the GPU's): a call made after one is not "in quick succession". Returns the tick count."""
     ticks = [0]
 
     def ticking(check: Callable) -> Callable:
@@ -172,6 +168,17 @@ def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudge
 
     monkeypatch.setattr(verify, "compare_rows", ticking(verify.compare_rows))
     monkeypatch.setattr(verify.Reference, "check", ticking(verify.Reference.check))
+    return ticks
+
+
+def test_answers_served_only_to_calls_in_quick_succession_are_stale_on_the_nudged_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kernel that keeps its answers and serves them only where its last call was moments ago
+    (on a GPU it would read the clock): the judge's float64 checks between the timing and the
+    nudged call stand for seconds here, each a tick of the kernel's clock. The timing's own work
+    replayed, then a round, then the nudged call, meet it with no tick between."""
+    ticks = _ticking_checks(monkeypatch)
     kept: dict = {}
     last_tick = [-1]
     served = [0]
@@ -198,20 +205,10 @@ def test_on_one_set_only_the_move_stands_between_the_two_calls_and_a_skipped_nud
     """A shape timed on one set (two did not fit): the timed calls all write the same outputs, so a
     kernel that skips its work when called again at once leaves the right answer there, and only
     the nudged call can see it. Nothing but the move may stand between the round's call and the
-    nudged one (a poison of the output would take hundreds of us at those sizes: a gap a kernel
+    nudged one (a poison would be a pass over an output too large for two sets: a gap a kernel
     reading the clock tells from the timed calls'); the skip shows all the same, as the answer
     to the unmoved inputs."""
-    ticks, poisons = [0], [0]
-
-    def counting(fn: Callable, counter: list[int]) -> Callable:
-        def counted(*a: object, **k: object) -> object:
-            counter[0] += 1
-            return fn(*a, **k)
-
-        return counted
-
-    monkeypatch.setattr(verify, "compare_rows", counting(verify.compare_rows, ticks))
-    monkeypatch.setattr(verify.Reference, "check", counting(verify.Reference.check, ticks))
+    ticks, poisons = _ticking_checks(monkeypatch), [0]
     real_poison = verify.poison
 
     def poison(outs: list[torch.Tensor]) -> None:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from llmcompile.runtime import attention_backward as AB
-from llmcompile.runtime import autograd, callpath
+from llmcompile.runtime import autograd, fixed_layout
 from llmcompile.specs.attention import ref_attention
 
 
@@ -185,7 +185,7 @@ def _check_sdpas_layout(op: str, n: int, d: int) -> None:
     ext = autograd._nodes(q)
     runs = ext.strided_v_runs() if ext is not None else 0
     o4, lse4 = fn(q, k, v)  # (without grad too, the node's call reads v where it lies: `_strided_v_heads`)
-    assert ext is None or ext.strided_v_runs() == runs + callpath.STRIDED_V
+    assert ext is None or ext.strided_v_runs() == runs + fixed_layout.STRIDED_V
     assert o4.is_contiguous() and torch.equal(o4, o3.view(2, 3, n, d)) and torch.equal(lse4, lse3.view(2, 3, n))
     from llmcompile.runtime import native_call
 

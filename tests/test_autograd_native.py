@@ -783,7 +783,7 @@ def test_an_attentions_c_call_hands_sdpas_4d_calls_to_the_node_with_or_without_g
     path (the node's own fallback calls the function so); a scale by keyword takes the Python call.
     o, lse and the gradients are SDPA's."""
     from llmcompile.runtime import attention_backward as AB
-    from llmcompile.runtime import callpath, native_call
+    from llmcompile.runtime import fixed_layout, native_call
     from llmcompile.specs.attention import ref_attention
 
     tvm_ffi = pytest.importorskip("tvm_ffi")
@@ -801,7 +801,7 @@ def test_an_attentions_c_call_hands_sdpas_4d_calls_to_the_node_with_or_without_g
         _by_address(lse).copy_(s)
 
     f64 = torch.float64
-    caller = callpath._fixed_caller(
+    caller = fixed_layout.make_fixed_caller(
         tvm_ffi.convert(kernel), [(shape, f64)] * 3, [(shape, f64), (shape[:2], f64)], (0.5,)
     )
 

@@ -12,7 +12,7 @@ import pytest
 
 from llmcompile.cli import main
 from llmcompile.runtime import artifact, library
-from llmcompile.runtime.callpath import CallSpec
+from llmcompile.runtime.callspec import CallSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

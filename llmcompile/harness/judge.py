@@ -48,7 +48,7 @@ from llmcompile.harness.verdict import (
 )
 from llmcompile.harness.worker import CandidatePool, Channel, JobOutcome, JudgeFailure, judge_worker
 from llmcompile.runtime import artifact
-from llmcompile.runtime.callpath import CallSpec
+from llmcompile.runtime.callspec import CallSpec
 from llmcompile.specs import HELD_OUT_N, OpSpec, contract, verify_shapes
 from llmcompile.specs.targets import DEFAULT_TARGET
 

@@ -2,6 +2,9 @@
 
 compiled.py     the reference kernels as torch functions (`llmcompile.kernels` is the public face)
 callpath.py     a call's host path: checked once per (dtype, N), then straight to the kernel
+callspec.py     what calling an op needs to know (its tensors, scalars, dtypes), from a spec or a manifest
+plans.py        a flat-rows op's plan at one (dtype, N) and the fast calls made of it
+fixed_layout.py attention's call forms: SDPA's 4-D tensors, a strided v, the calls its C++ node keeps
 native_call.c   the eager call in C (built once per machine; native_call.py builds and binds it)
 autograd.py     forward kernels saving what the backward kernels read
 launches.py     a compiled module's launches: grid, threads, shared memory

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmcompile.runtime import artifact, library, seal
 from llmcompile.runtime.artifact import ArtifactError, ArtifactManifest
-from llmcompile.runtime.callpath import CallSpec
+from llmcompile.runtime.callspec import CallSpec
 from llmcompile.specs import OpError, contract, dtype_name, get_op
 
 

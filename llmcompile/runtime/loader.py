@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from llmcompile.runtime import artifact
-from llmcompile.runtime.callpath import CallSpec, KernelFunction
+from llmcompile.runtime.callpath import KernelFunction
+from llmcompile.runtime.callspec import CallSpec
 
 _LOADED: dict[str, KernelFunction] = {}
 _MODULES: list[Any] = []  # TVM-FFI modules whose functions are in use

@@ -3,7 +3,7 @@ and a loaded artifact are.
 
 At small sizes the host time of a call, not bandwidth, decides the speed, so a call does as
 little Python as it can: everything that depends only on (dtype, N) is decided once, in a
-`Plan`. A call on rows (a 2-D x) of a planned (dtype, N) starts and ends in C (`native_call`'s
+`plans.Plan`. A call on rows (a 2-D x) of a planned (dtype, N) starts and ends in C (`native_call`'s
 Entry and Caller: the plan found by x's dtype and N, the inputs seen as DLTensors, the outputs
 allocated by torch's allocator, the kernel's TVM-FFI function called on the current stream),
 with no Python at all; where no C compiler built that, the Python `__call__` finds the plan and

@@ -273,9 +273,12 @@ def test_an_honest_kernel_passes_the_nudged_call_and_the_sets_are_put_back(monke
     assert first == last != other
 
 
-def test_a_whole_shape_op_is_nudged_and_checked_whole() -> None:
+def test_a_whole_shape_op_is_nudged_and_checked_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows not independent (a loss's sum over the rows): the nudged call tries the largest moves
     only, each checked against the whole shape's float64 reference."""
+    # (the draw fixed: one in about 130 draws moves x[0, 0], the stand-in's cache key, and then it
+    # answers the nudged call honestly, which is no stale answer to catch)
+    monkeypatch.setattr(timed_calls.random, "SystemRandom", lambda: random.Random(7))
     spec = get_op("cross_entropy_total")
     scalars = list(spec.scalars.values())
 

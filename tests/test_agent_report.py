@@ -47,9 +47,11 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
         {"t": t0 + 1, "event": "start", "at": t0},
         {"t": t0 + 4, "event": "round", "round": 0},
         {"t": t0 + 30, "event": "judged", "min_pct": [95.0, 99.0], "finished_at": t0 + 20,
-         "stages": {"compile": 6.0, "seal": 1.0, "verify": 3.0, "profile": 8.0}},
+         "stages": {"compile": 6.0, "seal": 1.0, "verify": 3.0, "profile": 8.0,
+                    "profile.candidate": 2.0, "profile.eager": 5.0, "profile.other": 1.0}},
         {"t": t0 + 30, "event": "judged", "min_pct": [80.0, 85.0], "finished_at": t0 + 29,
-         "stages": {"compile": 5.0, "seal": 1.0, "gpu_wait": 10.0, "verify": 3.0, "profile": 7.0}},
+         "stages": {"compile": 5.0, "seal": 1.0, "gpu_wait": 10.0, "verify": 3.0, "profile": 7.0,
+                    "profile.candidate": 3.0, "profile.checks": 4.0, "profile.calm": 0.01}},
         {"t": t0 + 30, "event": "stop"},
         {"t": t0 + 31, "event": "finalize"},
         {"t": t0 + 40, "event": "baselines", "seconds": 8.5},
@@ -61,6 +63,10 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     assert (tl["rounds_s"], tl["finalize_s"], tl["total_s"], tl["candidates"]) == (26.0, 11.0, 41.0, 2)
     assert tl["stages"]["compile"] == 11.0 and tl["stages"]["gpu_wait"] == 10.0 and tl["stages"]["baselines"] == 8.5
     assert "| first kernel at the target % of SOL | 20.0 |" in timeline_table(tl)
+    # the profile's phases beside the stages, not among them (they are within "profile")
+    assert tl["stages"]["profile"] == 15.0 and not any(k.startswith("profile.") for k in tl["stages"])
+    assert tl["profile_phases"] == {"candidate": 5.0, "eager": 5.0, "other": 1.0, "checks": 4.0, "calm": 0.01}
+    assert "The profile by phase: candidate 5.0, eager 5.0, checks 4.0, other 1.0." in timeline_table(tl)
     assert timeline_of(store, 99.5)["to_target_s"] is None
 
 

@@ -235,3 +235,33 @@ def test_only_the_named_implementation_is_timed_inside_its_context(monkeypatch: 
     calls = {name: [lambda name=name: name] for name in ("llmcompile", "torch", "compile")}
     grid.time_in_turns(calls, 3, True, {}, inside={"llmcompile": read_only})
     assert sorted(set(seen)) == [("compile", False), ("llmcompile", True), ("torch", False)] and len(seen) == 9
+
+
+def test_time_in_turns_says_what_each_implementation_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`spent`: each implementation's seconds over its turns, one that fails included (its time
+    was spent too); None: nothing kept (`timing.spending`)."""
+    import time
+
+    import torch
+
+    from llmcompile.bench import timing
+
+    def time_calls(calls, graph=True):
+        calls[0]()
+        return timing.Timing(1.0, 1.0, 1, graph)
+
+    def fails() -> None:
+        time.sleep(0.01)
+        raise RuntimeError("a baseline that cannot run")
+
+    monkeypatch.setattr(timing, "time_calls", time_calls)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # (after a failure, on the GPU)
+    calls = {"llmcompile": [lambda: time.sleep(0.02)], "eager": [lambda: None], "broken": [fails]}
+    spent: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    grid.time_in_turns(calls, 3, True, errors, spent=spent)
+    assert set(spent) == {"llmcompile", "eager", "broken"} and "broken" in errors
+    assert spent["llmcompile"] >= 3 * 0.02 and 0.01 <= spent["broken"] < 0.02  # (one turn: not timed again)
+    assert spent["eager"] < spent["broken"]
+    with timing.spending(None, "x"):  # (no dict: nothing to add to, nothing raised)
+        pass

@@ -358,6 +358,26 @@ def test_the_profile_times_only_the_candidate_with_read_only_inputs_and_says_whe
     assert "eager" in p.shapes[0].baselines  # timed, outside the block (a read-only baseline would fault)
 
 
+def test_a_profile_says_where_its_time_went(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`phases_s`: the sets, the candidate's timing, each baseline's, the checks (the replay and the
+    nudged call are the candidate's calls too), the waits, and the rest as "other": together the
+    stage's seconds. A candidate that takes 20 ms a call shows in its own phase and the checks'."""
+    import time
+
+    def slow(x, out):
+        time.sleep(0.02)
+        softmax(x, out)
+
+    p, _ = profile_on_cpu(monkeypatch, slow, Mapping())
+    assert isinstance(p, gpu_stages.ProfileResult) and p.ok, p
+    phases = p.phases_s
+    assert set(phases) == {"settle", "sets", "candidate", "eager", "checks", "calm", "other"}, phases
+    assert phases["candidate"] >= 4 * 0.02  # (two sets, each call made twice by the stubbed timing)
+    assert phases["checks"] >= 3 * 0.02  # (the last timing replayed over two sets, then the nudged call)
+    assert phases["candidate"] > phases["eager"] and phases["checks"] > phases["eager"]
+    assert sum(phases.values()) == pytest.approx(p.seconds, abs=0.01)
+
+
 def test_a_fault_in_the_candidates_timing_is_left_as_the_last_thing_said(monkeypatch: pytest.MonkeyPatch) -> None:
     def faults(x, out):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

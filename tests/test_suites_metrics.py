@@ -106,7 +106,8 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "requests": 3},
         "first_hit": {}, "best": {"id": "c01_00", "status": "profiled", "min_pct_sol": 80.0,
                                   "mean_pct_sol": 85.0, "shapes": shapes},
-        "timeline": {"startup_s": 4.0, "finalize_s": 6.0, "stages": {"compile": 6.0, "verify": 1.0, "baselines": 5.0}},
+        "timeline": {"startup_s": 4.0, "finalize_s": 6.0, "stages": {"compile": 6.0, "verify": 1.0, "baselines": 5.0},
+                     "profile_phases": {"candidate": 1.5, "eager": 2.0}},
     }  # fmt: skip
     (run / "summary.json").write_text(json.dumps(summary))
     rec = M.collect(M.ProblemRecord("p", "p", "bfloat16", state=M.DONE), run)
@@ -120,3 +121,7 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     rec.process_s = 36.0
     t = M.aggregate([rec], [1, 3], ["eager"])["throughput"]
     assert t["candidates"] == 3 and t["candidates_per_gpu_hour"] == 300.0 and t["median_candidate_s"] == 2.5
+    # the profile's phases, summed over the problems (not among the stages: they are the profile's)
+    assert t["profile_phases_s"] == {"candidate": 1.5, "eager": 2.0} and "candidate" not in t["stages_s"]
+    twice = M.aggregate([rec, rec], [1], ["eager"])["throughput"]["profile_phases_s"]
+    assert twice == {"candidate": 3.0, "eager": 4.0}

@@ -56,6 +56,11 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
         return round(t - t0, 2) if t is not None else None
 
     stages = {k: round(sum(e.get("stages", {}).get(k, 0.0) for e in judged), 2) for k in STAGES}
+    phases: dict[str, float] = {}  # the profile's seconds by phase (gpu_stages.profile_candidate)
+    for e in judged:
+        for k, v in e.get("stages", {}).items():
+            if k.startswith("profile."):
+                phases[k.removeprefix("profile.")] = round(phases.get(k.removeprefix("profile."), 0.0) + v, 2)
     base = next((e for e in mine if e["event"] == "baselines"), None)
     if base is not None:
         stages["baselines"] = round(base.get("seconds", 0.0), 2)
@@ -68,6 +73,7 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
         "total_s": since(first["end"]["t"]) if first["end"] else None,
         "candidates": len(judged),
         "stages": stages,
+        "profile_phases": phases,
     }
 
 
@@ -93,7 +99,14 @@ def timeline_table(tl: dict[str, Any]) -> str:
         "|---" * len(stages) + "|",
         "| " + " | ".join(f"{v:.1f}" for v in stages.values()) + " |",
     ]
+    if phases := tl.get("profile_phases"):
+        out += ["", f"The profile by phase: {phases_line(phases)}."]
     return "\n".join(out)
+
+
+def phases_line(phases: dict[str, float]) -> str:
+    """The profile's seconds by phase, largest first ("candidate 1.2, eager 0.8, ...")."""
+    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v >= 0.05)
 
 
 def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, judge: Judge) -> dict[str, Any]:

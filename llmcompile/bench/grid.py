@@ -142,6 +142,7 @@ def bench_one(
     rounds: int = 1,
     sets: list[list[torch.Tensor]] | None = None,
     inside: dict[str, Callable[[], AbstractContextManager[None]]] | None = None,
+    spent: dict[str, float] | None = None,
 ) -> list[BenchRow]:
     """Time ours and each baseline on the same rotated input sets (`sets`, or `input_sets`); with `rounds` > 1 they take
     turns that many times (in a rotated order) and each keeps its median round, so a slow spell
@@ -151,7 +152,9 @@ def bench_one(
     `check(sets, replay)`, run once every implementation is timed, says what is wrong with what
     our timed calls wrote (None: nothing; `replay` makes those calls again as timed, for a call
     that must follow them closely); its answer is flagged WRONG TIMED OUTPUT on our row. `inside`: a
-    context each timing of the named implementation runs in (the judge's: inputs read-only)."""
+    context each timing of the named implementation runs in (the judge's: inputs read-only).
+    `spent`: seconds added by implementation (a baseline's making too: torch.compile's compile),
+    "checks" and "settle" (`timing.spending`)."""
     work = spec.work(m, n, dtype)
     own_sets = sets is None
     sets = input_sets(spec, m, n, dtype, seed) if sets is None else sets
@@ -161,14 +164,15 @@ def bench_one(
     }
     for b in baselines:
         try:
-            impls[b] = [BASELINES[b](spec, s, scalars) for s in sets]
+            with timing.spending(spent, b):
+                impls[b] = [BASELINES[b](spec, s, scalars) for s in sets]
         except Unavailable as e:
             impls[b] = str(e)
     rows = []
     errors: dict[str, str] = {name: calls for name, calls in impls.items() if isinstance(calls, str)}
     replayed = ("llmcompile",) if check is not None else ()  # (ours, for the check: `check`)
     timings = time_in_turns(
-        {k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside, keep=replayed
+        {k: v for k, v in impls.items() if not isinstance(v, str)}, rounds, graph, errors, inside, replayed, spent
     )
     for name in impls:
         if name in errors:
@@ -188,10 +192,13 @@ def bench_one(
     # (after every implementation is timed: the float64 check lowers the clocks for seconds, and
     # whatever were timed next would run slow)
     if check is not None and rows and rows[0].impl == "llmcompile" and rows[0].tbs is not None:
-        if wrong := check(sets, timings["llmcompile"][-1].replay):
+        with timing.spending(spent, "checks"):
+            wrong = check(sets, timings["llmcompile"][-1].replay)
+        if wrong:
             mine = rows[0]
             mine.note = "; ".join(filter(None, (mine.note, f"WRONG TIMED OUTPUT: {wrong}")))
-        timing.settle(sol_tbs if not spec.compute_bound else None)  # (before the next shape is timed)
+        with timing.spending(spent, "settle"):
+            timing.settle(sol_tbs if not spec.compute_bound else None)  # (before the next shape is timed)
     if own_sets:
         del sets
         torch.cuda.empty_cache()
@@ -205,11 +212,13 @@ def time_in_turns(
     errors: dict[str, str],
     inside: dict[str, Callable[[], AbstractContextManager[None]]] | None = None,
     keep: tuple[str, ...] = (),
+    spent: dict[str, float] | None = None,
 ) -> dict[str, list[timing.Timing]]:
     """Each implementation's calls timed `rounds` times, the implementations taking turns in a
     rotated order, so that a slow spell of the host or of the clocks falls on all of them alike;
     one that fails is put in `errors` (reported, not fatal) and not timed again. `inside`: as
-    `bench_one`'s; `keep`: the implementations whose last timing keeps its work to replay."""
+    `bench_one`'s; `keep`: the implementations whose last timing keeps its work to replay; `spent`:
+    seconds added by implementation (`timing.spending`)."""
     timings: dict[str, list[timing.Timing]] = {}
     order = list(calls)
     for r in range(rounds):
@@ -218,7 +227,7 @@ def time_in_turns(
             if name in errors:  # (failed in an earlier round)
                 continue
             try:
-                with (inside or {}).get(name, nullcontext)():
+                with timing.spending(spent, name), (inside or {}).get(name, nullcontext)():
                     kept = {"keep": True} if name in keep else {}
                     timings.setdefault(name, []).append(timing.time_calls(calls[name], graph=graph, **kept))
             except Exception as e:  # noqa: BLE001 - a baseline that fails to run is reported, not fatal

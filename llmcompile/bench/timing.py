@@ -12,12 +12,26 @@ import math
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 L2_FLUSH_FACTOR = 4  # rotate over >= 4x L2 of data
+
+
+@contextmanager
+def spending(spent: dict[str, float] | None, key: str) -> Iterator[None]:
+    """The block's seconds by the host's clock added to `spent[key]` (nothing where `spent` is
+    None): where a profile's time goes. No synchronize is added for it (that would change what is
+    timed), so GPU work a block leaves queued is counted in the block that waits for it."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        if spent is not None:
+            spent[key] = spent.get(key, 0.0) + time.perf_counter() - t
 
 
 @dataclass(frozen=True)

@@ -461,9 +461,10 @@ def _time_shape(
     baselines: list[str],
     turn: Callable[[], AbstractContextManager[None]],
     views: list[list[torch.Tensor]],
+    spent: dict[str, float] | None = None,
 ) -> list[grid.BenchRow]:
     """One timing of a shape, against the ceiling as last measured; the candidate's inside
-    `turn` (`_candidates_turn`)."""
+    `turn` (`_candidates_turn`); its seconds added to `spent` (`grid.bench_one`'s)."""
     m, n, copy_tbs = timed.m, timed.n, ceil["copy"]
     return grid.bench_one(
         spec,
@@ -477,6 +478,7 @@ def _time_shape(
         check=timed.check,
         sets=views,
         inside={"llmcompile": turn},
+        spent=spent,
     )
 
 
@@ -502,7 +504,9 @@ def profile_candidate(
     where a fault is its own), "after timed" (the baselines and the checks)."""
     t0 = time.perf_counter()
     ceil = dict(zip(("copy", "read"), sol))
-    timing.settle(ceil["copy"])  # (after the verify stage's float64 work, the clocks may be low)
+    spent: dict[str, float] = {}  # where the profile's time goes (`ProfileResult.phases_s`)
+    with timing.spending(spent, "settle"):
+        timing.settle(ceil["copy"])  # (after the verify stage's float64 work, the clocks may be low)
 
     def measure_again() -> None:
         if remeasure is not None:
@@ -512,7 +516,8 @@ def profile_candidate(
 
     def calm() -> str | None:
         t = time.perf_counter()
-        why = timing.wait_calm(_BANDWIDTH.get("copy"), max(0.0, timing.CALM_S - waited[0]))
+        with timing.spending(spent, "calm"):
+            why = timing.wait_calm(_BANDWIDTH.get("copy"), max(0.0, timing.CALM_S - waited[0]))
         waited[0] += time.perf_counter() - t
         return why
 
@@ -524,7 +529,8 @@ def profile_candidate(
     guarded_all = True  # every shape's inputs were read-only while the candidate ran
     for m, n in shapes:
         progress(m, n, "sets")
-        sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
+        with timing.spending(spent, "sets"):
+            sets = cached_sets(spec, m, n, dtype, (need_bytes or {}).get((m, n), (0, 0)))
         guarded_all = guarded_all and read_only and sets.mapping is not None
         timed = TimedCalls(fns[n], spec, m, n, dtype, scalars, sets, kb)
         timed.turn = functools.partial(_candidates_turn, sets, read_only, functools.partial(progress, m, n))
@@ -541,6 +547,7 @@ def profile_candidate(
                 [b for b in baselines if b not in known],
                 timed.turn,
                 sets.views,
+                spent,
             ),
             calm,
             measure_again,
@@ -583,26 +590,38 @@ def profile_candidate(
                 spec.unit,
                 checks,
                 read_only=guarded_all,
+                phases_s=_phases(spent, time.perf_counter() - t0),
             )
     for st in out:  # (against the ceiling as last measured: the same for every shape)
         st.pct_sol = 100 * st.tbs / ceil["copy"]
     # (one look, where baselines were timed here: a baseline timed beside another process would be
     # cached for a week; a false alarm costs only their timing again next time)
     fresh = any(st.baselines.keys() - st.baseline_age_s.keys() for st in out)
-    disturbed = (timing.disturbance(_BANDWIDTH.get("copy")) or "") if fresh else ""  # (as calm(): TB/s)
+    with timing.spending(spent, "calm"):
+        disturbed = (timing.disturbance(_BANDWIDTH.get("copy")) or "") if fresh else ""  # (as calm(): TB/s)
     if disturbed:
         forget_ceilings()
+    seconds = time.perf_counter() - t0
     return ProfileResult(
         not flags,
         ceil["copy"],
         ceil["read"],
         out,
         flags,
-        time.perf_counter() - t0,
+        seconds,
         None,
         kb.as_dict(),
         spec.unit,
         checks,
         disturbed,
         guarded_all,
+        _phases(spent, seconds),
     )
+
+
+def _phases(spent: dict[str, float], seconds: float) -> dict[str, float]:
+    """`spent` as a profile reports it: the candidate's timing by that name, the rest of the
+    stage's `seconds` (the sets' release, the loop) as "other"."""
+    out = {"candidate" if k == "llmcompile" else k: round(v, 3) for k, v in spent.items()}
+    out["other"] = round(max(0.0, seconds - sum(spent.values())), 3)
+    return out

@@ -439,6 +439,8 @@ class Judge:
         for stage in ("verify", "profile"):
             if gout.results.get(stage):
                 clock[stage] = gout.results[stage].get("seconds", 0.0)
+        for phase, s in ((gout.results.get("profile") or {}).get("phases_s") or {}).items():
+            clock[f"profile.{phase}"] = s  # (within "profile", not beside it: report.timeline_of)
         self._store_baselines(spec, dtype, gout.results.get("profile"), opts.baselines)
         gout.results.update(out.results)
         gout.payload = out.payload

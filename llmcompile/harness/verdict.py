@@ -153,6 +153,9 @@ class ProfileResult:
     # ("" where it was its alone): those baselines are shown, not cached
     disturbed: str = ""
     read_only: bool = False  # the inputs were in read-only device memory while the candidate was timed
+    # where `seconds` went: making the input sets, the candidate's timing, each baseline's (its
+    # making too), the checks of what the timed calls wrote, settle and calm waits, "other"
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def limit(self) -> str:

@@ -71,6 +71,7 @@ class ProblemRecord:
     process_s: float = 0.0  # the agent process's wall time (what it held its GPU for)
     candidate_s: list[float] = field(default_factory=list)  # each candidate's own judge seconds
     stage_s: dict[str, float] = field(default_factory=dict)  # each stage, summed over the run
+    profile_phases_s: dict[str, float] = field(default_factory=dict)  # the profile's, by phase, summed
 
     @property
     def best_correct(self) -> bool:
@@ -133,6 +134,7 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     rec.wall_s = s.get("wall_s", 0.0)
     tl = s.get("timeline") or {}
     rec.stage_s = {**tl.get("stages", {}), "startup": tl.get("startup_s") or 0.0, "end": tl.get("finalize_s") or 0.0}
+    rec.profile_phases_s = dict(tl.get("profile_phases") or {})
     best = s.get("best")
     if best:
         rec.best_id = best["id"]
@@ -217,15 +219,19 @@ def aggregate(
     judged = [t for r in records for t in r.candidate_s]
     gpu_hours = sum(r.process_s for r in records if r.state == DONE and not r.compile_only) / 3600.0
     stages: dict[str, float] = {}
+    phases: dict[str, float] = {}
     for r in records:
         for k, v in r.stage_s.items():
             stages[k] = round(stages.get(k, 0.0) + v, 2)
+        for k, v in r.profile_phases_s.items():
+            phases[k] = round(phases.get(k, 0.0) + v, 2)
     out["throughput"] = {
         "candidates": len(judged),
         "gpu_hours": round(gpu_hours, 4),
         "candidates_per_gpu_hour": round(len(judged) / gpu_hours, 1) if gpu_hours else None,
         "median_candidate_s": round(statistics.median(judged), 2) if judged else None,
         "stages_s": stages,
+        "profile_phases_s": phases,
     }
     out["usage"] = {
         "requests": sum(r.usage.get("requests", 0) for r in records),

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from llmcompile.agent.report import phases_line
 from llmcompile.agent.runs import write_json_atomic
 from llmcompile.bench.plots import save_png
 from llmcompile.suites import metrics as M
@@ -107,6 +108,8 @@ def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("median judge seconds per candidate (its own stages)", _num(t.get("median_candidate_s"))))
         stages = t.get("stages_s") or {}
         rows.append(("seconds by stage, summed", ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v)))
+        if phases := t.get("profile_phases_s"):
+            rows.append(("the profile's seconds by phase, summed", phases_line(phases)))
     return rows
 
 

@@ -60,7 +60,8 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
     for e in judged:
         for k, v in e.get("stages", {}).items():
             if k.startswith("profile."):
-                phases[k.removeprefix("profile.")] = round(phases.get(k.removeprefix("profile."), 0.0) + v, 2)
+                name = k.removeprefix("profile.")
+                phases[name] = round(phases.get(name, 0.0) + v, 2)
     base = next((e for e in mine if e["event"] == "baselines"), None)
     if base is not None:
         stages["baselines"] = round(base.get("seconds", 0.0), 2)

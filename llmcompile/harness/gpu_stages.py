@@ -512,14 +512,11 @@ def profile_candidate(
         if remeasure is not None:
             ceil["copy"], ceil["read"] = remeasure()
 
-    waited = [0.0]  # (CALM_S over the whole profile: its stage deadline is never the GPU's doing)
-
     def calm() -> str | None:
-        t = time.perf_counter()
+        # (CALM_S over the whole profile, its waits so far in spent["calm"]: the stage's deadline
+        # is never the GPU's doing)
         with timing.spending(spent, "calm"):
-            why = timing.wait_calm(_BANDWIDTH.get("copy"), max(0.0, timing.CALM_S - waited[0]))
-        waited[0] += time.perf_counter() - t
-        return why
+            return timing.wait_calm(_BANDWIDTH.get("copy"), max(0.0, timing.CALM_S - spent.get("calm", 0.0)))
 
     scalars = list(spec.scalars.values())
     out: list[ShapeTiming] = []

@@ -53,6 +53,7 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
          "stages": {"compile": 5.0, "seal": 1.0, "gpu_wait": 10.0, "verify": 3.0, "profile": 7.0,
                     "profile.candidate": 3.0, "profile.checks": 4.0, "profile.calm": 0.01}},
         {"t": t0 + 30, "event": "stop"},
+        {"t": t0 + 30, "event": "judge", "gpu_spawned": t0 + 2, "gpu_ready": t0 + 5, "gpu_warmed": t0 + 7.5},
         {"t": t0 + 31, "event": "finalize"},
         {"t": t0 + 40, "event": "baselines", "seconds": 8.5},
         {"t": t0 + 41, "event": "end"},
@@ -63,6 +64,9 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     assert (tl["rounds_s"], tl["finalize_s"], tl["total_s"], tl["candidates"]) == (26.0, 11.0, 41.0, 2)
     assert tl["stages"]["compile"] == 11.0 and tl["stages"]["gpu_wait"] == 10.0 and tl["stages"]["baselines"] == 8.5
     assert "| first kernel at the target % of SOL | 20.0 |" in timeline_table(tl)
+    # the GPU worker's start, from the process's: what a fresh judge's first candidate waits for
+    assert (tl["gpu_ready_s"], tl["gpu_warmed_s"]) == (5.0, 7.5)
+    assert "| the GPU worker's start done (the device's bandwidth measured) | 7.5 |" in timeline_table(tl)
     # the profile's phases beside the stages, not among them (they are within "profile")
     assert tl["stages"]["profile"] == 15.0 and not any(k.startswith("profile.") for k in tl["stages"])
     assert tl["profile_phases"] == {"candidate": 5.0, "eager": 5.0, "other": 1.0, "checks": 4.0, "calm": 0.01}

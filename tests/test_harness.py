@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import time
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -404,3 +405,22 @@ def test_a_fault_during_verification_is_verified_again_with_writable_inputs() ->
     assert (job["stages"], job["read_only"], job["baselines"]) == (["verify"], False, ["torch"])
     f = out.results["verify"]["failure"]
     assert f["check"] == "input_write" and f["detail"].startswith("wrote into an input: the kernel faulted")
+
+
+def test_the_judge_says_when_its_gpu_worker_was_started_ready_and_warm(tmp_path: Path) -> None:
+    """A fresh judge's first candidate waits for its GPU worker: the run's timeline says how long."""
+    (tmp_path / "ready_worker.py").write_text(
+        "import json, time\nprint(json.dumps({'event': 'ready', 'pid': 0, 'at': time.time()}), flush=True)\n"
+    )
+    ch = Channel("ready_worker", Sandbox(Layers(), unsafe=True), env={"PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    try:
+        judge = SimpleNamespace(gpu_worker=ch, _warmed_at=0.0)
+        ch.start()
+        assert set(Judge.start_facts(judge)) == {"gpu_spawned"}  # (not ready yet, as far as it knows)
+        ch.wait_ready()
+        judge._warmed_at = time.time()
+        f = Judge.start_facts(judge)
+        assert f["gpu_spawned"] <= f["gpu_ready"] <= f["gpu_warmed"]
+    finally:
+        ch.close()
+    assert Judge.start_facts(SimpleNamespace(gpu_worker=None, _warmed_at=0.0)) == {}

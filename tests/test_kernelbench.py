@@ -273,3 +273,19 @@ def test_a_product_that_leaves_float64s_range_part_way_is_taken_exactly() -> Non
     with Float64Casts():
         inside = torch.prod(y, dim=1)
     assert torch.equal(inside, y.prod(1))  # finite: float64's own product, bit for bit
+
+
+def test_rows_found_independent_by_another_process_are_not_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU worker takes the judge's answer: the check's runs on CPU (seconds at 3 rows of a
+    16M-element problem) are paid once a problem, not once a process."""
+    from llmcompile.specs import kernelbench
+    from tests.level1 import problem_file
+
+    f = problem_file(tmp_path, "s", "torch.cumsum(x, 0)", "(64, 32, 16)")
+    found = get_op(str(f)).independent_rows
+    assert found is False
+    kernelbench._CACHE.clear()
+    monkeypatch.setattr(kernelbench, "_independent_rows", lambda *a: pytest.fail("checked again"))
+    assert kernelbench.load_problem(f, independent_rows=found).independent_rows is found

@@ -17,7 +17,8 @@ def _candidate(folder: Path, problem: str, cid: str, verdict: dict) -> None:
 
 def test_own_seconds_from_a_timeline_or_from_stages() -> None:
     new = {"timeline": {"compile": 2.0, "seal": 0.5, "verify": 1.0, "profile": 1.5, "gpu_wait": 9.0}}
-    assert own_seconds(new) == {"compile": 2.0, "seal": 0.5, "verify": 1.0, "profile": 1.5}  # no queueing
+    # no queueing; a timeline from before the load was clocked has none
+    assert own_seconds(new) == {"compile": 2.0, "seal": 0.5, "load": 0.0, "verify": 1.0, "profile": 1.5}
     old = {"compile": {"seconds": 5.0}, "verify": {"seconds": 0.4}, "profile": {"seconds": 24.0}, "static": {}}
     assert own_seconds(old) == {"compile": 5.0, "verify": 0.4, "profile": 24.0}
 

@@ -92,7 +92,8 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     (run / "candidates").mkdir(parents=True)
     order = [(1, 0, "profiled", True, True), (0, 1, "wrong", True, False), (0, 0, "compile_error", False, False)]
     for r, s, st, comp, corr in order:
-        v = {**_verdict(st, comp, corr), "timeline": {"compile": 2.0, "seal": 0.5, "gpu_wait": 9.0, "verify": 1.0 * r}}
+        v = {**_verdict(st, comp, corr),
+             "timeline": {"compile": 2.0, "seal": 0.5, "gpu_wait": 9.0, "load": 0.25, "verify": 1.0 * r}}  # fmt: skip
         rec = {"id": f"c{r:02d}_{s:02d}", "round": r, "sample": s, "verdict": v}
         (run / "candidates" / f"c{r:02d}_{s:02d}.json").write_text(json.dumps(rec))
     shapes = [
@@ -106,7 +107,8 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "requests": 3},
         "first_hit": {}, "best": {"id": "c01_00", "status": "profiled", "min_pct_sol": 80.0,
                                   "mean_pct_sol": 85.0, "shapes": shapes},
-        "timeline": {"startup_s": 4.0, "finalize_s": 6.0, "stages": {"compile": 6.0, "verify": 1.0, "baselines": 5.0},
+        "timeline": {"startup_s": 4.0, "finalize_s": 6.0, "gpu_warmed_s": 7.5,
+                     "stages": {"compile": 6.0, "verify": 1.0, "baselines": 5.0},
                      "profile_phases": {"candidate": 1.5, "eager": 2.0}},
     }  # fmt: skip
     (run / "summary.json").write_text(json.dumps(summary))
@@ -117,10 +119,12 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     assert rec.min_pct_sol == 80.0 and rec.best_correct and rec.llm_used
     assert math.isclose(M.aggregate([rec], [1, 3], ["eager"])["fast_p"]["eager"]["1.5"], 1.0)
     # each candidate's own judge seconds (the wait for the GPU is another's), the run's stages
-    assert rec.candidate_s == [2.5, 2.5, 3.5] and rec.stage_s["startup"] == 4.0 and rec.stage_s["baselines"] == 5.0
+    # (the problem and kernel loaded in the GPU worker are its own too)
+    assert rec.candidate_s == [2.75, 2.75, 3.75] and rec.stage_s["startup"] == 4.0 and rec.stage_s["baselines"] == 5.0
     rec.process_s = 36.0
     t = M.aggregate([rec], [1, 3], ["eager"])["throughput"]
-    assert t["candidates"] == 3 and t["candidates_per_gpu_hour"] == 300.0 and t["median_candidate_s"] == 2.5
+    assert t["candidates"] == 3 and t["candidates_per_gpu_hour"] == 300.0 and t["median_candidate_s"] == 2.75
+    assert t["median_gpu_start_s"] == 7.5  # process start to the GPU worker's bandwidth measured
     # the profile's phases, summed over the problems (not among the stages: they are the profile's)
     assert t["profile_phases_s"] == {"candidate": 1.5, "eager": 2.0} and "candidate" not in t["stages_s"]
     twice = M.aggregate([rec, rec], [1], ["eager"])["throughput"]["profile_phases_s"]

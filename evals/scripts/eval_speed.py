@@ -1,7 +1,8 @@
 """An eval's judging speed from its folder, the same way for any version of the code: candidates
 judged per GPU-hour over the eval's wall time on its GPUs (problems left unfinished count what
-they judged), and the median of a candidate's own stage seconds (compile, seal, verify, profile;
-from its timeline where the verdict has one, else from its stages' `seconds`).
+they judged), and the median of a candidate's own stage seconds (compile, seal, load, verify,
+profile; from its timeline where the verdict has one, else from its stages' `seconds`; a
+timeline from before `load` was clocked has none).
 
     python -m evals.scripts.eval_speed DIR:WALL_S:GPUS [DIR:WALL_S:GPUS ...]
 """
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OWN = ("compile", "seal", "verify", "profile")
+OWN = ("compile", "seal", "load", "verify", "profile")
 
 
 def own_seconds(verdict: dict[str, Any]) -> dict[str, float]:

@@ -20,7 +20,7 @@ from typing import Any
 from llmcompile.agent import prompting
 from llmcompile.agent.providers import Answer, Message, ProviderError, Slot, Usage
 from llmcompile.specs import OpSpec
-from reference_kernels import reduce as R
+from reference_kernels import row_plan as R  # (the knobs alone: no CuTe DSL in the agent process)
 
 THREADS_PER_ROW = (8, 16, 32, 64, 128, 256)
 NUM_THREADS = (128, 256)

@@ -35,7 +35,7 @@ def bench_result_of(v: Verdict, spec: OpSpec, dtype: str) -> grid.BenchResult | 
     return res
 
 
-STAGES = ("compile", "seal", "gpu_wait", "verify", "profile", "attribute")
+STAGES = ("compile", "seal", "gpu_wait", "load", "verify", "profile", "attribute")
 
 
 def timeline_of(store: RunStore, target_pct: float, started: float | None = None) -> dict[str, Any]:
@@ -47,7 +47,11 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
     starts = [e for e in events if e["event"] == "start"]
     t0 = started or (starts[-1].get("at", starts[-1]["t"]) if starts else (events[0]["t"] if events else 0.0))
     mine = [e for e in events if e["t"] >= t0]
-    first = {name: next((e for e in mine if e["event"] == name), None) for name in ("round", "judged", "stop", "end")}
+    first = {
+        name: next((e for e in mine if e["event"] == name), None)
+        for name in ("round", "judged", "stop", "end", "judge")
+    }
+    gpu = first["judge"] or {}
     judged = [e for e in mine if e["event"] == "judged"]
     hits = [e.get("finished_at") or e["t"] for e in judged if e.get("min_pct") and e["min_pct"][0] >= target_pct]
     done = [e.get("finished_at") or e["t"] for e in judged]
@@ -67,6 +71,8 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
         stages["baselines"] = round(base.get("seconds", 0.0), 2)
     return {
         "startup_s": since(first["round"]["t"]) if first["round"] else None,
+        "gpu_ready_s": since(gpu.get("gpu_ready")),
+        "gpu_warmed_s": since(gpu.get("gpu_warmed")),
         "first_verdict_s": since(min(done)) if done else None,
         "to_target_s": since(min(hits)) if hits else None,
         "rounds_s": round(first["stop"]["t"] - first["round"]["t"], 2) if first["stop"] and first["round"] else None,
@@ -82,6 +88,8 @@ def timeline_table(tl: dict[str, Any]) -> str:
     """The timeline as a few lines of markdown (report.md, the eval's report)."""
     rows = [
         ("start-up (process start to the first round)", tl.get("startup_s")),
+        ("the GPU worker ready (its imports, a CUDA context)", tl.get("gpu_ready_s")),
+        ("the GPU worker's start done (the device's bandwidth measured)", tl.get("gpu_warmed_s")),
         ("first verdict", tl.get("first_verdict_s")),
         ("first kernel at the target % of SOL", tl.get("to_target_s")),
         ("rounds", tl.get("rounds_s")),

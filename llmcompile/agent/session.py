@@ -171,6 +171,7 @@ def run_problem(args: RunRequest) -> int:
             result = run_agent(spec, cfg, provider, judge, store, show)
         except ProviderError as e:
             raise UsageError(f"{e} (everything so far is saved in {store.path}; continue with --resume)") from None
+        store.event("judge", **judge.start_facts())
         summary = finalize(store, spec, cfg, result, judge)
     print(summary_table(summary))
     if result.stop_reason.startswith("interrupted"):

@@ -122,6 +122,7 @@ class Judge:
         self.cache = cache or compile_cache.CompileCache()
         self.baselines = baselines or baseline_cache.BaselineCache()
         self._gpu_lock = threading.Lock()  # every exchange with the GPU worker, its start-up included
+        self._warmed_at = 0.0
         # Start every process now: they come up (imports, a CUDA context, the bandwidth measured)
         # while the caller prepares its first candidates, not in front of them.
         for w in self._sealers.queue:
@@ -136,8 +137,23 @@ class Judge:
             with self._gpu_lock:
                 assert self.gpu_worker is not None
                 self.gpu_worker.run({"kind": "warm"})
+                self._warmed_at = time.time()
         except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
             pass
+
+    def start_facts(self) -> dict[str, float]:
+        """When the GPU worker was started, said it was ready (imports, a CUDA context) and had
+        measured the device's bandwidth (time.time(); those it has not reached are left out): a
+        run's first candidates wait for the last of them."""
+        w = self.gpu_worker
+        if w is None:
+            return {}
+        out = {"gpu_spawned": w.spawned_at}
+        if w.ready is not None and "at" in w.ready:
+            out["gpu_ready"] = float(w.ready["at"])
+        if self._warmed_at:
+            out["gpu_warmed"] = self._warmed_at
+        return out
 
     def gpu_facts(self) -> dict[str, Any]:
         """The GPU worker's `ready` facts (its GPU's memory and name, the software versions)."""
@@ -264,6 +280,7 @@ class Judge:
             "kind": "gpu",
             "op": path.name if path.suffix == ".py" else spec.ref,
             "problem_source": path.read_text() if path.suffix == ".py" else None,
+            "independent_rows": spec.independent_rows,  # (found on CPU here: not again there)
             "dtype": dtype,
             "stages": stages,
             "manifest": asdict(man),
@@ -392,6 +409,11 @@ class Judge:
         # GPU worker, in order, as soon as it is sealed, while the ones after it still compile.
         with ThreadPoolExecutor(self.compile_workers) as pool:
             futures = {i: pool.submit(self._compile_and_seal, sources[i], spec, dtype, ns, clocks[i]) for i, _ in todo}
+            # when each was sealed: its wait for the GPU worker counts from then, the worker's
+            # start-up and first bandwidth measurement included (a fresh judge's first candidates)
+            sealed_at: dict[int, float] = {}
+            for i, f in futures.items():
+                f.add_done_callback(lambda _, i=i: sealed_at.setdefault(i, time.perf_counter()))
             if want_gpu and self.gpu_worker is not None and todo:
                 # while they compile: a problem too large for this GPU is said so, not blamed on one
                 facts = self.gpu_facts()
@@ -401,7 +423,7 @@ class Judge:
                 memplan.check_fits(stages, facts["gpu_total"], facts["gpu_name"])
             for i, base in todo:
                 out = futures[i].result()
-                ready = time.perf_counter()
+                ready = sealed_at.get(i, time.perf_counter())
                 verdicts[i] = self._gpu_stages(out, base, spec, dtype, opts, want_gpu, clocks[i], ready)
                 verdicts[i].finished_at = time.time()
         for v, clock in zip(verdicts, clocks):
@@ -436,7 +458,7 @@ class Judge:
                 clock["attribute"] = time.perf_counter() - ta
         if gout.stage == "harness":
             raise JudgeFailure(f"the judge failed on {spec.name} (not the candidate's doing): {gout.detail}")
-        for stage in ("verify", "profile"):
+        for stage in ("load", "verify", "profile"):
             if gout.results.get(stage):
                 clock[stage] = gout.results[stage].get("seconds", 0.0)
         for phase, s in ((gout.results.get("profile") or {}).get("phases_s") or {}).items():

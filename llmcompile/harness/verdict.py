@@ -181,7 +181,8 @@ class Verdict:
     wall_s: float = 0.0
     artifact: str | None = None  # the sealed kernel's directory (what was verified and timed)
     # seconds in each of the judge's steps for this candidate: static, compile (the wall time of
-    # its parallel compile processes), seal, gpu_wait (compiled, waiting for the GPU worker),
+    # its parallel compile processes), seal, gpu_wait (sealed, waiting for the GPU worker: its
+    # start-up, or the candidates before it), load (the problem and the kernel in the GPU worker),
     # verify, profile, attribute (verifying again after a fault); `Judge` fills it
     timeline: dict[str, float] = field(default_factory=dict)
     finished_at: float = 0.0  # time.time() when the judge reached this verdict

@@ -97,6 +97,7 @@ class Channel:
         self.root = Path(tempfile.mkdtemp(prefix="llmcompile-worker-"))
         self.log = self.root / "worker.log"
         self.ready: dict[str, Any] | None = None
+        self.spawned_at = 0.0  # time.time() when started; its `ready` event says when it was
         self.eof = False
         self.cgroup: PidsCgroup | None = None
         self._buf = b""
@@ -108,6 +109,7 @@ class Channel:
         self._log_fh = open(self.log, "ab")  # noqa: SIM115 - lives as long as the process
         # bwrap's --die-with-parent follows the *thread* that started it: start every process from
         # one thread that lives as long as this module, not from a judge's short-lived pool threads
+        self.spawned_at = time.time()
         self.proc = _SPAWNER.submit(self._popen).result()
         self._buf, self.ready = b"", None
 
@@ -354,7 +356,7 @@ def _serve() -> None:
         torch.cuda.init()
         facts = {"gpu_total": torch.cuda.mem_get_info()[1], "gpu_name": torch.cuda.get_device_name()}
         facts["versions"] = versions()  # (what a cached baseline's timing is keyed by)
-    send(event="ready", pid=os.getpid(), **facts)
+    send(event="ready", pid=os.getpid(), at=time.time(), **facts)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -420,12 +422,14 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
     from llmcompile.bench import timing
     from llmcompile.harness import gpu_stages, guards
     from llmcompile.specs import get_op
+    from llmcompile.specs.kernelbench import load_problem
 
+    t0 = time.perf_counter()
     if job.get("problem_source") is not None:  # a KernelBench file: the judge sent its text
         path = Path.cwd() / "problems" / hashlib.sha256(job["problem_source"].encode()).hexdigest()[:12] / job["op"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(job["problem_source"])
-        spec = get_op(str(path))
+        spec = load_problem(path, independent_rows=job.get("independent_rows"))
     else:
         spec = get_op(job["op"])
     man = job["manifest"]
@@ -435,6 +439,8 @@ def _gpu_job(job: dict[str, Any], send, artifact) -> bool:
     stage = "load"
     try:
         _, fns = artifact.load_functions(d)
+        # the problem (its first job in this process) and the kernel: before the timed stages
+        send(event="result", stage="load", data={"seconds": time.perf_counter() - t0})
         stage = "verify"
         if "verify" in job["stages"]:
             send(event="stage", stage="verify")

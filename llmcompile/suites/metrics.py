@@ -15,7 +15,7 @@ Definitions (the report states them too):
   reached the target % of SOL on every shape.
 - throughput: candidates judged per GPU-hour (the agent processes' wall time on their GPUs,
   start-up and the final baselines included), each candidate's own judge seconds (compile, seal,
-  verify, profile: its median), and every stage's seconds summed over the eval.
+  load, verify, profile: its median), and every stage's seconds summed over the eval.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ class ProblemRecord:
     candidate_s: list[float] = field(default_factory=list)  # each candidate's own judge seconds
     stage_s: dict[str, float] = field(default_factory=dict)  # each stage, summed over the run
     profile_phases_s: dict[str, float] = field(default_factory=dict)  # the profile's, by phase, summed
+    gpu_start_s: float | None = None  # process start to the GPU worker's bandwidth measured
 
     @property
     def best_correct(self) -> bool:
@@ -113,7 +114,7 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
         cands.append((c["round"], c["sample"], c["verdict"]))
         by_id[c.get("id", f.stem)] = c["verdict"]
     cands.sort(key=lambda c: (c[0], c[1]))
-    own = ("compile", "seal", "verify", "profile", "attribute")
+    own = ("compile", "seal", "load", "verify", "profile", "attribute")
     rec.candidate_s = [round(sum(v.get("timeline", {}).get(k, 0.0) for k in own), 3) for _, _, v in cands]
     rec.statuses = [v["status"] for _, _, v in cands]
     rec.compiled = [_compiled(v) for _, _, v in cands]
@@ -135,6 +136,7 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     tl = s.get("timeline") or {}
     rec.stage_s = {**tl.get("stages", {}), "startup": tl.get("startup_s") or 0.0, "end": tl.get("finalize_s") or 0.0}
     rec.profile_phases_s = dict(tl.get("profile_phases") or {})
+    rec.gpu_start_s = tl.get("gpu_warmed_s")
     best = s.get("best")
     if best:
         rec.best_id = best["id"]
@@ -225,6 +227,7 @@ def aggregate(
             stages[k] = round(stages.get(k, 0.0) + v, 2)
         for k, v in r.profile_phases_s.items():
             phases[k] = round(phases.get(k, 0.0) + v, 2)
+    starts = [r.gpu_start_s for r in records if r.gpu_start_s is not None]
     out["throughput"] = {
         "candidates": len(judged),
         "gpu_hours": round(gpu_hours, 4),
@@ -232,6 +235,7 @@ def aggregate(
         "median_candidate_s": round(statistics.median(judged), 2) if judged else None,
         "stages_s": stages,
         "profile_phases_s": phases,
+        "median_gpu_start_s": statistics.median(starts) if starts else None,
     }
     out["usage"] = {
         "requests": sum(r.usage.get("requests", 0) for r in records),

@@ -110,6 +110,8 @@ def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("seconds by stage, summed", ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v)))
         if phases := t.get("profile_phases_s"):
             rows.append(("the profile's seconds by phase, summed", phases_line(phases)))
+        if t.get("median_gpu_start_s") is not None:
+            rows.append(("a run's GPU worker up and warm, median s from its start", _num(t["median_gpu_start_s"])))
     return rows
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from llmcompile.cli import main
+from llmcompile.entry import main
 
 sys.exit(main())

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from llmcompile import COMMANDS
 from llmcompile.agent.session import ATTENTION_BASELINES, RunRequest, UsageError, parse_shapes
 from llmcompile.bench.baselines import parse_baselines
 from llmcompile.harness.sandbox import SandboxUnavailable
@@ -515,9 +516,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--readme", help="also write the count between the coverage markers of this file (README.md)")
     s.set_defaults(fn=cmd_coverage)
     return p
-
-
-COMMANDS = ("list", "doctor", "bench", "check", "run", "eval", "export", "coverage")
 
 
 def main(argv: list[str] | None = None) -> int:

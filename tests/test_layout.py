@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness",),  # the judge
     ("agent",),  # prompts, providers, the loop, runs
     ("suites",),  # evals over many problems
-    ("cli", "doctor", "__main__", "__init__"),  # what the user runs
+    ("cli", "doctor", "entry", "__main__", "__init__"),  # what the user runs
 ]
 
 
@@ -130,9 +130,9 @@ def test_the_checker_sees_function_level_and_from_imports(tmp_path: Path) -> Non
 
 
 ROOT = PKG.parent
-# bytes: the tree goes to the GPU with the device pack (60.7 MB) under 64 MiB (67.1 MB); 2.3 MB
-# leaves 4.1 MB for what a session carries beside them (a session's scratch: 1.2-2.0 MB)
-TRAVEL_LIMIT = 2_300_000
+# bytes: the tree goes to the GPU with the device pack (60.73 MB) under 64 MiB (67.1 MB); 2.35 MB
+# leaves 4.0 MB for what a session carries beside them (a session's scratch: 1.2-2.0 MB)
+TRAVEL_LIMIT = 2_350_000
 
 
 def _tracked() -> list[Path]:

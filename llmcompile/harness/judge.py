@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile.harness import baseline_cache, compile_cache, memplan, static
+from llmcompile.harness import baseline_cache, compile_cache, early, memplan, static
 from llmcompile.harness.cpus import host_cpus
 from llmcompile.harness.sandbox import Sandbox, sandbox
 from llmcompile.harness.verdict import (
@@ -107,7 +107,11 @@ class Judge:
         self.target = target
         self.gpu = gpu_available() if gpu is None else gpu
         self.timeouts = timeouts
-        self.sandbox = isolation or sandbox(unsafe=unsafe_no_sandbox, gpu=self.gpu)
+        # the GPU worker `llmcompile.entry` started before the agent's imports, where it is ours
+        started = early.take(unsafe_no_sandbox) if self.gpu and isolation is None and timeouts is None else None
+        if started is None:
+            early.close()
+        self.sandbox = started[0] if started else isolation or sandbox(unsafe=unsafe_no_sandbox, gpu=self.gpu)
         cpus = host_cpus()
         # candidates compiled at once, and processes each spreads its N over: about one a core
         self.compile_workers = compile_workers or max(1, min(4, cpus // 2))
@@ -116,7 +120,9 @@ class Judge:
         self._sealers: queue.Queue[Channel] = queue.Queue()
         for _ in range(self.compile_workers):
             self._sealers.put(judge_worker(self.sandbox, gpu=False, timeouts=timeouts))
-        self.gpu_worker = judge_worker(self.sandbox, gpu=True, timeouts=timeouts) if self.gpu else None
+        self.gpu_worker = (
+            started[1] if started else judge_worker(self.sandbox, gpu=True, timeouts=timeouts) if self.gpu else None
+        )
         self._own_root = artifact_root is None
         self.artifact_root = Path(artifact_root or tempfile.mkdtemp(prefix="llmcompile-artifacts-"))
         self.cache = cache or compile_cache.CompileCache()
@@ -129,7 +135,8 @@ class Judge:
             w.start()
         self.pool.prestart()
         if self.gpu_worker is not None:
-            self.gpu_worker.start()
+            if not started:
+                self.gpu_worker.start()
             threading.Thread(target=self._warm_gpu, daemon=True, name="llmcompile-gpu-warm").start()
 
     def _warm_gpu(self) -> None:

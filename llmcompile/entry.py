@@ -10,11 +10,25 @@ from llmcompile import COMMANDS
 
 
 def gpu_run(argv: list[str]) -> bool:
-    """Whether these arguments are an agent run that will verify and time on a GPU (`run OP`, or
-    the main job's `OP` alone; not compile-only, not a request for help)."""
-    if not argv or argv[0].startswith("-") or (argv[0] in COMMANDS and argv[0] != "run"):
+    """Whether these arguments will verify or time kernels on a GPU through a judge: an agent run
+    (`run OP`, or the main job's `OP` alone) not compile-only, or `check` with a GPU stage; never
+    a request for help."""
+    if not argv or argv[0].startswith("-") or {"-h", "--help"} & set(argv):
         return False
-    return not {"--compile-only", "-h", "--help"} & set(argv)
+    if argv[0] == "check":
+        stages = _option(argv, "--stages") or "verify,profile"
+        return bool({"verify", "profile"} & set(stages.split(",")))
+    return (argv[0] == "run" or argv[0] not in COMMANDS) and "--compile-only" not in argv
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """An option's value, given as `NAME VALUE` or `NAME=VALUE` (argparse takes both)."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def main() -> int:

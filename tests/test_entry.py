@@ -21,6 +21,9 @@ from llmcompile.harness.sandbox import ROOT
         (["softmax", "--compile-only"], False),
         (["softmax", "--help"], False),
         (["eval", "evals/suites/smoke.toml"], False),  # (each problem's own process starts its own)
+        (["check", "k.py", "--op", "softmax"], True),  # (a kernel judged: its verdict's wait too)
+        (["check", "k.py", "--op", "softmax", "--stages", "static,compile"], False),
+        (["check", "k.py", "--op", "softmax", "--stages=static,compile,verify"], True),
         (["bench", "softmax"], False),
         (["list"], False),
         (["--help"], False),

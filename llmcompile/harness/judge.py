@@ -120,9 +120,11 @@ class Judge:
         self._sealers: queue.Queue[Channel] = queue.Queue()
         for _ in range(self.compile_workers):
             self._sealers.put(judge_worker(self.sandbox, gpu=False, timeouts=timeouts))
-        self.gpu_worker = (
-            started[1] if started else judge_worker(self.sandbox, gpu=True, timeouts=timeouts) if self.gpu else None
-        )
+        self.gpu_worker: Channel | None = None
+        if started:
+            self.gpu_worker = started[1]
+        elif self.gpu:
+            self.gpu_worker = judge_worker(self.sandbox, gpu=True, timeouts=timeouts)
         self._own_root = artifact_root is None
         self.artifact_root = Path(artifact_root or tempfile.mkdtemp(prefix="llmcompile-artifacts-"))
         self.cache = cache or compile_cache.CompileCache()

@@ -228,7 +228,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     opts = EvalOptions(
         llm=args.llm, model=args.model or os.environ.get("LLMCOMPILE_MODEL", ""), base_url=args.base_url or "",
         samples=args.samples,
-        rounds=args.rounds, compile_only=args.compile_only, gpus=args.gpus, jobs=args.jobs,
+        rounds=args.rounds, compile_only=args.compile_only, gpus=args.gpus, per_gpu=args.per_gpu, jobs=args.jobs,
         unsafe_no_sandbox=args.unsafe_no_sandbox,
     )  # fmt: skip
     if opts.llm not in ("auto", "openai", "offline"):
@@ -469,14 +469,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", help="run the suite for this target instead of the one it names")
     s.add_argument("--samples", type=_at_least(1), help="candidates per round (default: the suite's budget)")
     s.add_argument("--rounds", type=_at_least(1), help="rounds per problem (default: the suite's budget)")
-    s.add_argument("--gpus", default="all", help="'all' or how many GPUs: one problem at a time on each")
+    s.add_argument("--gpus", default="all", help="'all' or how many GPUs to run on")
+    s.add_argument(
+        "--per-gpu", type=_at_least(1), default=2,
+        help="problems at once on each GPU (default 2): the next starts up while one judges; "
+        "they verify and time in turn, never at once",
+    )  # fmt: skip
     s.add_argument("--jobs", type=_at_least(1), default=1, help="problems at once with --compile-only (no GPU)")
     s.add_argument("--compile-only", action="store_true", help="static + compile only (no GPU needed)")
     s.add_argument("--problems", help="a directory of KernelBench-format files, in place of the suite's `dir`")
     s.add_argument("--out", help="eval directory (default: evals/runs/<suite>-<target>-<llm>)")
     s.add_argument(
         "--backend", choices=("local", "ray"), default="local",
-        help="local: one process per GPU of this host; ray: one Ray task per problem on a cluster "
+        help="local: agent processes on this host's GPUs (--per-gpu each); ray: one Ray task per problem on a cluster "
         "(pip install 'llmcompile[ray]')",
     )  # fmt: skip
     s.add_argument(

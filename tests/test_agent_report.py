@@ -67,6 +67,12 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     # the GPU worker's start, from the process's: what a fresh judge's first candidate waits for
     assert (tl["gpu_ready_s"], tl["gpu_warmed_s"]) == (5.0, 7.5)
     assert "| the GPU worker's start done (the device's bandwidth measured) | 7.5 |" in timeline_table(tl)
+    assert tl["gpu_turn_s"] is None and "turn" not in timeline_table(tl)  # alone on its GPU
+    events[5]["gpu_turn"] = t0 + 3.5  # an eval's second agent on the GPU, its turn come
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert "| the GPU this run's (its turn on a GPU other runs shared) | 3.5 |" in timeline_table(
+        timeline_of(store, 90.0)
+    )
     # the profile's phases beside the stages, not among them (they are within "profile")
     assert tl["stages"]["profile"] == 15.0 and not any(k.startswith("profile.") for k in tl["stages"])
     assert tl["profile_phases"] == {"candidate": 5.0, "eager": 5.0, "other": 1.0, "checks": 4.0, "calm": 0.01}

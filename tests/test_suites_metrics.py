@@ -129,3 +129,17 @@ def test_collect_reads_a_run_directory(tmp_path: Path) -> None:
     assert t["profile_phases_s"] == {"candidate": 1.5, "eager": 2.0} and "candidate" not in t["stages_s"]
     twice = M.aggregate([rec, rec], [1], ["eager"])["throughput"]["profile_phases_s"]
     assert twice == {"candidate": 3.0, "eager": 4.0}
+
+
+def test_a_run_that_waited_for_its_gpu_turn_is_charged_from_the_turn(tmp_path: Path) -> None:
+    """Two agents on one GPU: the second's wait while the first judged is not GPU time, and its
+    GPU worker's start counts from its turn (otherwise GPU-hours would count that wait twice)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    timeline = {"startup_s": 4.0, "gpu_turn_s": 5.0, "gpu_warmed_s": 7.5, "stages": {}}
+    (run / "summary.json").write_text(json.dumps({"judged": 0, "timeline": timeline}))
+    rec = M.collect(M.ProblemRecord("p", "p", "bfloat16", state=M.DONE, process_s=41.0), run)
+    assert (rec.gpu_turn_s, rec.gpu_start_s, rec.gpu_s) == (5.0, 2.5, 36.0)
+    assert M.aggregate([rec], [1], [])["throughput"]["gpu_hours"] == round(36.0 / 3600, 4)
+    alone = M.ProblemRecord("p", "p", "bfloat16", state=M.DONE, process_s=41.0)
+    assert alone.gpu_turn_s is None and alone.gpu_s == 41.0

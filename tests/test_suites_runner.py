@@ -10,6 +10,8 @@ rmsnorm-fp32   answered with prose and no code: rejected before compiling
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -268,3 +270,53 @@ def test_gpu_slots_name_the_hosts_devices_under_cuda_visible_devices(monkeypatch
     assert R.gpu_slots("all") == ["0", "1"]
     with pytest.raises(R.SuiteError):
         R.gpu_slots("3")
+
+
+def test_two_agents_share_each_gpu_and_take_it_in_turn(tmp_path: Path, monkeypatch) -> None:
+    """The next problem starts up beside the one judging on its GPU (never more than --per-gpu on
+    one), each given the GPU's lock file, a MIG id made a file name, and half its GPU's cores."""
+    from llmcompile.harness import gpu_turn
+    from llmcompile.suites import metrics
+    from llmcompile.suites import runner as R
+    from llmcompile.suites.suite import load_suite
+
+    suite_file = tmp_path / "tiny.toml"
+    suite_file.write_text(
+        'name = "six"\n'
+        + "".join(
+            f'[[problem]]\nop = "{op}"\ndtypes = ["bf16", "fp32"]\n' for op in ("softmax", "rmsnorm", "layernorm")
+        )
+    )
+    runner = R.EvalRunner(load_suite(suite_file), R.EvalOptions(llm="offline", per_gpu=2), tmp_path / "eval")
+    monkeypatch.setattr(R, "gpu_slots", lambda gpus: ["0", "MIG-4a/1/0"])
+    monkeypatch.setattr(R, "check_gpus", lambda target, slots: None)
+    monkeypatch.setattr(R, "host_cpus", lambda: 16)
+    monkeypatch.delenv("LLMCOMPILE_CPUS", raising=False)
+    at_once: dict[str, int] = {}
+    most: dict[str, int] = {}
+    envs: dict[str, dict[str, str]] = {}
+    lock = threading.Lock()
+
+    def run_one(p, device, show):
+        with lock:
+            at_once[device] = at_once.get(device, 0) + 1
+            most[device] = max(most.get(device, 0), at_once[device])
+            envs[p.id] = runner.agent_env(device)
+        time.sleep(0.3)
+        with lock:
+            at_once[device] -= 1
+        runner._finish(p, metrics.NOT_ATTEMPTED, "", 0, 0.3, device)
+        return metrics.NOT_ATTEMPTED
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    assert len(runner.suite.problems) == 6 and runner.run() == 0
+    assert most == {"0": 2, "MIG-4a/1/0": 2}
+    for env in envs.values():
+        want = "0.lock" if env["CUDA_VISIBLE_DEVICES"] == "0" else "MIG-4a_1_0.lock"
+        assert env[gpu_turn.ENV] == str(tmp_path / "eval" / "gpu-turns" / want)
+        assert env["LLMCOMPILE_CPUS"] == "4"  # 16 cores, four agents at once
+    assert (tmp_path / "eval" / "gpu-turns").is_dir()
+    # compile-only: no GPU, no lock
+    assert gpu_turn.ENV not in R.EvalRunner(runner.suite, R.EvalOptions(compile_only=True), tmp_path / "c").agent_env(
+        None
+    )

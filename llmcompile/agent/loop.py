@@ -120,7 +120,8 @@ def run_agent(
             if cfg.max_tokens and usage.total >= cfg.max_tokens:
                 stop = f"token budget spent ({usage.total} >= {cfg.max_tokens})"
                 break
-            if cfg.time_limit_s and time.perf_counter() - t_start >= cfg.time_limit_s:
+            # (a wait for this run's turn on a GPU other runs share is not the run's time)
+            if cfg.time_limit_s and time.perf_counter() - t_start - judge.turn_wait(t_start) >= cfg.time_limit_s:
                 stop = f"time budget spent ({cfg.time_limit_s:.0f} s)"
                 break
             store.event("round", round=r)

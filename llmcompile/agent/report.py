@@ -71,6 +71,7 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
         stages["baselines"] = round(base.get("seconds", 0.0), 2)
     return {
         "startup_s": since(first["round"]["t"]) if first["round"] else None,
+        "gpu_turn_s": since(gpu.get("gpu_turn")),
         "gpu_ready_s": since(gpu.get("gpu_ready")),
         "gpu_warmed_s": since(gpu.get("gpu_warmed")),
         "first_verdict_s": since(min(done)) if done else None,
@@ -88,6 +89,7 @@ def timeline_table(tl: dict[str, Any]) -> str:
     """The timeline as a few lines of markdown (report.md, the eval's report)."""
     rows = [
         ("start-up (process start to the first round)", tl.get("startup_s")),
+        ("the GPU this run's (its turn on a GPU other runs shared)", tl.get("gpu_turn_s")),
         ("the GPU worker ready (its imports, a CUDA context)", tl.get("gpu_ready_s")),
         ("the GPU worker's start done (the device's bandwidth measured)", tl.get("gpu_warmed_s")),
         ("first verdict", tl.get("first_verdict_s")),
@@ -96,6 +98,8 @@ def timeline_table(tl: dict[str, Any]) -> str:
         ("the end (best beside the baselines, best/ written)", tl.get("finalize_s")),
         ("total", tl.get("total_s")),
     ]
+    if tl.get("gpu_turn_s") is None:  # a run alone on its GPU took no turn
+        rows = rows[:1] + rows[2:]
     out = ["| when | seconds |", "|---|---|"] + [f"| {k} | {'-' if v is None else f'{v:.1f}'} |" for k, v in rows]
     stages = tl.get("stages", {})
     out += [

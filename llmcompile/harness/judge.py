@@ -150,14 +150,23 @@ class Judge:
         except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
             pass
 
+    def turn_wait(self, since: float) -> float:
+        """Seconds (perf_counter) this run has waited since `since` for its turn on a GPU it shares
+        with other runs: not its own time (an agent's time budget leaves it out)."""
+        turn = self.gpu_worker.turn if self.gpu_worker is not None else None
+        return turn.waited(since) if turn is not None else 0.0
+
     def start_facts(self) -> dict[str, float]:
-        """When the GPU worker was started, said it was ready (imports, a CUDA context) and had
-        measured the device's bandwidth (time.time(); those it has not reached are left out): a
-        run's first candidates wait for the last of them."""
+        """When the GPU worker was started, was given this run's turn on a GPU shared with other
+        runs (where it waits for one), said it was ready (imports, a CUDA context) and had measured
+        the device's bandwidth (time.time(); those it has not reached are left out): a run's first
+        candidates wait for the last of them."""
         w = self.gpu_worker
         if w is None:
             return {}
         out = {"gpu_spawned": w.spawned_at}
+        if w.turn is not None and w.turn.taken_at is not None:
+            out["gpu_turn"] = w.turn.taken_at
         if w.ready is not None and "at" in w.ready:
             out["gpu_ready"] = float(w.ready["at"])
         if self._warmed_at:
@@ -459,7 +468,9 @@ class Judge:
             return _finish(base, out, opts, self.gpu)
         job = self._gpu_job(art, spec, dtype, opts, want_gpu)
         with self._gpu_lock:
-            clock["gpu_wait"] = time.perf_counter() - ready
+            # from when it was sealed, or the GPU became this run's (gpu_turn.py), the later
+            turn = self.gpu_worker.turn
+            clock["gpu_wait"] = time.perf_counter() - (max(ready, turn.taken or 0.0) if turn else ready)
             gout = self.gpu_worker.run(job)
             if gout.failure == "crashed" and gout.stage in ("verify", "profile"):
                 ta = time.perf_counter()

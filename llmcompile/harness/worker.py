@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmcompile.harness import gpu_turn
 from llmcompile.harness.sandbox import CANDIDATE_LIMITS, GPU_LIMITS, Limits, PidsCgroup, Sandbox, apply_limits
 
 # Seconds a stage may take before its process is killed. `start` covers a process's own start-up
@@ -90,8 +91,13 @@ class Channel:
         limits: Limits = CANDIDATE_LIMITS,
         timeouts: dict[str, float] | None = None,
         env: dict[str, str] | None = None,
+        turn: gpu_turn.Turn | None = None,
     ) -> None:
         self.module, self.sandbox, self.gpu, self.limits, self.env = module, sandbox, gpu, limits, env or {}
+        # a GPU shared with other runs (gpu_turn.py): the process waits for `go` before touching it
+        self.turn = turn
+        if turn is not None:
+            self.env = {**self.env, "LLMCOMPILE_WORKER_TURN": "1"}
         self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.root = Path(tempfile.mkdtemp(prefix="llmcompile-worker-"))
@@ -100,7 +106,7 @@ class Channel:
         self.spawned_at = 0.0  # time.time() when started; its `ready` event says when it was
         self.eof = False
         self.cgroup: PidsCgroup | None = None
-        self._buf = b""
+        self._buf, self._went = b"", False
 
     # ------------------------------------------------------------------ lifetime
 
@@ -111,7 +117,7 @@ class Channel:
         # one thread that lives as long as this module, not from a judge's short-lived pool threads
         self.spawned_at = time.time()
         self.proc = _SPAWNER.submit(self._popen).result()
-        self._buf, self.ready = b"", None
+        self._buf, self.ready, self._went = b"", None, False
 
     def _popen(self) -> subprocess.Popen[bytes]:
         return self.sandbox.popen(
@@ -131,6 +137,7 @@ class Channel:
             self.start()
         if self.ready is not None:
             return
+        self._go()
         ev = self._read_event(time.monotonic() + self.timeouts["start"])
         if ev is None or ev.get("event") != "ready":
             code = self.proc.poll() if self.proc else None
@@ -140,6 +147,20 @@ class Channel:
         if self.sandbox.layers.pids_cgroup and self.proc is not None and self.cgroup is None:
             self.cgroup = PidsCgroup(self.sandbox.layers.pids_cgroup, self.limits.processes)
             self.cgroup.enter(self.proc.pid)
+
+    def _go(self) -> None:
+        """Wait for this run's turn on the GPU, then let the process start on it. The wait is not
+        start-up: its deadline counts from here."""
+        if self.turn is None or self._went:
+            return
+        self.turn.wait()
+        self._went = True
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died: reading its `ready` says so
 
     @property
     def alive(self) -> bool:
@@ -160,8 +181,11 @@ class Channel:
             self.cgroup = None
 
     def dispose(self) -> None:
-        """Close, and remove the log and scratch this process had on the host."""
+        """Close, and remove the log and scratch this process had on the host; the GPU's turn
+        goes to the next run."""
         self.close()
+        if self.turn is not None:
+            self.turn.release()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def log_tail(self, chars: int = 1500) -> str:
@@ -314,6 +338,7 @@ def judge_worker(sandbox: Sandbox, gpu: bool, timeouts: dict[str, float] | None 
         limits=GPU_LIMITS if gpu else CANDIDATE_LIMITS,
         timeouts=timeouts,
         env={**env, "LLMCOMPILE_WORKER_GPU": "1" if gpu else "0"},
+        turn=gpu_turn.from_env() if gpu else None,
     )
 
 
@@ -353,6 +378,9 @@ def _serve() -> None:
 
         from llmcompile.bench.grid import versions
 
+        if os.environ.get("LLMCOMPILE_WORKER_TURN") == "1":
+            if not sys.stdin.readline():  # `go`: this run's turn on a GPU other runs share (gpu_turn.py)
+                return  # the judge is gone
         torch.cuda.init()
         facts = {"gpu_total": torch.cuda.mem_get_info()[1], "gpu_name": torch.cuda.get_device_name()}
         facts["versions"] = versions()  # (what a cached baseline's timing is keyed by)

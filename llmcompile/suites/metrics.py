@@ -14,8 +14,9 @@ Definitions (the report states them too):
 - cost to the target: rounds, LLM calls, tokens and wall time spent when the best first
   reached the target % of SOL on every shape.
 - throughput: candidates judged per GPU-hour (the agent processes' wall time on their GPUs,
-  start-up and the final baselines included), each candidate's own judge seconds (compile, seal,
-  load, verify, profile: its median), and every stage's seconds summed over the eval.
+  start-up and the final baselines included, less any wait for a turn on a shared GPU), each
+  candidate's own judge seconds (compile, seal, load, verify, profile: its median), and every
+  stage's seconds summed over the eval.
 """
 
 from __future__ import annotations
@@ -68,11 +69,17 @@ class ProblemRecord:
     # verified and timed outputs; None where it was not checked
     kernelbench_correct: bool | None = None
     gpu: str | None = None  # the CUDA_VISIBLE_DEVICES it ran under; None: compile-only or not run
-    process_s: float = 0.0  # the agent process's wall time (what it held its GPU for)
+    process_s: float = 0.0  # the agent process's wall time
+    gpu_turn_s: float | None = None  # process start to its turn on a GPU other runs shared; None: alone
     candidate_s: list[float] = field(default_factory=list)  # each candidate's own judge seconds
     stage_s: dict[str, float] = field(default_factory=dict)  # each stage, summed over the run
     profile_phases_s: dict[str, float] = field(default_factory=dict)  # the profile's, by phase, summed
-    gpu_start_s: float | None = None  # process start to the GPU worker's bandwidth measured
+    gpu_start_s: float | None = None  # process start (or its GPU turn) to the GPU worker's bandwidth measured
+
+    @property
+    def gpu_s(self) -> float:
+        """What it held its GPU for: its process's wall time, less any wait for its turn."""
+        return self.process_s - (self.gpu_turn_s or 0.0)
 
     @property
     def best_correct(self) -> bool:
@@ -136,7 +143,9 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     tl = s.get("timeline") or {}
     rec.stage_s = {**tl.get("stages", {}), "startup": tl.get("startup_s") or 0.0, "end": tl.get("finalize_s") or 0.0}
     rec.profile_phases_s = dict(tl.get("profile_phases") or {})
-    rec.gpu_start_s = tl.get("gpu_warmed_s")
+    rec.gpu_turn_s = tl.get("gpu_turn_s")
+    warmed = tl.get("gpu_warmed_s")
+    rec.gpu_start_s = None if warmed is None else round(warmed - (rec.gpu_turn_s or 0.0), 2)
     best = s.get("best")
     if best:
         rec.best_id = best["id"]
@@ -219,7 +228,7 @@ def aggregate(
         cost[name] = {"median": statistics.median(vals), "max": max(vals)} if vals else None
     out["cost_to_target"] = cost
     judged = [t for r in records for t in r.candidate_s]
-    gpu_hours = sum(r.process_s for r in records if r.state == DONE and not r.compile_only) / 3600.0
+    gpu_hours = sum(r.gpu_s for r in records if r.state == DONE and not r.compile_only) / 3600.0
     stages: dict[str, float] = {}
     phases: dict[str, float] = {}
     for r in records:

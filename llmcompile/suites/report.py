@@ -111,7 +111,9 @@ def aggregate_table(res: dict[str, Any]) -> list[tuple[str, str]]:
         if phases := t.get("profile_phases_s"):
             rows.append(("the profile's seconds by phase, summed", phases_line(phases)))
         if t.get("median_gpu_start_s") is not None:
-            rows.append(("a run's GPU worker up and warm, median s from its start", _num(t["median_gpu_start_s"])))
+            rows.append(
+                ("a run's GPU worker up and warm, median s from its start or GPU turn", _num(t["median_gpu_start_s"]))
+            )
     return rows
 
 

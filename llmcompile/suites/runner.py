@@ -1,5 +1,7 @@
-"""Run a suite: the agent on every problem, one `llmcompile run` process per problem, as many
-at once as there are GPUs (each process sees one through CUDA_VISIBLE_DEVICES).
+"""Run a suite: the agent on every problem, one `llmcompile run` process per problem, each seeing
+one GPU through CUDA_VISIBLE_DEVICES. Two run on each GPU at once (`--per-gpu`): the next starts
+up (imports, the problem loaded, its first candidates compiled) while the last one judges, and
+they take the GPU in turn (`harness/gpu_turn.py`), so no two verify or time on it at once.
 
 The eval directory:
     eval.json              the suite and options it was started with (a rerun must match)
@@ -7,6 +9,7 @@ The eval directory:
     problems/<id>.log      the agent process's output
     problems/<id>.json     how the problem ended: done, not_attempted, failed or judge_failed, and why
     problems/<id>.judge-failed-<n>/   a run directory the judge failed in, set aside for the rerun
+    gpu-turns/<device>.lock   the lock each GPU's runs take in turn
     results.json, report.md, sol.png, speedup.png   (llmcompile.suites.report)
 
 A rerun with the same --out skips finished problems and resumes interrupted ones
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +35,7 @@ from typing import Any
 
 from llmcompile.agent.providers import choose_llm
 from llmcompile.agent.runs import write_json_atomic
+from llmcompile.harness import gpu_turn
 from llmcompile.harness.cpus import host_cpus
 from llmcompile.harness.worker import JUDGE_FAILED_RC
 from llmcompile.suites.metrics import DONE, FAILED, JUDGE_FAILED, NOT_ATTEMPTED, PENDING, ProblemRecord, collect
@@ -46,6 +51,7 @@ class EvalOptions:
     rounds: int | None = None
     compile_only: bool = False
     gpus: str = "all"  # all | a count
+    per_gpu: int = 2  # agents at once on each GPU (one judging, the next starting up: gpu_turn.py)
     jobs: int = 1  # problems at once in compile-only runs (no GPU)
     unsafe_no_sandbox: bool = False
 
@@ -54,7 +60,7 @@ class EvalOptions:
 
 
 def gpu_slots(gpus: str) -> list[str]:
-    """CUDA device ids to run on, one problem at a time on each."""
+    """CUDA device ids to run on (the host's names for them)."""
     import torch
 
     count = torch.cuda.device_count()
@@ -238,16 +244,25 @@ class EvalRunner:
         """The problems recorded done whose run directory (deleted or moved) no longer says how."""
         return [p.id for p in self.suite.problems if (o := self.outcome(p)) is not None and self._gone(p, o)]
 
+    def agent_env(self, device: str | None) -> dict[str, str]:
+        """An agent process's environment: its GPU, the lock it takes its turn on that GPU with,
+        and its share of the host's cores."""
+        env = dict(os.environ)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+            turns = self.out / "gpu-turns"
+            turns.mkdir(parents=True, exist_ok=True)
+            env[gpu_turn.ENV] = str(turns / (re.sub(r"[^\w.-]", "_", device) + ".lock"))  # (a MIG id has slashes)
+        # agents at once share the host's cores: each judge sizes its compile processes to its share
+        env.setdefault("LLMCOMPILE_CPUS", str(max(1, host_cpus() // max(1, self._slots))))
+        return env
+
     def run_one(self, p: Problem, device: str | None, show: Callable[[str], None]) -> str:
         if self.skip_offline(p):
             return NOT_ATTEMPTED
         run_dir = self.pdir / p.id
         log = self.pdir / f"{p.id}.log"
-        env = dict(os.environ)
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
-        # agents at once share the host's cores: each judge sizes its compile processes to its share
-        env.setdefault("LLMCOMPILE_CPUS", str(max(1, host_cpus() // max(1, self._slots))))
+        env = self.agent_env(device)
         cmd = problem_command(p, self.suite, self.opts, run_dir)
         t0 = time.perf_counter()
         with open(log, "ab") as fh:
@@ -304,10 +319,11 @@ class EvalRunner:
         if self.opts.compile_only:
             slots: list[str | None] = [None] * max(1, self.opts.jobs)
         else:
-            slots = list(gpu_slots(self.opts.gpus))
-            if not slots:
+            devices = gpu_slots(self.opts.gpus)
+            if not devices:
                 raise SuiteError("no CUDA GPU is visible: run the eval with --compile-only, or on the target GPU")
-            check_gpus(self.suite.target, slots)
+            check_gpus(self.suite.target, devices)
+            slots = [d for d in devices for _ in range(max(1, self.opts.per_gpu))]
         self.start()
         work: queue.Queue[Problem] = queue.Queue()
         for p in todo:
@@ -315,7 +331,11 @@ class EvalRunner:
         self._slots = len(slots)
 
         def worker(i: int, device: str | None) -> None:
-            name = f"gpu{device}" if device is not None else f"job{i}"
+            name = (
+                f"job{i}"
+                if device is None
+                else f"gpu{device}" + (f".{i % self.opts.per_gpu}" if self.opts.per_gpu > 1 else "")
+            )
             while not self._stop.is_set():
                 try:
                     p = work.get_nowait()

@@ -1,0 +1,179 @@
+"""harness/gpu_turn.py: runs sharing a GPU take it in turn; the GPU worker touches it only on its turn."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from llmcompile.harness import gpu_turn
+from llmcompile.harness.gpu_turn import Turn
+from llmcompile.harness.judge import Judge
+from llmcompile.harness.sandbox import ROOT, Layers, Sandbox
+from llmcompile.harness.worker import Channel, judge_worker
+
+
+def test_runs_sharing_a_gpu_take_it_one_at_a_time(tmp_path: Path) -> None:
+    lock = str(tmp_path / "0.lock")
+    first = Turn(lock)
+    assert first.wait(5) and first.error == ""
+    second = Turn(lock)
+    assert not second.wait(0.3)  # the first holds it
+    assert second.waited(0.0) >= 0.3 and second.taken is None
+    first.release()
+    assert second.wait(5)
+    assert second.waited(second.asked) == pytest.approx(second.taken - second.asked)
+    assert second.waited(second.taken + 10) == 0.0  # (none of the wait came after that)
+    second.release()
+
+
+def test_a_turn_given_up_before_it_came_passes_on(tmp_path: Path) -> None:
+    """A run that ends while still waiting (interrupted, or never needed the GPU) does not keep the
+    next run waiting once its turn would have come."""
+    lock = str(tmp_path / "0.lock")
+    first, second = Turn(lock), Turn(lock)
+    assert first.wait(5)
+    second.release()
+    first.release()
+    third = Turn(lock)
+    assert third.wait(5)
+    assert not second.wait(0)  # never held
+    third.release()
+
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_that_dies_gives_the_gpu_back(tmp_path: Path) -> None:
+    """However a run ends (killed, out of memory), the kernel frees its lock: nothing to clean up."""
+    lock = str(tmp_path / "0.lock")
+    other = subprocess.Popen([sys.executable, "-c", HOLDER, lock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        mine = Turn(lock)
+        assert not mine.wait(0.3)
+        other.kill()
+        assert mine.wait(5)
+        mine.release()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_turn_file_that_cannot_be_opened_is_said_and_not_waited_for(tmp_path: Path) -> None:
+    t = Turn(str(tmp_path / "no-such-dir" / "0.lock"))
+    assert t.wait(0) and "could not be opened" in t.error and "did not wait" in t.error
+    t.release()
+
+
+def test_only_a_run_an_eval_gave_a_lock_takes_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(gpu_turn.ENV, raising=False)
+    assert gpu_turn.from_env() is None
+    assert judge_worker(Sandbox(Layers(), unsafe=True), gpu=True).turn is None
+    monkeypatch.setenv(gpu_turn.ENV, str(tmp_path / "0.lock"))
+    gpu = judge_worker(Sandbox(Layers(), unsafe=True), gpu=True)
+    sealer = judge_worker(Sandbox(Layers(), unsafe=True), gpu=False)
+    try:
+        assert gpu.turn is not None and gpu.env["LLMCOMPILE_WORKER_TURN"] == "1"
+        assert sealer.turn is None and "LLMCOMPILE_WORKER_TURN" not in sealer.env  # (sealers use no GPU)
+    finally:
+        for ch in (gpu, sealer):
+            ch.dispose()
+
+
+# says `ready` only after its first line, and says what that line was
+GATED_WORKER = """
+import json, sys, time
+went = sys.stdin.readline().strip()
+print(json.dumps({"event": "ready", "pid": 0, "at": time.time(), "went": went}), flush=True)
+for line in sys.stdin:
+    pass
+"""
+
+
+def test_the_gpu_worker_starts_on_the_gpu_only_on_its_turn(tmp_path: Path) -> None:
+    """Its imports overlap the other run's judging; `go`, and with it a CUDA context, waits for the
+    turn. The start-up deadline counts from the turn, so a long wait is no judge failure."""
+    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
+    lock = str(tmp_path / "0.lock")
+    other = Turn(lock)
+    assert other.wait(5)
+    ch = Channel(
+        "gated_worker",
+        Sandbox(Layers(), unsafe=True),
+        env={"PYTHONPATH": f"{tmp_path}:{ROOT}"},
+        timeouts={"start": 0.5},
+        turn=Turn(lock),
+    )
+    try:
+        ch.start()
+        waiting = threading.Thread(target=ch.wait_ready)
+        waiting.start()
+        time.sleep(1.5)  # three start deadlines
+        assert waiting.is_alive() and ch.ready is None and ch.alive
+        released = time.time()
+        other.release()
+        waiting.join(10)
+        assert ch.ready is not None and ch.ready["went"] == "go" and ch.ready["at"] >= released
+        facts = Judge.start_facts(SimpleNamespace(gpu_worker=ch, _warmed_at=0.0))
+        assert released <= facts["gpu_turn"] <= facts["gpu_ready"]
+        assert Judge.turn_wait(SimpleNamespace(gpu_worker=ch), 0.0) >= 1.5
+    finally:
+        ch.dispose()
+    assert Turn(lock).wait(5)  # disposed: the GPU is the next run's
+
+
+def test_the_real_gpu_worker_waits_for_go_before_cuda(tmp_path: Path) -> None:
+    """The judge's own GPU worker, under LLMCOMPILE_WORKER_TURN: it imports, then waits; without
+    `go` it never creates a CUDA context, and a judge that goes away ends it."""
+    lock = str(tmp_path / "0.lock")
+    other = Turn(lock)
+    assert other.wait(5)
+    env = {"LLMCOMPILE_WORKER_GPU": "1", "CUDA_VISIBLE_DEVICES": ""}  # (the sandbox's PYTHONPATH: the project's, ours)
+    ch = Channel("llmcompile.harness.worker", Sandbox(Layers(), unsafe=True), gpu=True, env=env, turn=Turn(lock))
+    try:
+        ch.start()
+        time.sleep(8)  # (its imports: CuTe DSL and torch)
+        assert ch.alive and "cuda" not in ch.log_tail().lower(), ch.log_tail()
+        assert ch.proc is not None and ch.proc.stdin is not None
+        ch.proc.stdin.close()  # the judge gone before the turn came
+        assert ch.proc.wait(30) == 0
+    finally:
+        other.release()
+        ch.dispose()
+
+
+@pytest.mark.gpu
+def test_two_judges_on_one_gpu_take_it_in_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU: a second judge given the same lock starts up (its processes, its imports) but
+    its GPU worker says ready, a CUDA context made, only once the first judge is closed."""
+    monkeypatch.setenv(gpu_turn.ENV, str(tmp_path / "0.lock"))
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")
+    first = Judge(gpu=True, compile_workers=1)
+    try:
+        assert first.gpu_facts()["gpu_total"] > 0
+        second = Judge(gpu=True, compile_workers=1)
+        try:
+            assert second.gpu_worker is not None
+            time.sleep(10)  # (its imports take 2-3 s)
+            assert second.gpu_worker.alive and second.gpu_worker.ready is None
+            closing = time.time()
+            first.close()  # (its GPU worker gone, the turn is the second's)
+            assert second.gpu_facts()["gpu_total"] > 0
+            f = second.start_facts()
+            assert closing <= f["gpu_turn"] <= f["gpu_ready"]
+        finally:
+            second.close()
+    finally:
+        first.close()

@@ -177,3 +177,21 @@ def test_two_judges_on_one_gpu_take_it_in_turn(tmp_path: Path, monkeypatch: pyte
             second.close()
     finally:
         first.close()
+
+
+def test_what_a_problems_load_imports_comes_before_the_turn() -> None:
+    """The GPU worker imports what loading a KernelBench file needs before its CUDA context (and
+    its turn): the load in the timed job then imports the file alone (it took 0.9-1.1 s)."""
+    code = (
+        "import sys\n"
+        "from llmcompile.harness.worker import before_the_gpu\n"
+        "from llmcompile.specs.kernelbench import load_problem\n"
+        "before_the_gpu()\n"
+        "before = set(sys.modules)\n"
+        f"load_problem({str(ROOT / 'evals/problems/swiglu.py')!r}, independent_rows=True)\n"
+        "print(*sorted(set(sys.modules) - before))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    new = out.stdout.split()
+    assert len(new) == 1 and new[0].startswith("llmcompile_problem_"), new[:20]  # the file alone, nothing of torch's

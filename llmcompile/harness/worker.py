@@ -378,6 +378,7 @@ def _serve() -> None:
 
         from llmcompile.bench.grid import versions
 
+        before_the_gpu()
         if os.environ.get("LLMCOMPILE_WORKER_TURN") == "1":
             if not sys.stdin.readline():  # `go`: this run's turn on a GPU other runs share (gpu_turn.py)
                 return  # the judge is gone
@@ -415,6 +416,13 @@ def _serve() -> None:
             return
         if fatal:
             return
+
+
+def before_the_gpu() -> None:
+    """What the first job would import, imported before the GPU worker makes its CUDA context
+    (where it waits for its turn on the GPU, off every run's path): loading a KernelBench file
+    runs its model on torch's meta kernels, which import torch._dynamo (about 1 s)."""
+    import torch._dynamo  # noqa: F401
 
 
 def _seal(job: dict[str, Any], send, artifact) -> bool:

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmcompile.harness import gpu_turn
+from llmcompile.harness import early, gpu_turn
 from llmcompile.harness.gpu_turn import Turn
 from llmcompile.harness.judge import Judge
 from llmcompile.harness.sandbox import ROOT, Layers, Sandbox
-from llmcompile.harness.worker import Channel, judge_worker
+from llmcompile.harness.worker import Channel, JudgeFailure, judge_worker
 
 
 def test_runs_sharing_a_gpu_take_it_one_at_a_time(tmp_path: Path) -> None:
@@ -97,8 +97,9 @@ GATED_WORKER = """
 import json, sys, time
 went = sys.stdin.readline().strip()
 print(json.dumps({"event": "ready", "pid": 0, "at": time.time(), "went": went}), flush=True)
-for line in sys.stdin:
-    pass
+for line in sys.stdin:  # (the judge's "warm": a sound end)
+    print(json.dumps({"event": "result", "stage": "warm", "data": {}}), flush=True)
+    print(json.dumps({"event": "done"}), flush=True)
 """
 
 
@@ -195,3 +196,24 @@ def test_what_a_problems_load_imports_comes_before_the_turn() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     new = out.stdout.split()
     assert len(new) == 1 and new[0].startswith("llmcompile_problem_"), new[:20]  # the file alone, nothing of torch's
+
+
+def test_a_run_gives_the_gpu_up_once_it_will_time_nothing_more(tmp_path: Path, monkeypatch) -> None:
+    """Its report still being written, the next run on the GPU may start on it; a judge asked to use
+    the GPU after giving it up says it is its own bug, and uses no GPU without the turn."""
+    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
+    lock = str(tmp_path / "0.lock")
+    box = Sandbox(Layers(), unsafe=True)
+    ch = Channel("gated_worker", box, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, turn=Turn(lock))
+    ch.start()
+    monkeypatch.setattr(early, "_started", {False: (box, ch)})
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")
+    with Judge(gpu=True, compile_workers=1) as j:
+        assert j.gpu_worker is ch and j.gpu_facts()["went"] == "go"
+        nxt = Turn(lock)
+        assert not nxt.wait(0.3)
+        j.release_gpu()
+        assert nxt.wait(5) and not ch.alive
+        with pytest.raises(JudgeFailure, match="gave its GPU up"):
+            j.gpu_facts()
+    nxt.release()

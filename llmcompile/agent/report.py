@@ -165,6 +165,7 @@ def finalize(store: RunStore, spec: OpSpec, cfg: RunConfig, result: RunResult, j
                 if again.profile:
                     again.message = profiled_message(again)
                 final = again
+        judge.release_gpu()  # (what is left writes files: the GPU is the next run's)
         artifact = final.artifact
         if artifact is None or not Path(artifact).is_dir():  # a verdict from an earlier process
             opts = JudgeOptions(stages=("static", "compile"), profile_shapes=cfg.profile_shapes())

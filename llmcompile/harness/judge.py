@@ -131,6 +131,7 @@ class Judge:
         self.baselines = baselines or baseline_cache.BaselineCache()
         self._gpu_lock = threading.Lock()  # every exchange with the GPU worker, its start-up included
         self._warmed_at = 0.0
+        self._gpu_released = False
         # Start every process now: they come up (imports, a CUDA context, the bandwidth measured)
         # while the caller prepares its first candidates, not in front of them.
         for w in self._sealers.queue:
@@ -144,8 +145,7 @@ class Judge:
     def _warm_gpu(self) -> None:
         try:
             with self._gpu_lock:
-                assert self.gpu_worker is not None
-                self.gpu_worker.run({"kind": "warm"})
+                self._worker().run({"kind": "warm"})
                 self._warmed_at = time.time()
         except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
             pass
@@ -175,11 +175,26 @@ class Judge:
 
     def gpu_facts(self) -> dict[str, Any]:
         """The GPU worker's `ready` facts (its GPU's memory and name, the software versions)."""
-        assert self.gpu_worker is not None
         with self._gpu_lock:
-            self.gpu_worker.wait_ready()
-            assert self.gpu_worker.ready is not None
-            return self.gpu_worker.ready
+            w = self._worker()
+            w.wait_ready()
+            assert w.ready is not None
+            return w.ready
+
+    def release_gpu(self) -> None:
+        """This run will verify and time nothing more: its GPU worker ends now, and the GPU's turn
+        passes to the next run on it (gpu_turn.py) while this one writes its report."""
+        with self._gpu_lock:
+            self._gpu_released = True
+            if self.gpu_worker is not None:
+                self.gpu_worker.dispose()
+
+    def _worker(self) -> Channel:
+        """The GPU worker, for an exchange under `_gpu_lock`."""
+        if self._gpu_released:  # (its turn may be another run's by now)
+            raise JudgeFailure("the judge gave its GPU up (release_gpu) and was then asked to use it: our bug")
+        assert self.gpu_worker is not None
+        return self.gpu_worker
 
     @property
     def sealer(self) -> Channel:
@@ -469,9 +484,9 @@ class Judge:
         job = self._gpu_job(art, spec, dtype, opts, want_gpu)
         with self._gpu_lock:
             # from when it was sealed, or the GPU became this run's (gpu_turn.py), the later
-            turn = self.gpu_worker.turn
-            clock["gpu_wait"] = time.perf_counter() - (max(ready, turn.taken or 0.0) if turn else ready)
-            gout = self.gpu_worker.run(job)
+            w = self._worker()
+            clock["gpu_wait"] = time.perf_counter() - (max(ready, w.turn.taken or 0.0) if w.turn else ready)
+            gout = w.run(job)
             if gout.failure == "crashed" and gout.stage in ("verify", "profile"):
                 ta = time.perf_counter()
                 gout = self._attribute_fault(job, gout)

@@ -217,3 +217,25 @@ def test_a_run_gives_the_gpu_up_once_it_will_time_nothing_more(tmp_path: Path, m
         with pytest.raises(JudgeFailure, match="gave its GPU up"):
             j.gpu_facts()
     nxt.release()
+
+
+def test_a_run_done_before_its_turn_came_ends_without_waiting_for_it(tmp_path: Path, monkeypatch) -> None:
+    """Its candidates all failed before the GPU: giving the GPU up stops the start that waited for
+    the turn (no `go`, no CUDA context), and the run ends while the other still holds the GPU."""
+    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
+    lock = str(tmp_path / "0.lock")
+    other = Turn(lock)
+    assert other.wait(5)
+    box = Sandbox(Layers(), unsafe=True)
+    ch = Channel("gated_worker", box, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, turn=Turn(lock))
+    ch.start()
+    monkeypatch.setattr(early, "_started", {False: (box, ch)})
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")
+    with Judge(gpu=True, compile_workers=1) as j:
+        time.sleep(0.5)  # (its warm-up now waits for the turn, holding the GPU worker)
+        giving_up = threading.Thread(target=j.release_gpu, daemon=True)
+        giving_up.start()
+        giving_up.join(5)
+        assert not giving_up.is_alive() and ch.ready is None and not ch.alive
+    assert other.held
+    other.release()

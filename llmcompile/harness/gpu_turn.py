@@ -32,7 +32,7 @@ class Turn:
         self._fd: int | None = None
         self._released = False
         self._state = threading.Lock()  # `release` and the lock's arrival may race
-        self._held = threading.Event()
+        self._settled = threading.Event()  # held, or given up
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -52,11 +52,16 @@ class Turn:
 
     def _grant(self) -> None:
         self.taken, self.taken_at = time.perf_counter(), time.time()
-        self._held.set()
+        self._settled.set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the turn is this process's; whether it is."""
-        return self._held.wait(timeout)
+        """Block until the turn is this process's (True), or it is given up or `timeout` passes."""
+        self._settled.wait(timeout)
+        return self.held
+
+    @property
+    def held(self) -> bool:
+        return self.taken is not None and not self._released
 
     def waited(self, since: float) -> float:
         """Seconds (perf_counter) spent waiting for the turn after `since`, so far."""
@@ -64,11 +69,13 @@ class Turn:
         return max(0.0, end - max(self.asked, since))
 
     def release(self) -> None:
+        """Give the turn up, held or still awaited (a thread waiting for it stops waiting)."""
         with self._state:
             self._released = True
             if self._fd is not None:
                 os.close(self._fd)  # closing the only descriptor releases the flock
                 self._fd = None
+        self._settled.set()
 
 
 def from_env() -> Turn | None:

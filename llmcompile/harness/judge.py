@@ -184,10 +184,13 @@ class Judge:
     def release_gpu(self) -> None:
         """This run will verify and time nothing more: its GPU worker ends now, and the GPU's turn
         passes to the next run on it (gpu_turn.py) while this one writes its report."""
+        self._gpu_released = True
+        w = self.gpu_worker
+        if w is not None and w.turn is not None and w.turn.taken is None:
+            w.turn.release()  # not yet this run's: a start waiting for it stops (and frees the lock)
         with self._gpu_lock:
-            self._gpu_released = True
-            if self.gpu_worker is not None:
-                self.gpu_worker.dispose()
+            if w is not None:
+                w.dispose()
 
     def _worker(self) -> Channel:
         """The GPU worker, for an exchange under `_gpu_lock`."""

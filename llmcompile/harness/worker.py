@@ -153,7 +153,8 @@ class Channel:
         start-up: its deadline counts from here."""
         if self.turn is None or self._went:
             return
-        self.turn.wait()
+        if not self.turn.wait():
+            raise JudgeFailure("the GPU worker's turn on its GPU was given up before it came")
         self._went = True
         assert self.proc is not None and self.proc.stdin is not None
         try:

@@ -25,7 +25,6 @@ class Turn:
     def __init__(self, path: str) -> None:
         self.path = path
         self.asked = time.perf_counter()
-        self.asked_at = time.time()
         self.taken: float | None = None  # perf_counter when held
         self.taken_at: float | None = None  # time.time when held
         self.error = ""  # why no lock could be taken (the run then goes on without waiting)

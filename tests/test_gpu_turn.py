@@ -198,16 +198,22 @@ def test_what_a_problems_load_imports_comes_before_the_turn() -> None:
     assert len(new) == 1 and new[0].startswith("llmcompile_problem_"), new[:20]  # the file alone, nothing of torch's
 
 
+def _started_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turn: Turn) -> Channel:
+    """The gated fake GPU worker as `early.start` leaves it, for the next judge to take."""
+    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
+    box = Sandbox(Layers(), unsafe=True)
+    ch = Channel("gated_worker", box, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, turn=turn)
+    ch.start()
+    monkeypatch.setattr(early, "_started", {False: (box, ch)})
+    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")  # (one sealer, one candidate process)
+    return ch
+
+
 def test_a_run_gives_the_gpu_up_once_it_will_time_nothing_more(tmp_path: Path, monkeypatch) -> None:
     """Its report still being written, the next run on the GPU may start on it; a judge asked to use
     the GPU after giving it up says it is its own bug, and uses no GPU without the turn."""
-    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
     lock = str(tmp_path / "0.lock")
-    box = Sandbox(Layers(), unsafe=True)
-    ch = Channel("gated_worker", box, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, turn=Turn(lock))
-    ch.start()
-    monkeypatch.setattr(early, "_started", {False: (box, ch)})
-    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")
+    ch = _started_early(tmp_path, monkeypatch, Turn(lock))
     with Judge(gpu=True, compile_workers=1) as j:
         assert j.gpu_worker is ch and j.gpu_facts()["went"] == "go"
         nxt = Turn(lock)
@@ -222,15 +228,10 @@ def test_a_run_gives_the_gpu_up_once_it_will_time_nothing_more(tmp_path: Path, m
 def test_a_run_done_before_its_turn_came_ends_without_waiting_for_it(tmp_path: Path, monkeypatch) -> None:
     """Its candidates all failed before the GPU: giving the GPU up stops the start that waited for
     the turn (no `go`, no CUDA context), and the run ends while the other still holds the GPU."""
-    (tmp_path / "gated_worker.py").write_text(GATED_WORKER)
     lock = str(tmp_path / "0.lock")
     other = Turn(lock)
     assert other.wait(5)
-    box = Sandbox(Layers(), unsafe=True)
-    ch = Channel("gated_worker", box, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, turn=Turn(lock))
-    ch.start()
-    monkeypatch.setattr(early, "_started", {False: (box, ch)})
-    monkeypatch.setenv("LLMCOMPILE_CPUS", "2")
+    ch = _started_early(tmp_path, monkeypatch, Turn(lock))
     with Judge(gpu=True, compile_workers=1) as j:
         time.sleep(0.5)  # (its warm-up now waits for the turn, holding the GPU worker)
         giving_up = threading.Thread(target=j.release_gpu, daemon=True)

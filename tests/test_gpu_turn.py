@@ -129,7 +129,7 @@ def test_the_gpu_worker_starts_on_the_gpu_only_on_its_turn(tmp_path: Path) -> No
         assert ch.ready is not None and ch.ready["went"] == "go" and ch.ready["at"] >= released
         facts = Judge.start_facts(SimpleNamespace(gpu_worker=ch, _warmed_at=0.0))
         assert released <= facts["gpu_turn"] <= facts["gpu_ready"]
-        assert Judge.turn_wait(SimpleNamespace(gpu_worker=ch), 0.0) >= 1.5
+        assert Judge.turn_wait(SimpleNamespace(turn=ch.turn), 0.0) >= 1.5
     finally:
         ch.dispose()
     assert Turn(lock).wait(5)  # disposed: the GPU is the next run's

@@ -163,8 +163,8 @@ def run_problem(args: RunRequest) -> int:
             )
 
         store.write_json("sandbox.json", judge.sandbox_facts())
-        if judge.gpu_worker is not None and judge.gpu_worker.turn is not None and judge.gpu_worker.turn.error:
-            console.print(f"[bold yellow]note[/bold yellow]: {judge.gpu_worker.turn.error}")
+        if judge.turn is not None and judge.turn.error:
+            console.print(f"[bold yellow]note[/bold yellow]: {judge.turn.error}")
         if unsafe and not judge.sandbox.layers.namespaces:  # (without the flag the judge refuses, and says why)
             console.print(
                 "[bold red]--unsafe-no-sandbox[/bold red]: candidates run WITHOUT isolation (recorded in sandbox.json)"

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcompile.harness import baseline_cache, compile_cache, early, memplan, static
+from llmcompile.harness import baseline_cache, compile_cache, early, gpu_turn, memplan, static
 from llmcompile.harness.cpus import host_cpus
 from llmcompile.harness.sandbox import Sandbox, sandbox
 from llmcompile.harness.verdict import (
@@ -150,11 +150,15 @@ class Judge:
         except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
             pass
 
+    @property
+    def turn(self) -> gpu_turn.Turn | None:
+        """This run's turn on a GPU it shares with other runs (None: the GPU is its alone)."""
+        return self.gpu_worker.turn if self.gpu_worker is not None else None
+
     def turn_wait(self, since: float) -> float:
         """Seconds (perf_counter) this run has waited since `since` for its turn on a GPU it shares
         with other runs: not its own time (an agent's time budget leaves it out)."""
-        turn = self.gpu_worker.turn if self.gpu_worker is not None else None
-        return turn.waited(since) if turn is not None else 0.0
+        return self.turn.waited(since) if self.turn is not None else 0.0
 
     def start_facts(self) -> dict[str, float]:
         """When the GPU worker was started, was given this run's turn on a GPU shared with other

@@ -407,11 +407,16 @@ def fold_terms(combine: Callable, acc: tuple, terms: list) -> tuple:
     16-bit, the per-element merges held a batch variance and a log-sum-exp to 85-88% of copy)."""
     block = getattr(combine, "block", None)
     if block is None or len(terms) == 1:
-        for ok, term in terms:
-            new = combine(acc, term)
-            acc = new if ok is True else tuple(cutlass.select_(ok, n, a) for n, a in zip(new, acc))
-        return acc
+        return fold_each(combine, acc, terms)
     return combine(acc, block(terms))
+
+
+def fold_each(combine: Callable, acc: tuple, terms: list) -> tuple:
+    """`fold_terms` an element at a time, whatever block merge the combine has."""
+    for ok, term in terms:
+        new = combine(acc, term)
+        acc = new if ok is True else tuple(cutlass.select_(ok, n, a) for n, a in zip(new, acc))
+    return acc
 
 
 def joint(*parts: tuple[Callable, tuple]) -> Callable:
@@ -510,6 +515,14 @@ def safe_max(m: Float32) -> Float32:
 # few spikes had partials of inf beside partials of 0, and their product NaN where torch's, and
 # float64's, is 0. Scaling by a power of two is exact, so each multiply still rounds once.
 PROD_SCALE = 2.0**63
+# A block's elements multiply plainly in groups of PROD_GROUP, each group brought to range once:
+# where every element of a group lies within 2^-PROD_SAFE_EXP..2^PROD_SAFE_EXP, each partial
+# product of it does within 2^-120..2^120, normal and finite, so it rounds as the element-wise
+# fold's would. Rescaling every element held a whole product to 68% of copy in fp32 and 31% in
+# bf16 (H200): compute-bound. A group with a zero, an infinity or an extreme element (none in
+# 2^15 of randn's) takes the element-wise fold.
+PROD_GROUP = 8
+PROD_SAFE_EXP = 15
 
 
 def _rescaled(p: Float32, k: Float32) -> tuple:
@@ -526,9 +539,49 @@ def scaled(x: Float32) -> tuple:
     return _rescaled(p, k)
 
 
+def prod_term(x: Float32) -> tuple:
+    """An element as a product's term, (x, 0) and not yet in range: `scaled_mul` brings it there,
+    a block of them mostly with one multiply an element (`scaled_mul.block`)."""
+    return (x, Float32(0.0))
+
+
 def scaled_mul(a: tuple, b: tuple) -> tuple:
-    """(p, k) pairs multiplied: their p's product (in [2^-126, 2^126]) brought back to range."""
+    """(p, k) pairs multiplied: their p's product (in [2^-126, 2^126]) brought back to range. A
+    term as `prod_term` gives it (its k the literal 0) is brought to range first."""
+    if _known(b[1], 0.0):
+        b = scaled(b[0])
     return _rescaled(a[0] * b[0], a[1] + b[1])
+
+
+def _product_of_terms(terms: list) -> tuple:
+    """The product of `prod_term`s, (ok, term) pairs, as (p, k): a group at a time."""
+    if not all(_known(t[1], 0.0) for _, t in terms):
+        return fold_each(scaled_mul, (Float32(1.0), Float32(0.0)), terms)
+    xs = [masked(ok, t[0], 1.0) for ok, t in terms]
+    acc = _group_product(tuple(xs[:PROD_GROUP]))
+    for i in range(PROD_GROUP, len(xs), PROD_GROUP):
+        acc = scaled_mul(acc, _group_product(tuple(xs[i : i + PROD_GROUP])))
+    return acc
+
+
+@cute.jit
+def _group_product(xs: tuple) -> tuple:
+    """The product of a group of elements as (p, k): plainly where every partial stays normal."""
+    mags = [cute.math.abs(x) for x in xs]
+    lo, hi = functools.reduce(cute.arch.fmin, mags), functools.reduce(cute.arch.fmax, mags)
+    p, k = Float32(1.0), Float32(0.0)
+    if (lo >= Float32(2.0**-PROD_SAFE_EXP)) & (hi <= Float32(2.0**PROD_SAFE_EXP)):
+        p, k = _rescaled(_plain_product(xs), Float32(0.0))
+    else:
+        p, k = fold_each(scaled_mul, (Float32(1.0), Float32(0.0)), [(True, prod_term(x)) for x in xs])
+    return p, k
+
+
+def _plain_product(xs: tuple) -> Float32:
+    return functools.reduce(lambda a, b: a * b, xs)
+
+
+scaled_mul.block = _product_of_terms
 
 
 def unscaled(p: Float32, k: Float32) -> Float32:

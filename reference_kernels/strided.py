@@ -32,6 +32,7 @@ from reference_kernels.reduce import (  # noqa: F401 - S.* combines
     joint,
     max_sumexp,
     pick,
+    prod_term,
     scaled,
     scaled_mul,
     unscaled,

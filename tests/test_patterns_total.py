@@ -4,10 +4,13 @@ cross_entropy_total.py.j2, triplet_total.py.j2 -> reference_kernels/total.py).""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+import torch
 
+from llmcompile.agent import patterns
 from tests.level1 import compiled_match, compiles, needs_level1, problem_file, right_on_gpu, source
 
 
@@ -80,7 +83,6 @@ def test_statistics_of_a_whole_tensor_compile_for_sm90a(what: str, forward: str,
     ],
 )
 def test_a_whole_argmax_it_cannot_index_exactly_is_refused(forward: str, shape: str, why: str, tmp_path: Path) -> None:
-    from llmcompile.agent import patterns
     from llmcompile.specs import get_op
 
     m = patterns.match(get_op(str(problem_file(tmp_path, "whole", forward, shape))))
@@ -92,6 +94,54 @@ def test_a_whole_argmax_it_cannot_index_exactly_is_refused(forward: str, shape: 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_statistics_of_a_whole_tensor_are_right(what: str, forward: str, dtype: str, tmp_path: Path) -> None:
     right_on_gpu(problem_file(tmp_path, "whole", forward, f"(1024, 32, 256, dtype=torch.{dtype})"), dtype, tmp_path, 17)
+
+
+def _product_cases(x: torch.Tensor, gen: torch.Generator):
+    """Inputs of a whole product shaped like `x`: groups the kernel multiplies plainly, and a few
+    elements no plain partial product survives (each group with one takes the element-wise fold,
+    reduce.PROD_GROUP), alone and beside a zero, an infinity, both, a NaN."""
+    flat = x.reshape(-1)
+    near_one = 1 + 1e-3 * torch.randn(flat.shape, generator=gen)  # randn's: every group plain
+    yield "near one", near_one.to(x.device, x.dtype).reshape(x.shape)
+    at = torch.randperm(flat.numel() // 8, generator=gen)[:8] * 8  # each the start of a group
+    extremes = torch.ones_like(flat)
+    # in one group, 1e30 * 1e30 overflows a plain product and 1e-30 * 1e-30 then brings it back;
+    # 2^-130 * 2^100 * 2^30 leave the range apart; the product -7.5e-21 (in bf16, of the rounded
+    # values) is finite
+    extremes[at[0] : at[0] + 6] = torch.tensor([1e30, 1e30, 1e-30, 1e-30, 3.0, -0.25]).to(x.dtype).cuda()
+    extremes[at[1:5]] = torch.tensor([2.0**-130, 2.0**100, 2.0**30, 1e-20]).to(x.dtype).cuda()
+    yield "extremes", extremes.reshape(x.shape)
+    for name, values in [("a zero", [0.0]), ("an infinity", [math.inf]), ("a zero and an infinity", [0.0, math.inf]),
+                         ("a NaN", [math.nan])]:  # fmt: skip
+        y = extremes.clone()
+        y[at[5 : 5 + len(values)]] = torch.tensor(values).to(x.dtype).cuda()
+        yield name, y.reshape(x.shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_whole_product_is_exact_where_partial_products_leave_fp32s_range(dtype: str, tmp_path: Path) -> None:
+    """The kernel of torch.prod(x) against the product as float64 holds it, on inputs where
+    plain groups and element-wise ones meet (`_product_cases`)."""
+    from llmcompile.harness.verify import compare
+    from llmcompile.specs import get_op
+    from tests.level1 import verify_runs
+
+    src = problem_file(tmp_path, "whole", "torch.prod(x)", f"(1024, 32, 256, dtype=torch.{dtype})")
+    spec = get_op(str(src))
+    m = patterns.match(spec)
+    mm, n, fn, (x,), outs = next(verify_runs(spec, m.source, dtype, tmp_path, 5))
+    seen = []
+    for what, y in _product_cases(x, torch.Generator().manual_seed(5)):
+        outs[0].fill_(float("nan"))
+        fn(y, *outs, *spec.scalars.values())
+        torch.cuda.synchronize()
+        bad = compare(spec, dtype, [y], outs)
+        assert bad is None, f"{what}, M={mm}: {bad.describe()}"
+        seen.append(outs[0].float().item())
+    assert seen[1] < 0 and math.isfinite(seen[1]) and seen[2] == 0 and seen[3] == -math.inf and math.isnan(seen[5]), (
+        seen
+    )
 
 
 def _loss_file(tmp_path: Path, loss: str, logits: str, targets: str) -> Path:
@@ -137,7 +187,6 @@ def test_a_cross_entropy_of_flattened_logits_is_of_their_rows(loss: str, logits:
     ],
 )
 def test_a_cross_entropy_of_other_rows_is_refused(loss: str, targets: str, tmp_path: Path) -> None:
-    from llmcompile.agent import patterns
     from llmcompile.specs import get_op
 
     m = patterns.match(get_op(str(_loss_file(tmp_path, loss, "batch_size, 64, 1000", targets))))

@@ -84,7 +84,7 @@ def _fold(red: Op, em: Emitter) -> tuple[str, str, str, str, str]:
     # variance by them less its correction
     combine, identity, pro_fmt, epi = REDUCE[kind]
     if kind == "prod":  # scaled, so that no partial product leaves fp32's range (reduce.PROD_SCALE)
-        combine, identity, pro_fmt, epi = "S.scaled_mul", (1.0, 0.0), "*S.scaled({x})", "S.unscaled(acc[0], acc[1])"
+        combine, identity, pro_fmt, epi = "S.scaled_mul", (1.0, 0.0), "*S.prod_term({x})", "S.unscaled(acc[0], acc[1])"
     if kind == "mean":
         epi = "acc[0] / count"
     epi = post.format(s=epi.format(inv_rc=inv_dof(red, "count")) if kind in ("var", "std") else epi)

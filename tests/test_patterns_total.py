@@ -64,6 +64,7 @@ WHOLE = [
     ("argmax: the first greatest element's flat index", "torch.argmax(x)"),
     ("argmin", "x.argmin()"),
     ("prod: partial products kept in range", "torch.prod(x)"),
+    ("prod beside a sum, in one fold (reduce.joint)", "x.prod() + x.sum()"),
 ]
 
 

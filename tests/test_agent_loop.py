@@ -43,9 +43,11 @@ class ScriptedGPUJudge:
     def __init__(self) -> None:
         self.real = Judge(gpu=False, compile_workers=1)
         self.calls = 0
+        self.gpu = []  # "lend" / "want" / "judge", in order (a shared GPU lent while an LLM answers)
 
     def evaluate_many(self, sources, spec, dtype, opts):
         self.calls += len(sources)
+        self.gpu.append("judge")
         cpu = JudgeOptions(stages=("static", "compile"), profile_shapes=[(64, 1024)], verify_ns=[1024])
         verdicts = self.real.evaluate_many(sources, spec, dtype, cpu)
         for v, src in zip(verdicts, sources):
@@ -62,6 +64,12 @@ class ScriptedGPUJudge:
                 v.profile = ProfileResult(True, 3.0, 3.1, [ShapeTiming(64, 1024, 0.01, 3 * pct / 100, pct, True)])
                 v.status, v.message = "profiled", f"{pct}% of SOL"
         return verdicts
+
+    def lend_gpu(self) -> None:
+        self.gpu.append("lend")
+
+    def want_gpu(self) -> None:
+        self.gpu.append("want")
 
     def close(self) -> None:
         self.real.close()
@@ -89,6 +97,7 @@ def test_loop_converges_through_openai_client(tmp_path: Path, judge, monkeypatch
         (200, {}, ANSWERS[3]),
     ]
     server = ScriptedServer(script)
+    judge.gpu.clear()
     try:
         provider = OpenAIProvider("test-model", server.url, attempts=3)
         store = RunStore(tmp_path / "run")
@@ -114,13 +123,18 @@ def test_loop_converges_through_openai_client(tmp_path: Path, judge, monkeypatch
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "run/transcript.jsonl").read_text().splitlines()]
     assert kinds.count("answer") == 4 and kinds.count("feedback") == 4 and kinds[:2] == ["prompt", "prompt"]
 
+    # while each answer was awaited, the GPU was lent (other runs on it may judge), then wanted back
+    assert judge.gpu == ["lend", "want", "judge"] * 4
+
     # replay: the same answers without any network, the same verdicts and the same best
     calls = judge.calls
+    judge.gpu.clear()
     replayed = run_agent(
         get_op("softmax"), _cfg("replay"), ReplayProvider(tmp_path / "run"), judge, RunStore(tmp_path / "replay")
     )
     assert replayed.best is not None and replayed.best.id == "c03_00"
     assert replayed.verdicts == result.verdicts and judge.calls == calls + 4
+    assert judge.gpu == ["judge"] * 4  # (no LLM waited on: the GPU is never lent)
 
 
 def test_resume_reuses_answers_and_verdicts(tmp_path: Path, judge) -> None:

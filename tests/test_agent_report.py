@@ -73,6 +73,12 @@ def test_the_timeline_says_where_a_runs_time_went(tmp_path) -> None:
     assert "| the GPU this run's (its turn on a GPU other runs shared) | 3.5 |" in timeline_table(
         timeline_of(store, 90.0)
     )
+    assert "lent" not in timeline_table(timeline_of(store, 90.0))  # (lent only while an LLM answers)
+    events[5]["gpu_lent_s"] = 12.25
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    lent = timeline_of(store, 90.0)
+    assert lent["gpu_lent_s"] == 12.25
+    assert "| of them, the GPU lent to other runs while the LLM answered | 12.2 |" in timeline_table(lent)
     # the profile's phases beside the stages, not among them (they are within "profile")
     assert tl["stages"]["profile"] == 15.0 and not any(k.startswith("profile.") for k in tl["stages"])
     assert tl["profile_phases"] == {"candidate": 5.0, "eager": 5.0, "other": 1.0, "checks": 4.0, "calm": 0.01}

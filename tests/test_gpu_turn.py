@@ -18,6 +18,30 @@ from llmcompile.harness.sandbox import ROOT, Layers, Sandbox
 from llmcompile.harness.worker import Channel, JudgeFailure, judge_worker
 
 
+def test_a_lent_turn_is_the_next_runs_until_it_comes_back(tmp_path: Path) -> None:
+    """A run waiting on its LLM lends the GPU; asked for again, the turn comes back once the other
+    run gives it up. The time lent, and the wait to get it back, are counted apart."""
+    lock = str(tmp_path / "0.lock")
+    mine = Turn(lock)
+    assert mine.wait(5) and mine.lent_for() == 0.0
+    assert mine.pause() and mine.lent and not mine.held and not mine.pause()  # (lent once)
+    other = Turn(lock)
+    assert other.wait(5)
+    asked = time.perf_counter()
+    mine.resume()
+    assert not mine.lent and mine.coming_back and not mine.wait(0.3)
+    other.release()
+    assert mine.wait(5) and mine.held and not mine.coming_back
+    assert mine.waited(asked) >= 0.3 and mine.lent_for() >= 0.3
+    assert mine.waited(0.0) == pytest.approx(mine.waited(mine.asked))  # (the first wait and this one)
+    assert mine.pause()
+    mine.release()  # (ended while lent: what was lent ends with it)
+    lent = mine.lent_for()
+    time.sleep(0.1)
+    assert mine.lent_for() == lent and not mine.coming_back
+    assert Turn(lock).wait(5)
+
+
 def test_runs_sharing_a_gpu_take_it_one_at_a_time(tmp_path: Path) -> None:
     lock = str(tmp_path / "0.lock")
     first = Turn(lock)
@@ -36,8 +60,9 @@ def test_a_turn_given_up_before_it_came_passes_on(tmp_path: Path) -> None:
     """A run that ends while still waiting (interrupted, or never needed the GPU) does not keep the
     next run waiting once its turn would have come."""
     lock = str(tmp_path / "0.lock")
-    first, second = Turn(lock), Turn(lock)
-    assert first.wait(5)
+    first = Turn(lock)
+    assert first.wait(5)  # (before the second asks: flock serves waiters in no set order)
+    second = Turn(lock)
     second.release()
     first.release()
     third = Turn(lock)
@@ -92,13 +117,13 @@ def test_only_a_run_an_eval_gave_a_lock_takes_turns(tmp_path: Path, monkeypatch:
             ch.dispose()
 
 
-# says `ready` only after its first line, and says what that line was
+# says `ready` only after its first line, and says what that line was; ends every job soundly
 GATED_WORKER = """
 import json, sys, time
 went = sys.stdin.readline().strip()
 print(json.dumps({"event": "ready", "pid": 0, "at": time.time(), "went": went}), flush=True)
-for line in sys.stdin:  # (the judge's "warm": a sound end)
-    print(json.dumps({"event": "result", "stage": "warm", "data": {}}), flush=True)
+for line in sys.stdin:  # (the judge's "warm", "rest", "ping")
+    print(json.dumps({"event": "result", "stage": json.loads(line)["kind"], "data": {}}), flush=True)
     print(json.dumps({"event": "done"}), flush=True)
 """
 
@@ -240,3 +265,47 @@ def test_a_run_done_before_its_turn_came_ends_without_waiting_for_it(tmp_path: P
         assert not giving_up.is_alive() and ch.ready is None and not ch.alive
     assert other.held
     other.release()
+
+
+def test_a_run_lends_its_gpu_while_its_llm_answers(tmp_path: Path, monkeypatch) -> None:
+    """`lend_gpu` (the loop, before it asks the LLM): the worker rests, and the next run on the GPU
+    may take it; the next exchange waits for it back, a wait that is not the run's time."""
+    lock = str(tmp_path / "0.lock")
+    ch = _started_early(tmp_path, monkeypatch, Turn(lock))
+    with Judge(gpu=True, compile_workers=1) as j:
+        assert j.gpu_facts()["went"] == "go"
+        while not j.start_facts().get("gpu_warmed"):
+            time.sleep(0.05)  # (lent at once only where the worker is idle)
+        j.lend_gpu()
+        assert j.turn is not None and j.turn.lent and ch.alive
+        other = Turn(lock)
+        assert other.wait(5)  # the next run judges meanwhile
+        j.want_gpu()
+        asking = threading.Thread(target=j.gpu_facts)
+        asking.start()
+        asking.join(0.5)
+        assert asking.is_alive() and not j.turn.held  # the other still has it
+        other.release()
+        asking.join(5)
+        assert not asking.is_alive() and j.turn.held
+        assert j.turn_wait(0.0) >= 0.5 and j.start_facts()["gpu_lent_s"] >= 0.5
+
+
+def test_a_gpu_asked_to_be_lent_during_start_up_is_lent_once_it_is_warm(tmp_path: Path, monkeypatch) -> None:
+    """The first LLM call comes while the GPU worker still waits for its first turn: the loop is not
+    held up, and the GPU is lent as soon as the worker's start-up is done."""
+    lock = str(tmp_path / "0.lock")
+    first = Turn(lock)
+    assert first.wait(5)
+    _started_early(tmp_path, monkeypatch, Turn(lock))
+    with Judge(gpu=True, compile_workers=1) as j:
+        t0 = time.perf_counter()
+        j.lend_gpu()
+        assert time.perf_counter() - t0 < 0.5 and j.turn is not None and not j.turn.lent  # not yet held
+        first.release()
+        while j.turn.taken is None:  # (its own turn first: flock serves waiters in no set order)
+            time.sleep(0.01)
+        nxt = Turn(lock)
+        assert nxt.wait(10)  # warmed, then lent
+        assert j.turn.lent and j.start_facts().get("gpu_warmed")
+        nxt.release()

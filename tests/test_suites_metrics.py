@@ -143,3 +143,7 @@ def test_a_run_that_waited_for_its_gpu_turn_is_charged_from_the_turn(tmp_path: P
     assert M.aggregate([rec], [1], [])["throughput"]["gpu_hours"] == round(36.0 / 3600, 4)
     alone = M.ProblemRecord("p", "p", "bfloat16", state=M.DONE, process_s=41.0)
     assert alone.gpu_turn_s is None and alone.gpu_s == 41.0
+    # a run that lent its turn while its LLM answered held the GPU that much less
+    (run / "summary.json").write_text(json.dumps({"judged": 0, "timeline": {**timeline, "gpu_lent_s": 20.0}}))
+    lent = M.collect(M.ProblemRecord("p", "p", "bfloat16", state=M.DONE, process_s=41.0), run)
+    assert (lent.gpu_lent_s, lent.gpu_s) == (20.0, 16.0)

@@ -130,7 +130,13 @@ def run_agent(
             # answers already recorded for this round (an interrupted run) are not asked again
             missing = [s for s in slots if (s.round, s.sample) not in recorded]
             if missing:
-                new = provider.propose([_trim(convs[s.sample]) for s in missing], missing)
+                if provider.uses_llm:  # (a GPU shared with other runs is theirs while the LLM answers)
+                    judge.lend_gpu()
+                try:
+                    new = provider.propose([_trim(convs[s.sample]) for s in missing], missing)
+                finally:
+                    if provider.uses_llm:
+                        judge.want_gpu()
                 for s, a in zip(missing, new):
                     usage.add(a.usage)
                     rec = {

@@ -72,6 +72,7 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
     return {
         "startup_s": since(first["round"]["t"]) if first["round"] else None,
         "gpu_turn_s": since(gpu.get("gpu_turn")),
+        "gpu_lent_s": gpu.get("gpu_lent_s"),
         "gpu_ready_s": since(gpu.get("gpu_ready")),
         "gpu_warmed_s": since(gpu.get("gpu_warmed")),
         "first_verdict_s": since(min(done)) if done else None,
@@ -95,11 +96,13 @@ def timeline_table(tl: dict[str, Any]) -> str:
         ("first verdict", tl.get("first_verdict_s")),
         ("first kernel at the target % of SOL", tl.get("to_target_s")),
         ("rounds", tl.get("rounds_s")),
+        ("of them, the GPU lent to other runs while the LLM answered", tl.get("gpu_lent_s")),
         ("the end (best beside the baselines, best/ written)", tl.get("finalize_s")),
         ("total", tl.get("total_s")),
     ]
     if tl.get("gpu_turn_s") is None:  # a run alone on its GPU took no turn
-        rows = rows[:1] + rows[2:]
+        rows = [r for r in rows if r[1] is not None or not r[0].startswith("the GPU this run's")]
+    rows = [r for r in rows if r[1] is not None or not r[0].startswith("of them, the GPU lent")]
     out = ["| when | seconds |", "|---|---|"] + [f"| {k} | {'-' if v is None else f'{v:.1f}'} |" for k, v in rows]
     stages = tl.get("stages", {})
     out += [

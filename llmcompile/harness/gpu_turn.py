@@ -6,7 +6,9 @@ path. The eval names one lock file a GPU (`ENV`); a run's judge takes an exclusi
 in the background and lets its GPU worker create a CUDA context only once it holds it, so no two
 runs ever verify or time on one GPU at once. The trusted agent process holds the lock, never the
 sandboxed worker (candidate code could release it); the kernel releases it when the process ends,
-however it ends. Light: nothing here imports torch.
+however it ends. A run that waits on something else for a while (an LLM's answer) may lend the
+turn (`pause`) and ask for it again (`resume`): its GPU worker, idle meanwhile, keeps its CUDA
+context and the bandwidth it measured. Light: nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,22 +22,33 @@ ENV = "LLMCOMPILE_GPU_TURN"  # the lock file of this run's GPU, set by the eval 
 
 
 class Turn:
-    """This process's turn on its GPU, asked for on creation and held until `release` or exit."""
+    """This process's turn on its GPU, asked for on creation and held until `release` or exit (or
+    lent, from `pause` until `resume` brings it back)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.asked = time.perf_counter()
-        self.taken: float | None = None  # perf_counter when held
-        self.taken_at: float | None = None  # time.time when held
+        self.taken: float | None = None  # perf_counter when held, the latest time
+        self.taken_at: float | None = None  # time.time when first held
         self.error = ""  # why no lock could be taken (the run then goes on without waiting)
         self._fd: int | None = None
         self._released = False
+        self._holding = False  # held now: taken, and neither lent nor released since
+        self._paused: float | None = None  # perf_counter when lent, until asked for again
+        self._waits: list[list[float | None]] = []  # [asked, taken] of every wait for the turn
+        self._lent: list[list[float | None]] = []  # [lent, taken again] of every time it was lent
         self._state = threading.Lock()  # `release` and the lock's arrival may race
         self._settled = threading.Event()  # held, or given up
+        self._ask(self.asked)
+
+    def _ask(self, at: float) -> None:
+        self._waits.append([at, None])
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            self.error = f"the GPU's turn file {path} could not be opened ({e}): this run did not wait for its turn"
+            self.error = (
+                f"the GPU's turn file {self.path} could not be opened ({e}): this run did not wait for its turn"
+            )
             self._grant()
             return
         threading.Thread(target=self._take, args=(fd,), daemon=True, name="llmcompile-gpu-turn").start()
@@ -43,14 +56,21 @@ class Turn:
     def _take(self, fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another run on this GPU holds it
         with self._state:
-            if self._released:  # released before it was ever held (the run ended first)
+            if self._released:  # released while it was awaited (the run ended first)
                 os.close(fd)
                 return
             self._fd = fd
-        self._grant()
+            self._grant()
 
     def _grant(self) -> None:
-        self.taken, self.taken_at = time.perf_counter(), time.time()
+        """Held (under `_state`, or where no other thread can see the turn yet)."""
+        now = time.perf_counter()
+        self.taken, self._holding = now, True
+        if self.taken_at is None:
+            self.taken_at = time.time()
+        for span in self._waits[-1:] + self._lent[-1:]:
+            if span[1] is None:
+                span[1] = now
         self._settled.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -60,21 +80,68 @@ class Turn:
 
     @property
     def held(self) -> bool:
-        return self.taken is not None and not self._released
+        return self._holding and not self._released
+
+    @property
+    def coming_back(self) -> bool:
+        """Held before, and lent since: not this run's until it is asked for and held again."""
+        return self.taken is not None and not self._holding and not self._released
+
+    @property
+    def lent(self) -> bool:
+        """Lent by `pause` and not yet asked for again."""
+        return self._paused is not None
 
     def waited(self, since: float) -> float:
-        """Seconds (perf_counter) spent waiting for the turn after `since`, so far."""
-        end = self.taken if self.taken is not None else time.perf_counter()
-        return max(0.0, end - max(self.asked, since))
+        """Seconds (perf_counter) spent waiting for the turn after `since`, so far (every wait: the
+        first, and each after the turn was lent)."""
+        return _overlap(self._waits, since)
+
+    def lent_for(self) -> float:
+        """Seconds (perf_counter) the turn was another run's after this run first held it: from each
+        `pause` until it was held again (so far, where it is still lent or awaited)."""
+        return _overlap(self._lent, 0.0)
+
+    def pause(self) -> bool:
+        """Lend the turn: the next run waiting for the GPU takes it. False (nothing lent) where it is
+        not held now, or no lock was taken (the file could not be opened)."""
+        with self._state:
+            if self._fd is None or self._released or self._paused is not None:
+                return False
+            os.close(self._fd)  # closing the only descriptor releases the flock
+            self._fd, self._holding = None, False
+            self._paused = time.perf_counter()
+            self._lent.append([self._paused, None])
+            self._settled.clear()
+        return True
+
+    def resume(self) -> None:
+        """Ask for the lent turn again (in the background: `wait` blocks until it is held)."""
+        with self._state:
+            if self._paused is None or self._released:
+                return
+            self._paused = None
+            self._ask(time.perf_counter())
 
     def release(self) -> None:
-        """Give the turn up, held or still awaited (a thread waiting for it stops waiting)."""
+        """Give the turn up, held, lent or still awaited (a thread waiting for it stops waiting)."""
         with self._state:
             self._released = True
+            self._paused = None
             if self._fd is not None:
                 os.close(self._fd)  # closing the only descriptor releases the flock
                 self._fd = None
+            now = time.perf_counter()
+            for span in self._waits + self._lent:  # (what was awaited or lent ends here)
+                if span[1] is None:
+                    span[1] = now
         self._settled.set()
+
+
+def _overlap(spans: list[list[float | None]], since: float) -> float:
+    """Seconds of the [start, end] spans (an end of None: now) after `since`."""
+    now = time.perf_counter()
+    return sum(max(0.0, (end if end is not None else now) - max(start, since)) for start, end in spans)  # type: ignore[operator]
 
 
 def from_env() -> Turn | None:

@@ -132,6 +132,7 @@ class Judge:
         self._gpu_lock = threading.Lock()  # every exchange with the GPU worker, its start-up included
         self._warmed_at = 0.0
         self._gpu_released = False
+        self._lending = False  # the run waits on an LLM: a shared GPU's turn is lent while idle
         # Start every process now: they come up (imports, a CUDA context, the bandwidth measured)
         # while the caller prepares its first candidates, not in front of them.
         for w in self._sealers.queue:
@@ -147,8 +148,41 @@ class Judge:
             with self._gpu_lock:
                 self._worker().run({"kind": "warm"})
                 self._warmed_at = time.time()
+                if self._lending:  # (asked while it warmed up)
+                    self._lend()
         except Exception:  # noqa: BLE001 - a worker that cannot start says so when a candidate needs it
             pass
+
+    def lend_gpu(self) -> None:
+        """The run waits on something else now (an LLM's answers): where its GPU is shared with
+        other runs (gpu_turn.py), the next of them may verify and time on it meanwhile. Lent at once
+        where the GPU worker is idle, else as soon as its start-up is done; `want_gpu`, or the next
+        exchange, asks for it back."""
+        self._lending = True
+        if self._gpu_lock.acquire(blocking=False):
+            try:
+                self._lend()
+            except Exception:  # noqa: BLE001 - a GPU worker in trouble says so when a candidate needs it
+                pass
+            finally:
+                self._gpu_lock.release()
+
+    def want_gpu(self) -> None:
+        """The run will need its GPU soon (its LLM answered): a lent turn is asked for again now, in
+        the background, so the wait overlaps the compile."""
+        self._lending = False
+        if self.turn is not None:
+            self.turn.resume()
+
+    def _lend(self) -> None:
+        """Under `_gpu_lock`: the GPU worker frees the input sets it keeps (the memory is the other
+        run's meanwhile; its CUDA context and the bandwidth it measured stay), then the turn is
+        lent. Nothing is lent where the turn is not held now, or the worker did not rest."""
+        t = self.turn
+        if t is None or not t.held or self._gpu_released or self.gpu_worker is None or self.gpu_worker.ready is None:
+            return
+        if self.gpu_worker.run({"kind": "rest"}).results.get("rest") is not None:
+            t.pause()
 
     @property
     def turn(self) -> gpu_turn.Turn | None:
@@ -164,7 +198,7 @@ class Judge:
         """When the GPU worker was started, was given this run's turn on a GPU shared with other
         runs (where it waits for one), said it was ready (imports, a CUDA context) and had measured
         the device's bandwidth (time.time(); those it has not reached are left out): a run's first
-        candidates wait for the last of them."""
+        candidates wait for the last of them. And how long the run lent its turn (`lend_gpu`)."""
         w = self.gpu_worker
         if w is None:
             return {}
@@ -175,6 +209,8 @@ class Judge:
             out["gpu_ready"] = float(w.ready["at"])
         if self._warmed_at:
             out["gpu_warmed"] = self._warmed_at
+        if w.turn is not None and w.turn.lent_for():
+            out["gpu_lent_s"] = round(w.turn.lent_for(), 2)  # (seconds: lent while the LLM answered)
         return out
 
     def gpu_facts(self) -> dict[str, Any]:
@@ -197,10 +233,18 @@ class Judge:
                 w.dispose()
 
     def _worker(self) -> Channel:
-        """The GPU worker, for an exchange under `_gpu_lock`."""
+        """The GPU worker, for an exchange under `_gpu_lock`: where the run lent its turn, once the
+        turn is the run's again."""
         if self._gpu_released:  # (its turn may be another run's by now)
             raise JudgeFailure("the judge gave its GPU up (release_gpu) and was then asked to use it: our bug")
         assert self.gpu_worker is not None
+        t = self.gpu_worker.turn
+        if t is not None and t.coming_back:  # lent (`lend_gpu`): back first
+            t.resume()
+            if not t.wait():
+                raise JudgeFailure(
+                    "the GPU's turn, lent while the run waited on its LLM, was given up before it came back"
+                )
         return self.gpu_worker
 
     @property

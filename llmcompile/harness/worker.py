@@ -46,6 +46,7 @@ from llmcompile.harness.sandbox import CANDIDATE_LIMITS, GPU_LIMITS, Limits, Pid
 # (imports, CUDA context) and is never charged to a candidate: a slow start is the judge's failure.
 DEFAULT_TIMEOUTS = {
     "start": 180.0, "compile": 300.0, "seal": 120.0, "verify": 240.0, "profile": 420.0, "ping": 60.0, "warm": 120.0,
+    "rest": 60.0,
 }  # fmt: skip
 # How a process that ended by a signal ended, in words a candidate's author can act on.
 SIGNAL_WORDS = {
@@ -408,6 +409,17 @@ def _serve() -> None:
             send(event="stage", stage="warm")
             copy, read = gpu_stages.device_bandwidth(copy_probe, READ_PROBES)
             send(event="result", stage="warm", data={"copy_tbs": copy, "read_tbs": read})
+            send(event="done")
+            continue
+        if kind == "rest":  # its run lends the GPU (gpu_turn.py): what the worker keeps there is freed
+            import torch
+
+            from llmcompile.harness.input_sets import forget_sets
+
+            send(event="stage", stage="rest")
+            torch.cuda.synchronize()
+            forget_sets()
+            send(event="result", stage="rest", data={"gpu_allocated": torch.cuda.memory_allocated()})
             send(event="done")
             continue
         try:

@@ -71,6 +71,7 @@ class ProblemRecord:
     gpu: str | None = None  # the CUDA_VISIBLE_DEVICES it ran under; None: compile-only or not run
     process_s: float = 0.0  # the agent process's wall time
     gpu_turn_s: float | None = None  # process start to its turn on a GPU other runs shared; None: alone
+    gpu_lent_s: float = 0.0  # its turn lent to other runs while its LLM answered, until it came back
     candidate_s: list[float] = field(default_factory=list)  # each candidate's own judge seconds
     stage_s: dict[str, float] = field(default_factory=dict)  # each stage, summed over the run
     profile_phases_s: dict[str, float] = field(default_factory=dict)  # the profile's, by phase, summed
@@ -78,8 +79,9 @@ class ProblemRecord:
 
     @property
     def gpu_s(self) -> float:
-        """What it held its GPU for: its process's wall time, less any wait for its turn."""
-        return self.process_s - (self.gpu_turn_s or 0.0)
+        """What it held its GPU for: its process's wall time, less any wait for its turn and the
+        time it lent the turn to other runs."""
+        return self.process_s - (self.gpu_turn_s or 0.0) - self.gpu_lent_s
 
     @property
     def best_correct(self) -> bool:
@@ -144,6 +146,7 @@ def collect(rec: ProblemRecord, run_dir: Path) -> ProblemRecord:
     rec.stage_s = {**tl.get("stages", {}), "startup": tl.get("startup_s") or 0.0, "end": tl.get("finalize_s") or 0.0}
     rec.profile_phases_s = dict(tl.get("profile_phases") or {})
     rec.gpu_turn_s = tl.get("gpu_turn_s")
+    rec.gpu_lent_s = tl.get("gpu_lent_s") or 0.0
     warmed = tl.get("gpu_warmed_s")
     rec.gpu_start_s = None if warmed is None else round(warmed - (rec.gpu_turn_s or 0.0), 2)
     best = s.get("best")

@@ -140,8 +140,10 @@ class Turn:
 
 def _overlap(spans: list[list[float | None]], since: float) -> float:
     """Seconds of the [start, end] spans (an end of None: now) after `since`."""
-    now = time.perf_counter()
-    return sum(max(0.0, (end if end is not None else now) - max(start, since)) for start, end in spans)  # type: ignore[operator]
+    now, total = time.perf_counter(), 0.0
+    for start, end in spans:
+        total += max(0.0, (now if end is None else end) - max(start or 0.0, since))
+    return total
 
 
 def from_env() -> Turn | None:

@@ -223,6 +223,40 @@ def test_what_a_problems_load_imports_comes_before_the_turn() -> None:
     assert len(new) == 1 and new[0].startswith("llmcompile_problem_"), new[:20]  # the file alone, nothing of torch's
 
 
+PROBES_BEFORE_THE_GPU = """
+from llmcompile.harness.worker import before_the_gpu
+from llmcompile.runtime.compiled import copy, cross_entropy
+before_the_gpu()
+print(sorted(copy._compiled), sorted(cross_entropy._compiled))
+import torch
+if torch.cuda.is_available():  # no CUDA context yet: the compiles are host work
+    from cuda.bindings import driver
+    driver.cuInit(0)
+    err, flags, active = driver.cuDevicePrimaryCtxGetState(0)
+    print("primary context active:", int(active), "torch initialised:", torch.cuda.is_initialized())
+"""
+
+
+def test_the_bandwidths_probes_compile_before_the_turn() -> None:
+    """The `warm` job's kernels (our copy and cross-entropy) compile while the worker waits for
+    its turn, not after it."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBES_BEFORE_THE_GPU], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[0] == "[('bfloat16', 4096)] [('float32', 16384)]", out.stdout
+
+
+@pytest.mark.gpu
+def test_the_bandwidths_probes_compile_before_the_turn_without_a_cuda_context() -> None:
+    """On a GPU: compiling them makes no CUDA context (the waiting run touches no GPU)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBES_BEFORE_THE_GPU], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "primary context active: 0 torch initialised: False" in out.stdout, out.stdout
+
+
 def _started_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turn: Turn) -> Channel:
     """The gated fake GPU worker as `early.start` leaves it, for the next judge to take."""
     (tmp_path / "gated_worker.py").write_text(GATED_WORKER)

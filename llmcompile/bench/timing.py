@@ -195,6 +195,8 @@ def settle(copy_tbs: float | None = None, seconds: float = SETTLE_S) -> float:
     return time.perf_counter() - t0
 
 
+PROBE_ROW = 4096  # the row width of the copy and read probes' matrices (ours compiled for it)
+
 # Another process on the GPU times every kernel wrong. Two judges' workers on one H200
 # (2026-11-30): honest kernels' events at half their wall clock (softmax fp32 1024 x 262144:
 # 0.252 vs 0.533 ms a call), and a GEMM probe so low that the attention reference ran "above" it.
@@ -212,7 +214,7 @@ def disturbance(copy_tbs: float | None, elems: int = 1 << 27) -> str | None:
     """What is wrong with timing on this GPU now, seen on a kernel known to be honest (torch's copy
     of 2 x 256 MB, random bf16) timed as a candidate is (`probe_says`); None: nothing."""
     # (made in bf16: no fp32 temporary, the same 512 MB as settle's probe, which the profile plans for)
-    src = torch.randn(elems // 4096, 4096, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(elems // PROBE_ROW, PROBE_ROW, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     t = time_calls([lambda: dst.copy_(src)], reps=5)
     return probe_says(t, tbs(2 * src.nbytes, t.median_ms), copy_tbs)
@@ -253,7 +255,7 @@ def copy_bandwidths(
     copy kernel; the best of them is the practical speed of light."""
 
     def one(dtype: torch.dtype, fn: Callable[[torch.Tensor, torch.Tensor], object] | None) -> float:
-        src = torch.randn(elems // 4096, 4096, device="cuda").to(dtype)
+        src = torch.randn(elems // PROBE_ROW, PROBE_ROW, device="cuda").to(dtype)
         dst = torch.empty_like(src)
         run = (lambda: dst.copy_(src)) if fn is None else (lambda: fn(dst, src))
         return tbs(2 * src.nbytes, time_calls([run], reps=reps).median_ms)
@@ -271,7 +273,7 @@ def read_bandwidth(
     """TB/s of a read-only stream: ops that read much and write little (a loss per row) can
     run above the copy bandwidth, up to about this. torch's row max and sum of a bf16 matrix,
     and each of `probes` (given `elems`, returns a call and the bytes it reads); the best."""
-    x = torch.randn(elems // 4096, 4096, device="cuda").to(torch.bfloat16)
+    x = torch.randn(elems // PROBE_ROW, PROBE_ROW, device="cuda").to(torch.bfloat16)
     calls = [(lambda: torch.amax(x, dim=-1), x.nbytes), (lambda: x.sum(dim=-1), x.nbytes)]
     calls += [make(elems) for make in (probes or {}).values()]
     return max(tbs(nbytes, time_calls([fn], reps=reps).median_ms) for fn, nbytes in calls)

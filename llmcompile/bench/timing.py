@@ -265,6 +265,16 @@ def copy_bandwidths(
     return out
 
 
+def compile_probes() -> None:
+    """Our probes' kernels (`runtime.compiled.copy_probe`, `READ_PROBES`) compiled ahead of their
+    first use: host work (a kernel's CUDA library loads at its first call), so a GPU worker waiting
+    for its turn does it meanwhile."""
+    from llmcompile.runtime.compiled import CE_PROBE_N, copy, cross_entropy
+
+    copy.compiled("bfloat16", PROBE_ROW)
+    cross_entropy.compiled("float32", CE_PROBE_N)
+
+
 def read_bandwidth(
     probes: dict[str, Callable[[int], tuple[Callable[[], object], int]]] | None = None,
     elems: int = 1 << 28,

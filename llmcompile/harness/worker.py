@@ -438,8 +438,8 @@ def before_the_gpu() -> None:
     bandwidth's probes (`warm`) are our kernels, compiled (0.2-0.7 s each on a CPU of ours)."""
     import torch._dynamo  # noqa: F401
 
+    from llmcompile.bench.timing import compile_probes
     from llmcompile.harness import gpu_stages  # noqa: F401
-    from llmcompile.runtime.compiled import compile_probes
 
     try:
         compile_probes()

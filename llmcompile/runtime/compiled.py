@@ -171,15 +171,6 @@ def copy_probe(dst: torch.Tensor, src: torch.Tensor) -> None:
 CE_PROBE_N = 16384  # the read probe's row length
 
 
-def compile_probes() -> None:
-    """The probes' kernels compiled ahead of their first use (host work: the CUDA library a kernel
-    needs is loaded at its first call), so a GPU worker waiting for its turn does it meanwhile."""
-    from llmcompile.bench.timing import PROBE_ROW
-
-    copy.compiled("bfloat16", PROBE_ROW)
-    cross_entropy.compiled("float32", CE_PROBE_N)
-
-
 def cross_entropy_read_probe(elems: int) -> tuple[Callable[[], object], int]:
     """Our cross-entropy over fp32 rows of 16K as a read-only stream (it writes 4 bytes a row),
     and the bytes it reads: on an H200 it reads faster than torch's row reductions (4.5 vs 4.1

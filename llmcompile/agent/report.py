@@ -88,22 +88,21 @@ def timeline_of(store: RunStore, target_pct: float, started: float | None = None
 
 def timeline_table(tl: dict[str, Any]) -> str:
     """The timeline as a few lines of markdown (report.md, the eval's report)."""
+    # (label, seconds, shown only when set: a run alone on its GPU took no turn, one without an LLM lent none)
     rows = [
-        ("start-up (process start to the first round)", tl.get("startup_s")),
-        ("the GPU this run's (its turn on a GPU other runs shared)", tl.get("gpu_turn_s")),
-        ("the GPU worker ready (its imports, a CUDA context)", tl.get("gpu_ready_s")),
-        ("the GPU worker's start done (the device's bandwidth measured)", tl.get("gpu_warmed_s")),
-        ("first verdict", tl.get("first_verdict_s")),
-        ("first kernel at the target % of SOL", tl.get("to_target_s")),
-        ("rounds", tl.get("rounds_s")),
-        ("of them, the GPU lent to other runs while the LLM answered", tl.get("gpu_lent_s")),
-        ("the end (best beside the baselines, best/ written)", tl.get("finalize_s")),
-        ("total", tl.get("total_s")),
+        ("start-up (process start to the first round)", tl.get("startup_s"), False),
+        ("the GPU this run's (its turn on a GPU other runs shared)", tl.get("gpu_turn_s"), True),
+        ("the GPU worker ready (its imports, a CUDA context)", tl.get("gpu_ready_s"), False),
+        ("the GPU worker's start done (the device's bandwidth measured)", tl.get("gpu_warmed_s"), False),
+        ("first verdict", tl.get("first_verdict_s"), False),
+        ("first kernel at the target % of SOL", tl.get("to_target_s"), False),
+        ("rounds", tl.get("rounds_s"), False),
+        ("of them, the GPU lent to other runs while the LLM answered", tl.get("gpu_lent_s"), True),
+        ("the end (best beside the baselines, best/ written)", tl.get("finalize_s"), False),
+        ("total", tl.get("total_s"), False),
     ]
-    if tl.get("gpu_turn_s") is None:  # a run alone on its GPU took no turn
-        rows = [r for r in rows if r[1] is not None or not r[0].startswith("the GPU this run's")]
-    rows = [r for r in rows if r[1] is not None or not r[0].startswith("of them, the GPU lent")]
-    out = ["| when | seconds |", "|---|---|"] + [f"| {k} | {'-' if v is None else f'{v:.1f}'} |" for k, v in rows]
+    shown = [(k, v) for k, v, only_set in rows if v is not None or not only_set]
+    out = ["| when | seconds |", "|---|---|"] + [f"| {k} | {'-' if v is None else f'{v:.1f}'} |" for k, v in shown]
     stages = tl.get("stages", {})
     out += [
         "",

@@ -34,7 +34,7 @@ class Turn:
         self._fd: int | None = None
         self._released = False
         self._holding = False  # held now: taken, and neither lent nor released since
-        self._paused: float | None = None  # perf_counter when lent, until asked for again
+        self._paused = False  # lent, and not yet asked for again
         self._waits: list[list[float | None]] = []  # [asked, taken] of every wait for the turn
         self._lent: list[list[float | None]] = []  # [lent, taken again] of every time it was lent
         self._state = threading.Lock()  # `release` and the lock's arrival may race
@@ -90,7 +90,7 @@ class Turn:
     @property
     def lent(self) -> bool:
         """Lent by `pause` and not yet asked for again."""
-        return self._paused is not None
+        return self._paused
 
     def waited(self, since: float) -> float:
         """Seconds (perf_counter) spent waiting for the turn after `since`, so far (every wait: the
@@ -106,28 +106,26 @@ class Turn:
         """Lend the turn: the next run waiting for the GPU takes it. False (nothing lent) where it is
         not held now, or no lock was taken (the file could not be opened)."""
         with self._state:
-            if self._fd is None or self._released or self._paused is not None:
+            if self._fd is None or self._released or self._paused:
                 return False
             os.close(self._fd)  # closing the only descriptor releases the flock
-            self._fd, self._holding = None, False
-            self._paused = time.perf_counter()
-            self._lent.append([self._paused, None])
+            self._fd, self._holding, self._paused = None, False, True
+            self._lent.append([time.perf_counter(), None])
             self._settled.clear()
         return True
 
     def resume(self) -> None:
         """Ask for the lent turn again (in the background: `wait` blocks until it is held)."""
         with self._state:
-            if self._paused is None or self._released:
+            if not self._paused or self._released:
                 return
-            self._paused = None
+            self._paused = False
             self._ask(time.perf_counter())
 
     def release(self) -> None:
         """Give the turn up, held, lent or still awaited (a thread waiting for it stops waiting)."""
         with self._state:
-            self._released = True
-            self._paused = None
+            self._released, self._paused = True, False
             if self._fd is not None:
                 os.close(self._fd)  # closing the only descriptor releases the flock
                 self._fd = None
